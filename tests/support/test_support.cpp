@@ -1,0 +1,54 @@
+#include "support/test_support.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+
+namespace keel::test {
+
+std::string require_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) {
+    ADD_FAILURE() << "required input is missing: " << path
+                  << " (run scripts/setup.sh; tests never skip on missing data)";
+    return {};
+  }
+  return path;
+}
+
+std::string shared_path(const std::string& rel) { return std::string(KEEL_SHARED_DIR) + "/" + rel; }
+std::string source_path(const std::string& rel) { return std::string(KEEL_SOURCE_DIR) + "/" + rel; }
+std::string smollm2_gguf() { return KEEL_SMOLLM2_GGUF; }
+std::string tmp_path(const std::string& name) { return std::string(KEEL_TEST_TMP_DIR) + "/" + name; }
+
+std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
+}
+
+void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+CommandResult run_cli(const std::string& args) {
+  CommandResult r;
+  std::string cmd = std::string(KEEL_CLI_PATH) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int status = pclose(p);
+  if (WIFEXITED(status)) {
+    r.exit_code = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    r.signal = WTERMSIG(status);
+  }
+  return r;
+}
+
+}  // namespace keel::test

@@ -1,0 +1,10 @@
+// Subcommands of the `keel` CLI. Each takes argv starting at the subcommand name and returns
+// the process exit code (0 success, 1 failure, 2 usage error).
+#pragma once
+
+namespace keel::cli {
+
+int cmd_convert(int argc, char** argv);
+int cmd_info(int argc, char** argv);
+
+}  // namespace keel::cli

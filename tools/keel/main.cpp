@@ -1,0 +1,39 @@
+// `keel`: one binary, git-like subcommands.
+#include <cstdio>
+#include <cstring>
+
+#include "keel/commands.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  int (*run)(int argc, char** argv);
+  const char* summary;
+};
+
+const Command kCommands[] = {
+    {"convert", keel::cli::cmd_convert, "convert a GGUF, Hugging Face or llama2.c model to .keel"},
+    {"info", keel::cli::cmd_info, "show a .keel model's shape, tensors, tokenizer and memory plan"},
+};
+
+void usage(FILE* f) {
+  fprintf(f, "usage: keel <command> [options]\n\ncommands:\n");
+  for (const Command& c : kCommands) fprintf(f, "  %-10s %s\n", c.name, c.summary);
+  fprintf(f, "\n'keel <command> --help' describes a command.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  for (const Command& c : kCommands) {
+    if (!strcmp(argv[1], c.name)) return c.run(argc - 1, argv + 1);
+  }
+  fprintf(stderr, "keel: unknown command '%s'\n", argv[1]);
+  usage(stderr);
+  return 2;
+}
