@@ -102,3 +102,11 @@ uint64_t encoded_bytes(SrcType t, uint64_t n);
 uint32_t block_elems(SrcType t);
 
 }  // namespace keel::convert
+
+namespace keel::convert {
+// The tokenizer part of a Hugging Face directory (tokenizer.json, tokenizer_config.json,
+// config.json when present), also used on its own by tests and tools.
+std::optional<SourceTokenizer> read_hf_tokenizer(const std::string& dir, std::string& error);
+// The tokenizer of a GGUF file; works on vocabulary-only files that hold no tensors.
+std::optional<SourceTokenizer> read_gguf_tokenizer(const std::string& path, std::string& error);
+}  // namespace keel::convert

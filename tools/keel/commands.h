@@ -6,5 +6,6 @@ namespace keel::cli {
 
 int cmd_convert(int argc, char** argv);
 int cmd_info(int argc, char** argv);
+int cmd_run(int argc, char** argv);
 
 }  // namespace keel::cli

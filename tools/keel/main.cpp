@@ -15,6 +15,7 @@ struct Command {
 const Command kCommands[] = {
     {"convert", keel::cli::cmd_convert, "convert a GGUF, Hugging Face or llama2.c model to .keel"},
     {"info", keel::cli::cmd_info, "show a .keel model's shape, tensors, tokenizer and memory plan"},
+    {"run", keel::cli::cmd_run, "generate text from a prompt"},
 };
 
 void usage(FILE* f) {

@@ -1,0 +1,9 @@
+#include "kernels/attention.h"
+
+namespace keel {
+
+#ifndef KEEL_HAVE_X86
+const AttentionKernels* attention_kernels_x86() { return nullptr; }
+#endif
+
+}  // namespace keel

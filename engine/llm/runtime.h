@@ -1,0 +1,110 @@
+// The runtime: a verified model, a backend, and per-slot KV caches, all in caller-provided
+// arenas laid out once by the plan. After init() nothing allocates: prefill, decode, sampling
+// and tokenization only do checked pointer math inside the arenas.
+#pragma once
+
+#include <cstdint>
+
+#include "core/arena.h"
+#include "core/result.h"
+#include "core/span.h"
+#include "core/threads.h"
+#include "kv/kv_cache.h"
+#include "llm/backend.h"
+#include "llm/plan.h"
+#include "llm/transformer.h"
+#include "model/model.h"
+#include "text/sampler.h"
+#include "text/tokenizer.h"
+
+namespace keel {
+
+struct RuntimeConfig {
+  PlanConfig plan;
+  BackendKind backend = BackendKind::Auto;
+};
+
+struct RuntimeStats {
+  uint64_t persistent_used_bytes = 0;
+  uint64_t persistent_planned_bytes = 0;
+  uint64_t scratch_high_water_bytes = 0;
+  uint64_t scratch_planned_bytes = 0;
+  uint64_t tokens_prefilled = 0;
+  uint64_t tokens_decoded = 0;
+};
+
+class Runtime {
+ public:
+  // The plan for this model and configuration (what init() will take from the arenas).
+  static MemoryPlan plan(const Model& model, const PlanConfig& config);
+
+  // Lays out the arenas. `persistent` and `scratch` must be 64-byte aligned and at least the
+  // planned sizes (ArenaTooSmall names both numbers otherwise). The model must stay loaded.
+  Error init(const Model& model, const RuntimeConfig& config, Span<uint8_t> persistent, Span<uint8_t> scratch,
+             const ThreadPool* pool);
+  bool initialized() const { return model_ != nullptr; }
+
+  // Appends tokens to the slot's sequence in chunks; afterwards logits(slot) holds the logits
+  // of the last token. Fails with KvFull (nothing appended) when the sequence would not fit.
+  Error prefill(uint32_t slot, Span<const int32_t> tokens);
+  // One token: prefill of length 1.
+  Error decode(uint32_t slot, int32_t token);
+  // Runs tokens through the model and calls fn(ctx, i, logits[vocab]) with the logits
+  // predicting token i + 1, for every i (perplexity).
+  Error score(uint32_t slot, Span<const int32_t> tokens, void (*fn)(void* ctx, size_t i, const float* logits),
+              void* ctx);
+
+  Span<const float> logits(uint32_t slot) const;
+
+  // Text -> ids with the model's tokenizer, using the runtime's text scratch.
+  Error tokenize(const char* text, size_t len, const text::EncodeOptions& options, Span<int32_t> out,
+                 size_t* n_tokens);
+  // Sampling settings of a slot (greedy until set).
+  Error set_sampler(uint32_t slot, const text::SamplerConfig& config);
+  // Picks the next token from the slot's current logits (the repetition penalty sees the
+  // slot's recent tokens and changes the logits in place).
+  Result<int32_t> sample(uint32_t slot);
+  // Forgets the slot's sequence.
+  Error reset(uint32_t slot);
+  uint64_t sequence_length(uint32_t slot) const;
+
+  const Model& model() const { return *model_; }
+  const text::Tokenizer& tokenizer() const { return tokenizer_; }
+  const Backend& backend() const { return backend_; }
+  const MemoryPlan& memory_plan() const { return plan_; }
+  RuntimeStats stats() const;
+  Arena& scratch() { return scratch_; }
+  // Scratch left after the transformer's buffers, for tokenization and sampling.
+  uint32_t slots() const { return config_.plan.slots; }
+
+ private:
+  static constexpr uint32_t kRecentTokens = 64;  // history the repetition penalty sees
+  struct Slot {
+    KvCache kv;
+    float* logits = nullptr;
+    uint64_t prefilled = 0;
+    uint64_t decoded = 0;
+    text::Sampler sampler;
+    int32_t recent[kRecentTokens] = {};  // the last tokens of the sequence, oldest first
+    uint32_t recent_count = 0;
+  };
+  void remember(Slot& s, const int32_t* tokens, size_t n);
+  Error check_slot(uint32_t slot) const;
+  Error make_room(Slot& s, uint32_t n);
+  Slot& slot_at(uint32_t i) const;
+
+  const Model* model_ = nullptr;
+  RuntimeConfig config_;
+  MemoryPlan plan_;
+  Backend backend_;
+  Arena persistent_;
+  Arena scratch_;
+  text::Tokenizer tokenizer_;
+  Transformer transformer_;
+  uint8_t* sampler_mem_ = nullptr;  // scratch region shared by the slots' samplers
+  uint8_t* text_mem_ = nullptr;     // scratch region for tokenize()
+  uint8_t* slots_ = nullptr;  // [slots] records of slot_stride_ bytes in the persistent arena
+  uint64_t slot_stride_ = 0;
+};
+
+}  // namespace keel

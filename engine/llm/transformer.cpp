@@ -1,0 +1,318 @@
+#include "llm/transformer.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "core/check.h"
+#include "kernels/dequant.h"
+
+namespace keel {
+namespace {
+
+using fb::TensorRole;
+
+WeightView as_weight(const TensorView& t) { return WeightView{t.dtype, t.rows, t.cols, t.data}; }
+
+struct MatmulJob {
+  const MatmulKernels* k;
+  WeightView w;
+  const ActBlock* xq;
+  const float* xf;
+  uint32_t x_stride;
+  uint32_t n;
+  float* y;
+  uint32_t y_stride;
+  uint32_t panels;
+  uint32_t tasks;
+};
+
+void matmul_task(void* ctx, size_t i) {
+  const MatmulJob& j = *static_cast<const MatmulJob*>(ctx);
+  const uint32_t begin = uint32_t(uint64_t(j.panels) * i / j.tasks);
+  const uint32_t end = uint32_t(uint64_t(j.panels) * (i + 1) / j.tasks);
+  if (begin == end) return;
+  if (j.xq) {
+    j.k->matmul(j.w, j.xq, j.n, j.y, j.y_stride, begin, end);
+  } else {
+    j.k->matmul_f(j.w, j.xf, j.n, j.x_stride, j.y, j.y_stride, begin, end);
+  }
+}
+
+struct AttentionJob {
+  Transformer* self;
+  KvCache* kv;
+  const Backend* backend;
+  uint32_t layer, n, n_heads, group, head_dim, tasks, capacity;
+  uint32_t size_before;
+  const float* q;
+  float* att;
+  float* rows;
+};
+
+void attention_task(void* ctx, size_t task) {
+  const AttentionJob& j = *static_cast<const AttentionJob*>(ctx);
+  const uint32_t total = j.n * j.n_heads;
+  const uint32_t begin = uint32_t(uint64_t(total) * task / j.tasks);
+  const uint32_t end = uint32_t(uint64_t(total) * (task + 1) / j.tasks);
+  float* scores = j.rows + uint64_t(task) * j.capacity;
+  const float scale = 1.0f / std::sqrt(float(j.head_dim));
+  const uint32_t q_dim = j.n_heads * j.head_dim;
+  for (uint32_t item = begin; item < end; ++item) {
+    const uint32_t t = item / j.n_heads, h = item % j.n_heads;
+    const uint32_t kvh = h / j.group;
+    // Causal: token t of the chunk sees everything cached before the chunk and chunk tokens <= t.
+    const uint32_t len = j.size_before + t + 1;
+    const float* qh = j.q + uint64_t(t) * q_dim + uint64_t(h) * j.head_dim;
+    j.backend->attention->scores(qh, j.kv->keys(j.layer, kvh), len, j.head_dim, scale, scores);
+    j.backend->vector->softmax(scores, len);
+    j.backend->attention->weighted_sum(scores, j.kv->values(j.layer, kvh), len, j.head_dim,
+                                       j.att + uint64_t(t) * q_dim + uint64_t(h) * j.head_dim);
+  }
+}
+
+}  // namespace
+
+LayerWeights layer_weights(const Model& m, uint32_t l) {
+  const int L = int(l);
+  return LayerWeights{m.tensor(TensorRole::AttnNorm, L), m.tensor(TensorRole::Wq, L),  m.tensor(TensorRole::Wk, L),
+                      m.tensor(TensorRole::Wv, L),       m.tensor(TensorRole::Wo, L),  m.tensor(TensorRole::Bq, L),
+                      m.tensor(TensorRole::Bk, L),       m.tensor(TensorRole::Bv, L),  m.tensor(TensorRole::FfnNorm, L),
+                      m.tensor(TensorRole::FfnGate, L),  m.tensor(TensorRole::FfnUp, L), m.tensor(TensorRole::FfnDown, L)};
+}
+
+Error Transformer::init(const Model& model, const Backend& backend, const PlanConfig& config, Arena& persistent,
+                        Arena& scratch, const ThreadPool* pool) {
+  KEEL_ENSURE(model.loaded(), Status::InvalidArgument, "model is not loaded");
+  KEEL_ENSURE(backend.matmul && backend.vector && backend.attention, Status::InvalidArgument, "backend is incomplete");
+  KEEL_ENSURE(config.chunk_tokens >= 1 && config.threads >= 1 && config.logit_rows >= 1 &&
+                  config.logit_rows <= config.chunk_tokens,
+              Status::InvalidArgument, "plan config: chunk %u, threads %u, logit rows %u; expected all >= 1 and "
+              "logit rows <= chunk", config.chunk_tokens, config.threads, config.logit_rows);
+  model_ = &model;
+  shape_ = model.shape();
+  config_ = config;
+  backend_ = backend;
+  pool_ = pool;
+  const fb::Hyper* h = model.meta()->hyper();
+  norm_eps_ = h->norm_eps();
+  rope_dim_ = h->rope_dim() ? h->rope_dim() : shape_.head_dim;
+  rope_halves_ = h->rope_style() == fb::RopeStyle::Halves;
+  qkv_bias_ = model.meta()->arch()->qkv_bias();
+  token_embd_ = model.tensor(TensorRole::TokenEmbedding);
+  output_norm_ = model.tensor(TensorRole::OutputNorm);
+  output_ = model.meta()->arch()->tied_output() ? token_embd_ : model.tensor(TensorRole::Output);
+  capacity_ = config.kv_budget_tokens + config.chunk_tokens;
+
+  // RoPE inverse frequencies in double, with Llama-3 / linear scaling folded in.
+  inv_freq_ = persistent.allocate_array<double>(shape_.head_dim / 2);
+  KEEL_ENSURE(inv_freq_, Status::ArenaTooSmall, "persistent arena too small for the RoPE table");
+  const fb::RopeScaling* rs = h->rope_scaling();
+  const double theta = h->rope_theta();
+  for (uint32_t i = 0; i < rope_dim_ / 2; ++i) {
+    double f = 1.0 / std::pow(theta, double(2 * i) / double(rope_dim_));
+    if (rs && rs->kind() == fb::RopeScalingKind::Linear) {
+      f /= rs->factor();
+    } else if (rs && rs->kind() == fb::RopeScalingKind::Llama3) {
+      const double pi = 3.14159265358979323846;
+      const double orig = rs->original_context_length() ? rs->original_context_length() : 8192;
+      const double low_wavelen = orig / rs->low_freq_factor(), high_wavelen = orig / rs->high_freq_factor();
+      const double wavelen = 2 * pi / f;
+      if (wavelen > low_wavelen) {
+        f /= rs->factor();
+      } else if (wavelen >= high_wavelen) {
+        const double smooth = (orig / wavelen - rs->low_freq_factor()) / (rs->high_freq_factor() - rs->low_freq_factor());
+        f = (1 - smooth) * f / rs->factor() + smooth * f;
+      }
+    }
+    inv_freq_[i] = f;
+  }
+
+  const uint64_t chunk = config.chunk_tokens;
+  const uint64_t q_dim = uint64_t(shape_.n_heads) * shape_.head_dim;
+  const uint64_t kv_dim = uint64_t(shape_.n_kv_heads) * shape_.head_dim;
+  uint64_t widest = shape_.dim;
+  if (q_dim > widest) widest = q_dim;
+  if (shape_.ffn_dim > widest) widest = shape_.ffn_dim;
+  x_ = scratch.allocate_array<float>(chunk * shape_.dim);
+  xb_ = scratch.allocate_array<float>(chunk * shape_.dim);
+  q_ = scratch.allocate_array<float>(chunk * q_dim);
+  k_ = scratch.allocate_array<float>(chunk * kv_dim);
+  v_ = scratch.allocate_array<float>(chunk * kv_dim);
+  att_ = scratch.allocate_array<float>(chunk * q_dim);
+  hb_ = scratch.allocate_array<float>(chunk * shape_.ffn_dim);
+  hb2_ = scratch.allocate_array<float>(chunk * shape_.ffn_dim);
+  xq_ = scratch.allocate_array<ActBlock>(chunk * act_blocks(uint32_t(widest)));
+  cos_ = scratch.allocate_array<float>(chunk * (shape_.head_dim / 2));
+  sin_ = scratch.allocate_array<float>(chunk * (shape_.head_dim / 2));
+  att_rows_ = scratch.allocate_array<float>(uint64_t(config.threads) * capacity_);
+  logit_rows_ = scratch.allocate_array<float>(uint64_t(config.logit_rows) * shape_.vocab_size);
+  KEEL_ENSURE(x_ && xb_ && q_ && k_ && v_ && att_ && hb_ && hb2_ && xq_ && cos_ && sin_ && att_rows_ && logit_rows_,
+              Status::ArenaTooSmall, "scratch arena of %zu bytes is too small for chunk %u", scratch.capacity(),
+              config.chunk_tokens);
+  return Error();
+}
+
+void Transformer::embed(const int32_t* tokens, uint32_t n) {
+  for (uint32_t t = 0; t < n; ++t) {
+    dequantize_row(token_embd_.dtype, token_embd_.data, token_embd_.rows, token_embd_.cols, uint32_t(tokens[t]),
+                   x_ + uint64_t(t) * shape_.dim);
+  }
+}
+
+void Transformer::rope_tables(int64_t pos0, uint32_t n) {
+  // Angles in double: pos * inv_freq stays exact enough at positions of 10^7 and beyond,
+  // where a float product would be off by whole radians.
+  const uint32_t half = rope_dim_ / 2;
+  for (uint32_t t = 0; t < n; ++t) {
+    const double pos = double(pos0 + t);
+    for (uint32_t i = 0; i < half; ++i) {
+      const double a = pos * inv_freq_[i];
+      cos_[uint64_t(t) * half + i] = float(std::cos(a));
+      sin_[uint64_t(t) * half + i] = float(std::sin(a));
+    }
+  }
+}
+
+void Transformer::apply_rope(float* rows, uint32_t n, uint32_t n_heads, uint32_t row_stride) {
+  const uint32_t half = rope_dim_ / 2, hd = shape_.head_dim;
+  for (uint32_t t = 0; t < n; ++t) {
+    const float* c = cos_ + uint64_t(t) * half;
+    const float* s = sin_ + uint64_t(t) * half;
+    for (uint32_t h = 0; h < n_heads; ++h) {
+      float* v = rows + uint64_t(t) * row_stride + uint64_t(h) * hd;
+      for (uint32_t i = 0; i < half; ++i) {
+        const uint32_t a = rope_halves_ ? i : 2 * i;
+        const uint32_t b = rope_halves_ ? i + rope_dim_ / 2 : 2 * i + 1;
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * c[i] - x1 * s[i];
+        v[b] = x0 * s[i] + x1 * c[i];
+      }
+    }
+  }
+}
+
+bool Transformer::quantize_input(const float* x, uint32_t n, uint32_t cols, uint32_t x_stride) {
+  const uint32_t nb = act_blocks(cols);
+  for (uint32_t t = 0; t < n; ++t) backend_.matmul->quantize_act(x + uint64_t(t) * x_stride, cols, xq_ + uint64_t(t) * nb);
+  return true;
+}
+
+void Transformer::matmul(const TensorView& w, const float* x, uint32_t x_stride, bool x_quantized, uint32_t n, float* y,
+                         uint32_t y_stride) {
+  MatmulJob j{};
+  j.k = backend_.matmul;
+  j.w = as_weight(w);
+  const bool quant = is_quantized(w.dtype);
+  if (quant && !x_quantized) quantize_input(x, n, w.cols, x_stride);
+  j.xq = quant ? xq_ : nullptr;
+  j.xf = x;
+  j.x_stride = x_stride;
+  j.n = n;
+  j.y = y;
+  j.y_stride = y_stride;
+  j.panels = panel_count(w.rows);
+  const uint32_t threads = pool_ ? uint32_t(pool_->threads) : 1;
+  j.tasks = j.panels < threads ? j.panels : threads;
+  if (j.tasks == 0) return;
+  parallel_for(pool_, j.tasks, matmul_task, &j);
+}
+
+void Transformer::attention(KvCache& kv, uint32_t layer, uint32_t n) {
+  AttentionJob j{};
+  j.self = this;
+  j.kv = &kv;
+  j.backend = &backend_;
+  j.layer = layer;
+  j.n = n;
+  j.n_heads = shape_.n_heads;
+  j.group = shape_.n_heads / shape_.n_kv_heads;
+  j.head_dim = shape_.head_dim;
+  j.capacity = capacity_;
+  j.size_before = kv.size();
+  j.q = q_;
+  j.att = att_;
+  j.rows = att_rows_;
+  const uint32_t threads = pool_ ? uint32_t(pool_->threads) : 1;
+  const uint32_t items = n * shape_.n_heads;
+  j.tasks = items < threads ? items : threads;
+  parallel_for(pool_, j.tasks, attention_task, &j);
+}
+
+Error Transformer::forward(KvCache& kv, const int32_t* tokens, uint32_t n, float* logits, uint32_t n_logits) {
+  KEEL_ENSURE(n >= 1 && n <= config_.chunk_tokens, Status::InvalidArgument, "chunk of %u tokens; expected 1..%u", n,
+              config_.chunk_tokens);
+  KEEL_ENSURE(kv.size() + n <= kv.shape().capacity, Status::KvFull,
+              "KV cache holds %u of %u entries; %u more do not fit", kv.size(), kv.shape().capacity, n);
+  KEEL_ENSURE(n_logits <= n && n_logits <= config_.logit_rows, Status::InvalidArgument,
+              "%u logit rows requested; expected <= %u", n_logits, config_.logit_rows);
+  for (uint32_t t = 0; t < n; ++t) {
+    KEEL_ENSURE(tokens[t] >= 0 && uint32_t(tokens[t]) < shape_.vocab_size, Status::InvalidArgument,
+                "token id %d at %u; expected 0..%u", tokens[t], t, shape_.vocab_size - 1);
+  }
+  const VectorKernels& vk = *backend_.vector;
+  const uint32_t dim = shape_.dim, hd = shape_.head_dim, ffn = shape_.ffn_dim;
+  const uint32_t q_dim = shape_.n_heads * hd, kv_dim = shape_.n_kv_heads * hd;
+  const uint32_t size_before = kv.size();
+  const int64_t pos0 = kv.next_position();
+
+  embed(tokens, n);
+  rope_tables(pos0, n);
+  for (uint32_t l = 0; l < shape_.n_layers; ++l) {
+    const LayerWeights w = layer_weights(*model_, l);
+    const float* attn_norm = reinterpret_cast<const float*>(w.attn_norm.data);
+    for (uint32_t t = 0; t < n; ++t) vk.rmsnorm(x_ + uint64_t(t) * dim, attn_norm, dim, norm_eps_, xb_ + uint64_t(t) * dim);
+    // q, k and v read the same normalized input: quantize it once.
+    const bool shared_q = is_quantized(w.wq.dtype) && is_quantized(w.wk.dtype) && is_quantized(w.wv.dtype);
+    if (shared_q) quantize_input(xb_, n, dim, dim);
+    matmul(w.wq, xb_, dim, shared_q, n, q_, q_dim);
+    matmul(w.wk, xb_, dim, shared_q, n, k_, kv_dim);
+    matmul(w.wv, xb_, dim, shared_q, n, v_, kv_dim);
+    if (qkv_bias_) {
+      for (uint32_t t = 0; t < n; ++t) {
+        vk.add(q_ + uint64_t(t) * q_dim, reinterpret_cast<const float*>(w.bq.data), q_dim, q_ + uint64_t(t) * q_dim);
+        vk.add(k_ + uint64_t(t) * kv_dim, reinterpret_cast<const float*>(w.bk.data), kv_dim, k_ + uint64_t(t) * kv_dim);
+        vk.add(v_ + uint64_t(t) * kv_dim, reinterpret_cast<const float*>(w.bv.data), kv_dim, v_ + uint64_t(t) * kv_dim);
+      }
+    }
+    apply_rope(q_, n, shape_.n_heads, q_dim);
+    apply_rope(k_, n, shape_.n_kv_heads, kv_dim);
+    // Append this chunk's keys and values (f16) and positions to every KV head.
+    for (uint32_t h = 0; h < shape_.n_kv_heads; ++h) {
+      uint16_t* kc = kv.keys(l, h);
+      uint16_t* vc = kv.values(l, h);
+      int32_t* pc = kv.positions(l, h);
+      for (uint32_t t = 0; t < n; ++t) {
+        const uint64_t at = uint64_t(size_before + t) * hd;
+        backend_.attention->to_half(k_ + uint64_t(t) * kv_dim + uint64_t(h) * hd, hd, kc + at);
+        backend_.attention->to_half(v_ + uint64_t(t) * kv_dim + uint64_t(h) * hd, hd, vc + at);
+        pc[size_before + t] = int32_t(pos0 + t);
+      }
+    }
+    attention(kv, l, n);
+    matmul(w.wo, att_, q_dim, false, n, xb_, dim);
+    for (uint32_t t = 0; t < n; ++t) vk.add(x_ + uint64_t(t) * dim, xb_ + uint64_t(t) * dim, dim, x_ + uint64_t(t) * dim);
+
+    const float* ffn_norm = reinterpret_cast<const float*>(w.ffn_norm.data);
+    for (uint32_t t = 0; t < n; ++t) vk.rmsnorm(x_ + uint64_t(t) * dim, ffn_norm, dim, norm_eps_, xb_ + uint64_t(t) * dim);
+    const bool shared_f = is_quantized(w.gate.dtype) && is_quantized(w.up.dtype);
+    if (shared_f) quantize_input(xb_, n, dim, dim);
+    matmul(w.gate, xb_, dim, shared_f, n, hb_, ffn);
+    matmul(w.up, xb_, dim, shared_f, n, hb2_, ffn);
+    for (uint32_t t = 0; t < n; ++t) vk.silu_mul(hb_ + uint64_t(t) * ffn, hb2_ + uint64_t(t) * ffn, ffn, hb_ + uint64_t(t) * ffn);
+    matmul(w.down, hb_, ffn, false, n, xb_, dim);
+    for (uint32_t t = 0; t < n; ++t) vk.add(x_ + uint64_t(t) * dim, xb_ + uint64_t(t) * dim, dim, x_ + uint64_t(t) * dim);
+  }
+  kv.commit(n);
+
+  if (logits && n_logits > 0) {
+    const uint32_t first = n - n_logits;
+    const float* onorm = reinterpret_cast<const float*>(output_norm_.data);
+    for (uint32_t t = 0; t < n_logits; ++t) {
+      vk.rmsnorm(x_ + uint64_t(first + t) * dim, onorm, dim, norm_eps_, xb_ + uint64_t(t) * dim);
+    }
+    matmul(output_, xb_, dim, false, n_logits, logits, shape_.vocab_size);
+  }
+  return Error();
+}
+
+}  // namespace keel

@@ -1,0 +1,73 @@
+// The llama-family forward pass over a static plan: token embedding, per layer RMSNorm ->
+// q/k/v (+bias) -> RoPE -> grouped-query attention over the KV cache -> output projection ->
+// residual -> RMSNorm -> SwiGLU FFN -> residual, then the final norm and the LM head. It runs a
+// chunk of up to `chunk_tokens` tokens at a time (prefill) or a single token (decode); every
+// buffer comes from the arenas at init, in the order of plan.h.
+#pragma once
+
+#include <cstdint>
+
+#include "core/arena.h"
+#include "core/result.h"
+#include "core/threads.h"
+#include "kernels/kernels.h"
+#include "kv/kv_cache.h"
+#include "llm/backend.h"
+#include "llm/plan.h"
+#include "model/model.h"
+
+namespace keel {
+
+struct LayerWeights {
+  TensorView attn_norm, wq, wk, wv, wo, bq, bk, bv, ffn_norm, gate, up, down;
+};
+
+class Transformer {
+ public:
+  // Takes the RoPE table from `persistent` and the chunk buffers from `scratch`.
+  Error init(const Model& model, const Backend& backend, const PlanConfig& config, Arena& persistent,
+             Arena& scratch, const ThreadPool* pool);
+
+  // Runs tokens[0..n) (n <= chunk_tokens) at positions kv.next_position() + t, appending their
+  // keys and values to `kv` (the caller made room). If `logits` is non-null, writes the logits
+  // of the last `n_logits` tokens there, [n_logits][vocab] (n_logits <= logit_rows).
+  Error forward(KvCache& kv, const int32_t* tokens, uint32_t n, float* logits, uint32_t n_logits);
+
+  const ModelShape& shape() const { return shape_; }
+  const PlanConfig& config() const { return config_; }
+  float* logit_rows() const { return logit_rows_; }
+
+ private:
+  void embed(const int32_t* tokens, uint32_t n);
+  void rope_tables(int64_t pos0, uint32_t n);
+  void apply_rope(float* rows, uint32_t n, uint32_t n_heads, uint32_t row_stride);
+  // y[n][w.rows] (stride y_stride) = x[n][w.cols] * W^T; `xq` holds x quantized when w is.
+  void matmul(const TensorView& w, const float* x, uint32_t x_stride, bool x_quantized, uint32_t n, float* y,
+              uint32_t y_stride);
+  bool quantize_input(const float* x, uint32_t n, uint32_t cols, uint32_t x_stride);
+  void attention(KvCache& kv, uint32_t layer, uint32_t n);
+
+  ModelShape shape_;
+  PlanConfig config_;
+  Backend backend_;
+  const ThreadPool* pool_ = nullptr;
+  float norm_eps_ = 1e-5f;
+  uint32_t rope_dim_ = 0;
+  bool rope_halves_ = false;
+  bool qkv_bias_ = false;
+  TensorView token_embd_, output_norm_, output_;
+  const Model* model_ = nullptr;
+  uint32_t capacity_ = 0;
+
+  double* inv_freq_ = nullptr;  // [rope_dim / 2]
+  float *x_ = nullptr, *xb_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *att_ = nullptr,
+        *hb_ = nullptr, *hb2_ = nullptr;
+  ActBlock* xq_ = nullptr;
+  float *cos_ = nullptr, *sin_ = nullptr;
+  float* att_rows_ = nullptr;     // [threads][capacity]
+  float* logit_rows_ = nullptr;   // [logit_rows][vocab]
+};
+
+LayerWeights layer_weights(const Model& model, uint32_t layer);
+
+}  // namespace keel

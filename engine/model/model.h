@@ -1,0 +1,72 @@
+// A verified, read-only view of a .keel image. Loading allocates nothing: the caller owns the
+// bytes (mmapped file or flash) and keeps them alive as long as the Model is used.
+#pragma once
+
+#include <cstdint>
+
+#include "core/result.h"
+#include "core/span.h"
+#include "keel_generated.h"
+
+namespace keel {
+
+constexpr uint32_t kFormatVersion = 1;
+
+// Upper bounds the verifier enforces; far above any edge model, low enough that products of
+// them cannot overflow 64-bit arithmetic.
+constexpr uint32_t kMaxLayers = 256;
+constexpr uint32_t kMaxVocab = 1u << 22;
+constexpr uint32_t kMaxDim = 1u << 16;
+constexpr uint32_t kMaxHeads = 1024;
+constexpr uint32_t kMaxHeadDim = 1024;
+constexpr uint32_t kMaxFfnDim = 1u << 20;
+constexpr uint32_t kMaxContext = 1u << 30;
+constexpr uint32_t kRoleCount = 15;  // keel::fb::TensorRole values
+
+struct ModelShape {
+  uint32_t vocab_size = 0;
+  uint32_t dim = 0;
+  uint32_t n_layers = 0;
+  uint32_t n_heads = 0;
+  uint32_t n_kv_heads = 0;
+  uint32_t head_dim = 0;
+  uint32_t ffn_dim = 0;
+  uint32_t context_length = 0;
+};
+
+struct TensorView {
+  fb::DType dtype = fb::DType::F32;
+  uint32_t rows = 0;   // 1 for a vector
+  uint32_t cols = 0;
+  const uint8_t* data = nullptr;
+  uint64_t bytes = 0;
+  bool present() const { return data != nullptr; }
+};
+
+// Canonical tensor name for (role, layer), written into `buf`; returns buf.
+const char* canonical_tensor_name(fb::TensorRole role, int layer, char* buf, size_t cap);
+bool role_is_per_layer(fb::TensorRole role);
+
+class Model {
+ public:
+  // Verifies `image` (docs/format.md "What the loader checks") and, on success, makes this a
+  // view of it. On failure the Model is left empty.
+  Error load(Span<const uint8_t> image);
+
+  bool loaded() const { return meta_ != nullptr; }
+  const fb::Model* meta() const { return meta_; }
+  const ModelShape& shape() const { return shape_; }
+  // Tensor of a role in a layer (layer ignored for global roles); empty view if absent.
+  TensorView tensor(fb::TensorRole role, int layer = -1) const;
+  uint64_t weights_bytes() const { return data_size_; }
+
+ private:
+  const fb::Model* meta_ = nullptr;
+  const uint8_t* data_ = nullptr;
+  uint64_t data_size_ = 0;
+  ModelShape shape_;
+  // Index+1 into meta_->tensors() per (layer, role); 0 = absent. Global roles use slot kMaxLayers.
+  uint16_t index_[kMaxLayers + 1][kRoleCount] = {};
+};
+
+}  // namespace keel

@@ -1,0 +1,347 @@
+// Single-thread matrix-vector micro-benchmark, DRAM-cold: every call reads a weight copy that
+// was evicted from the caches (the copies rotate over more than kColdBytes, well past the LLC).
+// Reports the median of many calls: microseconds per call and GB/s of weight bytes read,
+// against the plain sequential read bandwidth of one core (the ceiling for one thread).
+//
+// Also times a row-major int8 GEMV over GGUF Q8_0 blocks (34 bytes: f16 d + 32 x i8, one row
+// after the other) to compare with the Panel16x4 layout on the same data.
+//
+// Usage: kernel_bench [--quick]
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "convert/pack.h"
+#include "kernels/kernels.h"
+#include "model/weight_format.h"
+
+namespace {
+
+using keel::fb::DType;
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kColdBytes = 256ull << 20;
+
+struct Buffer {
+  explicit Buffer(uint64_t n) : size(n) {
+    ptr = static_cast<uint8_t*>(std::aligned_alloc(4096, (n + 4095) / 4096 * 4096));
+    if (ptr == nullptr) {
+      std::fprintf(stderr, "out of memory allocating %llu bytes\n", (unsigned long long)n);
+      std::exit(1);
+    }
+  }
+  ~Buffer() { std::free(ptr); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  uint64_t size;
+  uint8_t* ptr;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// ---- plain read bandwidth ----
+
+#if defined(__AVX2__)
+uint64_t sum_bytes(const uint8_t* p, uint64_t n) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  for (uint64_t i = 0; i + 128 <= n; i += 128) {
+    a0 = _mm256_add_epi64(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
+    a1 = _mm256_add_epi64(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+    a2 = _mm256_add_epi64(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
+    a3 = _mm256_add_epi64(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+  }
+  const __m256i s = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+  alignas(32) uint64_t l[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(l), s);
+  return l[0] + l[1] + l[2] + l[3];
+}
+#else
+uint64_t sum_bytes(const uint8_t* p, uint64_t n) {
+  uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  const uint64_t* q = reinterpret_cast<const uint64_t*>(p);
+  for (uint64_t i = 0; i + 4 <= n / 8; i += 4) {
+    s0 += q[i];
+    s1 += q[i + 1];
+    s2 += q[i + 2];
+    s3 += q[i + 3];
+  }
+  return s0 + s1 + s2 + s3;
+}
+#endif
+
+volatile uint64_t g_sink;
+
+// GB/s reading `bytes` with `threads` threads (each its own contiguous part), median of reps.
+double read_bandwidth(const Buffer& buf, int threads, int reps) {
+  std::vector<double> gbs;
+  for (int r = 0; r < reps; ++r) {
+    const uint64_t part = buf.size / threads / 128 * 128;
+    std::vector<uint64_t> sums(threads);
+    const auto t0 = Clock::now();
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t)
+      pool.emplace_back([&, t] { sums[t] = sum_bytes(buf.ptr + t * part, part); });
+    sums[0] = sum_bytes(buf.ptr, part);
+    for (auto& th : pool) th.join();
+    const double s = seconds_since(t0);
+    uint64_t total = 0;
+    for (uint64_t v : sums) total += v;
+    g_sink = total;
+    gbs.push_back(double(part) * threads / s / 1e9);
+  }
+  return median(gbs);
+}
+
+// ---- row-major Q8_0 GEMV (GGUF block order), for the layout comparison ----
+
+struct RowMajorQ8 {
+  uint32_t rows, cols;
+  const uint8_t* data;  // rows x (cols / 32) blocks of 34 bytes
+};
+
+inline float f16_bits_to_f32(const uint8_t* p) {
+  uint16_t h;
+  memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// One row at a time, AVX2: the same sign trick as the panel kernel (|q_w| x sign(a, q_w)).
+void rowmajor_q8_avx2(const RowMajorQ8& w, const keel::ActBlock* x, float* y) {
+  const uint32_t nb = w.cols / 32;
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (uint32_t r = 0; r < w.rows; ++r) {
+    const uint8_t* row = w.data + uint64_t(r) * nb * 34;
+    __m256 acc = _mm256_setzero_ps();
+    for (uint32_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = row + b * 34;
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].q));
+      const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(a, q)), ones);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_bits_to_f32(blk) * x[b].d), _mm256_cvtepi32_ps(p), acc);
+    }
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 0x55));
+    y[r] = _mm_cvtss_f32(s);
+  }
+}
+
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+// One row at a time, 256-bit VNNI: u = q ^ 0x80 (u8) x a (s8), minus 128 * sum(a) per block.
+void rowmajor_q8_vnni(const RowMajorQ8& w, const keel::ActBlock* x, float* y) {
+  const uint32_t nb = w.cols / 32;
+  const __m256i bias = _mm256_set1_epi8(char(0x80));
+  for (uint32_t r = 0; r < w.rows; ++r) {
+    const uint8_t* row = w.data + uint64_t(r) * nb * 34;
+    __m256 acc = _mm256_setzero_ps();
+    for (uint32_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = row + b * 34;
+      const __m256i u = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)), bias);
+      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].q));
+      __m256i i = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, a);
+      i = _mm256_sub_epi32(i, _mm256_set_epi32(0, 0, 0, 0, 0, 0, 0, 128 * x[b].sum));
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_bits_to_f32(blk) * x[b].d), _mm256_cvtepi32_ps(i), acc);
+    }
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 0x55));
+    y[r] = _mm_cvtss_f32(s);
+  }
+}
+#endif
+
+// ---- the measurement loop ----
+
+struct Result {
+  double us = 0;
+  double gbs = 0;
+  uint64_t calls = 0;
+};
+
+// Calls fn(copy_index) over rotating copies; returns the median time per call.
+template <typename F>
+Result time_cold(uint64_t bytes_per_call, uint32_t n_copies, double min_seconds, uint32_t min_calls, F&& fn) {
+  std::vector<double> t;
+  // One untimed pass faults in everything and evicts whatever was cached before.
+  for (uint32_t c = 0; c < n_copies; ++c) fn(c);
+  const auto start = Clock::now();
+  uint32_t i = 0;
+  while (t.size() < min_calls || seconds_since(start) < min_seconds) {
+    const auto t0 = Clock::now();
+    fn(i % n_copies);
+    t.push_back(seconds_since(t0));
+    ++i;
+    if (t.size() > 200000) break;
+  }
+  Result r;
+  r.calls = t.size();
+  const double s = median(t);
+  r.us = s * 1e6;
+  r.gbs = double(bytes_per_call) / s / 1e9;
+  return r;
+}
+
+struct Shape {
+  uint32_t rows, cols;
+  const char* what;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  const double min_seconds = quick ? 0.2 : 1.0;
+
+  std::printf("# keel kernel_bench: single thread, DRAM-cold (weights rotate over >= %llu MB), median of calls\n",
+              (unsigned long long)(kColdBytes >> 20));
+  const keel::MatmulKernels* avx2 = keel::kernels_x86_avx2();
+  const keel::MatmulKernels* avx512 = keel::kernels_x86_avx512();
+  std::printf("# kernels: ref%s%s\n", avx2 ? ", avx2" : "", avx512 ? ", avx512vnni" : "");
+
+  double bw1 = 0, bw2 = 0;
+  {
+    Buffer mem(1ull << 30);
+    for (uint64_t i = 0; i < mem.size; i += 8) {
+      const uint64_t v = i * 0x9e3779b97f4a7c15ull;
+      memcpy(mem.ptr + i, &v, 8);
+    }
+    bw1 = read_bandwidth(mem, 1, quick ? 3 : 7);
+    bw2 = read_bandwidth(mem, 2, quick ? 3 : 7);
+  }
+  std::printf("# plain read of 1 GB: %.1f GB/s (1 thread), %.1f GB/s (2 threads), median\n\n", bw1, bw2);
+
+  const Shape shapes[] = {{576, 576, "attn q/o"},  {192, 576, "attn k/v"},  {1536, 576, "ffn gate/up"},
+                          {576, 1536, "ffn down"}, {49152, 576, "output"}};
+  const DType dtypes[] = {DType::Q8, DType::Q4, DType::Q4M, DType::F32};
+
+  std::printf("| shape (rows x cols) | dtype | kernel | weight MB | us/call | GB/s | %% of 1-thread read |\n");
+  std::printf("|---|---|---|---:|---:|---:|---:|\n");
+
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const Shape& s : shapes) {
+    std::vector<float> wf(uint64_t(s.rows) * s.cols);
+    for (float& v : wf) v = nd(rng) * 0.05f;
+    std::vector<float> x(s.cols);
+    for (float& v : x) v = nd(rng);
+    std::vector<float> y(s.rows);
+    std::vector<keel::ActBlock> xa(keel::act_blocks(s.cols));
+
+    auto print = [&](const char* dt, const char* kernel, uint64_t bytes, const Result& r) {
+      std::printf("| %u x %u (%s) | %s | %s | %.2f | %.1f | %.1f | %.0f%% |\n", s.rows, s.cols, s.what, dt, kernel,
+                  double(bytes) / 1e6, r.us, r.gbs, 100.0 * r.gbs / bw1);
+      std::fflush(stdout);
+    };
+
+    for (DType dt : dtypes) {
+      const uint64_t bytes = keel::tensor_bytes(dt, s.rows, s.cols);
+      const uint32_t n_copies = uint32_t(std::max<uint64_t>(2, (kColdBytes + bytes - 1) / bytes));
+      const uint64_t stride = (bytes + 4095) / 4096 * 4096;
+      Buffer copies(stride * n_copies);
+      if (keel::is_quantized(dt)) {
+        keel::convert::quantize_pack(wf.data(), s.rows, s.cols, dt, copies.ptr);
+      } else {
+        keel::convert::convert_float(wf.data(), wf.size(), dt, copies.ptr);
+      }
+      for (uint32_t c = 1; c < n_copies; ++c) memcpy(copies.ptr + c * stride, copies.ptr, bytes);
+
+      const keel::MatmulKernels* tables[] = {&keel::kernels_ref(), avx2, avx512};
+      for (const keel::MatmulKernels* k : tables) {
+        if (k == nullptr) continue;
+        const bool ref = k == &keel::kernels_ref();
+        k->quantize_act(x.data(), s.cols, xa.data());
+        const uint32_t panels = keel::panel_count(s.rows);
+        const Result r = time_cold(bytes, n_copies, ref ? min_seconds / 2 : min_seconds, ref ? 5 : 50, [&](uint32_t c) {
+          const keel::WeightView w{dt, s.rows, s.cols, copies.ptr + c * stride};
+          if (keel::is_quantized(dt)) {
+            k->matmul(w, xa.data(), 1, y.data(), s.rows, 0, panels);
+          } else {
+            k->matmul_f(w, x.data(), 1, s.cols, y.data(), s.rows, 0, panels);
+          }
+        });
+        print(keel::fb::EnumNameDType(dt), k->name, bytes, r);
+      }
+    }
+
+    // Row-major Q8_0 (GGUF block order) on the same quantized values.
+    {
+      const uint32_t nb = s.cols / 32;
+      const uint64_t bytes = uint64_t(s.rows) * nb * 34;
+      const uint32_t n_copies = uint32_t(std::max<uint64_t>(2, (kColdBytes + bytes - 1) / bytes));
+      const uint64_t stride = (bytes + 4095) / 4096 * 4096;
+      Buffer copies(stride * n_copies);
+      for (uint32_t r = 0; r < s.rows; ++r)
+        for (uint32_t b = 0; b < nb; ++b) {
+          const float* v = &wf[uint64_t(r) * s.cols + b * 32];
+          float amax = 0;
+          for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(v[i]));
+          const float d = amax / 127.0f;
+          uint8_t* blk = copies.ptr + (uint64_t(r) * nb + b) * 34;
+          const uint16_t h = _cvtss_sh(d, 0);
+          memcpy(blk, &h, 2);
+          for (int i = 0; i < 32; ++i) blk[2 + i] = uint8_t(int8_t(d > 0 ? std::lround(v[i] / d) : 0));
+        }
+      for (uint32_t c = 1; c < n_copies; ++c) memcpy(copies.ptr + c * stride, copies.ptr, bytes);
+      keel::kernels_ref().quantize_act(x.data(), s.cols, xa.data());
+      const Result r2 = time_cold(bytes, n_copies, min_seconds, 50, [&](uint32_t c) {
+        rowmajor_q8_avx2(RowMajorQ8{s.rows, s.cols, copies.ptr + c * stride}, xa.data(), y.data());
+      });
+      print("Q8_0 row-major", "avx2 row-at-a-time", bytes, r2);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+      const Result r3 = time_cold(bytes, n_copies, min_seconds, 50, [&](uint32_t c) {
+        rowmajor_q8_vnni(RowMajorQ8{s.rows, s.cols, copies.ptr + c * stride}, xa.data(), y.data());
+      });
+      print("Q8_0 row-major", "vnni-256 row-at-a-time", bytes, r3);
+#endif
+    }
+  }
+
+  // Prefill: one pass over a (cold) panel feeds several tokens.
+  std::printf("\n| prefill 1536 x 576 | dtype | kernel | tokens | us/call | us/token |\n|---|---|---|---:|---:|---:|\n");
+  for (DType dt : {DType::Q8, DType::Q4M}) {
+    const uint32_t rows = 1536, cols = 576;
+    std::vector<float> wf(uint64_t(rows) * cols);
+    for (float& v : wf) v = nd(rng) * 0.05f;
+    const uint64_t bytes = keel::tensor_bytes(dt, rows, cols);
+    const uint32_t n_copies = uint32_t((kColdBytes + bytes - 1) / bytes);
+    const uint64_t stride = (bytes + 4095) / 4096 * 4096;
+    Buffer copies(stride * n_copies);
+    keel::convert::quantize_pack(wf.data(), rows, cols, dt, copies.ptr);
+    for (uint32_t c = 1; c < n_copies; ++c) memcpy(copies.ptr + c * stride, copies.ptr, bytes);
+    for (const keel::MatmulKernels* k : {avx2, avx512}) {
+      if (k == nullptr) continue;
+      for (uint32_t n_tokens : {1u, 4u, 16u, 64u}) {
+        std::vector<float> x(uint64_t(n_tokens) * cols), y(uint64_t(n_tokens) * rows);
+        for (float& v : x) v = nd(rng);
+        std::vector<keel::ActBlock> xa(uint64_t(n_tokens) * keel::act_blocks(cols));
+        for (uint32_t t = 0; t < n_tokens; ++t)
+          k->quantize_act(&x[uint64_t(t) * cols], cols, &xa[uint64_t(t) * keel::act_blocks(cols)]);
+        const Result r = time_cold(bytes, n_copies, min_seconds / 2, 20, [&](uint32_t c) {
+          const keel::WeightView w{dt, rows, cols, copies.ptr + c * stride};
+          k->matmul(w, xa.data(), n_tokens, y.data(), rows, 0, keel::panel_count(rows));
+        });
+        std::printf("| | %s | %s | %u | %.1f | %.2f |\n", keel::fb::EnumNameDType(dt), k->name, n_tokens, r.us,
+                    r.us / n_tokens);
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
+}

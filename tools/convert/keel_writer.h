@@ -1,0 +1,60 @@
+// Writes a SourceModel as a .keel file (docs/format.md): quantizes or repacks each tensor,
+// streaming one tensor at a time, then appends the FlatBuffer metadata and data section.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "convert/source_model.h"
+#include "flatbuffers/flatbuffers.h"
+#include "keel_generated.h"
+#include "llm/plan.h"
+
+namespace keel::convert {
+
+enum class QuantMode { Keep, F32, F16, Q8, Q4 };
+
+struct KvDefaultsOptions {
+  keel::fb::KvPolicy policy = keel::fb::KvPolicy::SnapStream;
+  uint32_t budget_tokens = 1024;
+  uint32_t sinks = 4;
+  uint32_t window = 0;
+  uint32_t snap_window = 32;
+  uint32_t snap_kernel = 7;
+};
+
+struct WriteOptions {
+  QuantMode quant = QuantMode::Keep;
+  KvDefaultsOptions kv;
+  uint32_t slots = 1;
+  uint32_t chunk_tokens = 64;
+  // Called after each tensor: (tensors done, tensors total, bytes written so far).
+  std::function<void(size_t, size_t, uint64_t)> progress;
+};
+
+struct WriteStats {
+  uint64_t file_bytes = 0;
+  uint64_t data_bytes = 0;
+  uint64_t largest_tensor_bytes = 0;  // largest in-memory working set of a single tensor
+  size_t tensors = 0;
+};
+
+// The dtype a source tensor becomes under `mode` (norms and biases always F32).
+keel::fb::DType target_dtype(const SourceTensor& t, QuantMode mode);
+
+bool write_keel(const SourceModel& model, const WriteOptions& opts, const std::string& out_path,
+                WriteStats& stats, std::string& error);
+
+// Builds the tokenizer table; exposed for tests that need a tokenizer without a whole model.
+flatbuffers::Offset<keel::fb::Tokenizer> build_tokenizer(flatbuffers::FlatBufferBuilder& fbb,
+                                                        const SourceTokenizer& tok);
+
+}  // namespace keel::convert
+
+namespace keel::convert {
+// Bytes of the engine's tokenizer tables for this tokenizer (an input of the memory plan).
+uint64_t tokenizer_table_bytes(const SourceTokenizer& tok);
+// The plan inputs of a source model.
+keel::PlanShape plan_shape(const SourceModel& m);
+}  // namespace keel::convert

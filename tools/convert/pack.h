@@ -1,0 +1,41 @@
+// Writing weight tensors in the storage formats of docs/format.md ("Weight formats"): lossless
+// repacking of GGUF blocks, quantization of f32 weights, and float conversion. Every function
+// writes exactly keel::tensor_bytes(dst, rows, cols) bytes (cols = n for vectors).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "convert/source_model.h"
+#include "keel_generated.h"
+
+namespace keel::convert {
+
+// Repacks a row-major [rows, cols] tensor of GGUF blocks into Panel16x4 without changing a bit
+// of any value: Q8_0 -> Q8 (u = q + 128), Q4_0 -> Q4, Q4_1 -> Q4M (scales and mins copied as
+// f16 bits). cols must be a multiple of 32 (GGUF's block size); rows past the last panel
+// boundary are padding (scale 0, min 0, u = zero point). Returns false with `error` set when
+// the pair of types is not one of the three, the sizes disagree with the shape, or cols is not
+// a multiple of 32.
+bool pack_from_ggml_blocks(SrcType src, const uint8_t* src_bytes, uint64_t src_len, uint64_t rows,
+                           uint64_t cols, keel::fb::DType dst, uint8_t* out, uint64_t out_len,
+                           std::string& error);
+
+// Quantizes a row-major f32 [rows, cols] matrix (any rows, any cols) into Q8, Q4 or Q4M,
+// packed. Per block of 32 (statistics over the block's real columns only):
+//   Q8:  d = f16(amax / 127); q = clamp(round_half_away(x / d), -127, 127); u = q + 128.
+//   Q4:  mx = the element of largest magnitude (first one on ties); d = f16(mx / -8);
+//        u = clamp(floor(x / d + 8.5), 0, 15)             (GGUF Q4_0's rule)
+//   Q4M: d = f16((max - min) / 15); m = f16(min); u = clamp(round_half_away((x - m) / d), 0, 15)
+// Each u is computed with the f16-rounded d (and m) actually stored, so the error per element
+// is at most d / 2 (Q4: d where u clamps at 15). A block whose d rounds to 0 stores u = zero
+// point (value 0; Q4M: u = 0, value m). d is clamped to the largest finite f16.
+// Columns past `cols` are padding: Q8/Q4 store the zero point (value exactly 0); Q4M stores u = 0
+// (value m), which contributes 0 because padded activations are 0 (quantize_act pads with 0).
+void quantize_pack(const float* src, uint64_t rows, uint64_t cols, keel::fb::DType dst,
+                   uint8_t* out);
+
+// n floats to F32 (copy), F16 or BF16 (round to nearest even), row-major.
+void convert_float(const float* src, uint64_t n, keel::fb::DType dst, uint8_t* out);
+
+}  // namespace keel::convert

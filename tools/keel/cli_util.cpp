@@ -1,0 +1,113 @@
+#include "keel/cli_util.h"
+
+#include <dirent.h>
+
+#include <algorithm>
+#include <cstdio>
+
+namespace keel::cli {
+
+int usage_error(const char* cmd, const std::string& message) {
+  fprintf(stderr, "keel %s: %s (see 'keel %s --help')\n", cmd, message.c_str(), cmd);
+  return 2;
+}
+
+int fail(const char* cmd, const std::string& message) {
+  fprintf(stderr, "keel %s: %s\n", cmd, message.c_str());
+  return 1;
+}
+
+std::string human_bytes(uint64_t n) {
+  char buf[32];
+  if (n >= (1ull << 30)) snprintf(buf, sizeof buf, "%.2f GiB", n / double(1ull << 30));
+  else if (n >= (1ull << 20)) snprintf(buf, sizeof buf, "%.2f MiB", n / double(1ull << 20));
+  else if (n >= (1ull << 10)) snprintf(buf, sizeof buf, "%.1f KiB", n / double(1ull << 10));
+  else snprintf(buf, sizeof buf, "%llu B", (unsigned long long)n);
+  return buf;
+}
+
+std::string json_string(const std::string& s) {
+  std::string o = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      case '\r': o += "\\r"; break;
+      case '\t': o += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          snprintf(buf, sizeof buf, "\\u%04x", c);
+          o += buf;
+        } else {
+          o += static_cast<char>(c);
+        }
+    }
+  }
+  return o + "\"";
+}
+
+std::vector<std::string> list_directory(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] != '.') names.emplace_back(e->d_name);
+    }
+    closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string namespace_from_path(const std::string& path) {
+  std::string base = path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
+  const size_t dot = base.find('.');
+  if (dot != std::string::npos) base = base.substr(0, dot);
+  std::string ns;
+  for (char c : base) ns += (isalnum(static_cast<unsigned char>(c)) ? c : '_');
+  if (ns.empty() || isdigit(static_cast<unsigned char>(ns[0]))) ns = "model_" + ns;
+  return ns;
+}
+
+bool parse_kv_policy(const std::string& s, fb::KvPolicy& out) {
+  static const struct { const char* name; fb::KvPolicy p; } kPolicies[] = {
+      {"full", fb::KvPolicy::Full},       {"window", fb::KvPolicy::Window},
+      {"streaming", fb::KvPolicy::Streaming}, {"snapkv", fb::KvPolicy::SnapKV},
+      {"snapstream", fb::KvPolicy::SnapStream}};
+  for (const auto& p : kPolicies) {
+    if (s == p.name) {
+      out = p.p;
+      return true;
+    }
+  }
+  return false;
+}
+
+const char* kv_policy_name(fb::KvPolicy p) {
+  switch (p) {
+    case fb::KvPolicy::Full: return "full";
+    case fb::KvPolicy::Window: return "window";
+    case fb::KvPolicy::Streaming: return "streaming";
+    case fb::KvPolicy::SnapKV: return "snapkv";
+    case fb::KvPolicy::SnapStream: return "snapstream";
+  }
+  return "?";
+}
+
+void ProgressBar::update(size_t done, size_t total, uint64_t bytes) {
+  if (!enabled_ || total == 0) return;
+  constexpr int kWidth = 30;
+  const int filled = static_cast<int>(kWidth * done / total);
+  fprintf(stderr, "\r[%.*s%*s] %zu/%zu tensors, %s   ", filled, "==============================",
+          kWidth - filled, "", done, total, human_bytes(bytes).c_str());
+  fflush(stderr);
+  drawn_ = true;
+}
+
+void ProgressBar::finish() {
+  if (drawn_) fprintf(stderr, "\n");
+  drawn_ = false;
+}
+
+}  // namespace keel::cli

@@ -1,0 +1,38 @@
+// Small helpers shared by the subcommands: error reporting, byte formatting, JSON strings,
+// the progress bar.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "keel_generated.h"
+
+namespace keel::cli {
+
+// Prints "keel CMD: MESSAGE" (one line) to stderr; returns exit code 2 / 1.
+int usage_error(const char* cmd, const std::string& message);
+int fail(const char* cmd, const std::string& message);
+
+std::string human_bytes(uint64_t n);
+std::string json_string(const std::string& s);
+std::vector<std::string> list_directory(const std::string& dir);
+// "models/smollm2.keel" -> "smollm2"
+std::string namespace_from_path(const std::string& path);
+
+bool parse_kv_policy(const std::string& s, fb::KvPolicy& out);
+const char* kv_policy_name(fb::KvPolicy p);
+
+// Redraws one line on stderr when enabled (a terminal); silent otherwise.
+class ProgressBar {
+ public:
+  explicit ProgressBar(bool enabled) : enabled_(enabled) {}
+  void update(size_t done, size_t total, uint64_t bytes);
+  void finish();
+
+ private:
+  bool enabled_;
+  bool drawn_ = false;
+};
+
+}  // namespace keel::cli

@@ -1,0 +1,165 @@
+// keel info: what a .keel file holds and what it needs in memory.
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "keel/args.h"
+#include "keel/cli_util.h"
+#include "keel/commands.h"
+#include "llm/plan.h"
+#include "llm/plan_model.h"
+#include "model/model.h"
+#include "ports/linux/mapped_file.h"
+
+namespace keel::cli {
+namespace {
+
+const char kHelp[] =
+    "usage: keel info MODEL.keel [--json] [--kv-budget N] [--slots N] [--chunk N] [--threads N]\n"
+    "\n"
+    "Verifies a .keel file and prints its hyper-parameters, tensor summary, tokenizer summary\n"
+    "and memory plan: weights (mapped, read-only), persistent arena (KV cache, tokenizer tables,\n"
+    "logits) and scratch arena (one prefill chunk), in bytes.\n"
+    "\n"
+    "options:\n"
+    "  --kv-budget N   KV budget in tokens for the plan (default: the file's default budget)\n"
+    "  --slots N       concurrent sequences (default: the file's plan, usually 1)\n"
+    "  --chunk N       prefill chunk in tokens (default: the file's plan)\n"
+    "  --threads N     worker threads (default 1)\n"
+    "  --json          machine-readable output\n"
+    "\n"
+    "Exit status 0 when the file verifies, 1 with a one-line error when it does not.\n";
+
+const char* rope_style_name(fb::RopeStyle s) { return s == fb::RopeStyle::Halves ? "halves" : "interleaved"; }
+const char* scaling_name(fb::RopeScalingKind k) {
+  return k == fb::RopeScalingKind::Llama3 ? "llama3" : k == fb::RopeScalingKind::Linear ? "linear" : "none";
+}
+const char* tokenizer_kind_name(fb::TokenizerKind k) {
+  return k == fb::TokenizerKind::ByteLevelBpe ? "byte-level-bpe" : "sentencepiece-bpe";
+}
+
+}  // namespace
+
+int cmd_info(int argc, char** argv) {
+  Args args(argc, argv);
+  if (args.flag("--help", "-h")) {
+    fputs(kHelp, stdout);
+    return 0;
+  }
+  const bool json = args.flag("--json");
+  uint32_t budget = 0, slots = 0, chunk = 0, threads = 1;
+  const bool has_budget = args.u32("--kv-budget", nullptr, budget);
+  const bool has_slots = args.u32("--slots", nullptr, slots);
+  const bool has_chunk = args.u32("--chunk", nullptr, chunk);
+  args.u32("--threads", "-t", threads);
+  std::vector<std::string> pos;
+  if (!args.finish(pos)) return usage_error("info", args.error());
+  if (pos.size() != 1) return usage_error("info", "expected one MODEL.keel");
+  if ((has_budget && budget == 0) || (has_slots && slots == 0) || (has_chunk && chunk == 0) || threads == 0) {
+    return usage_error("info", "--kv-budget, --slots, --chunk and --threads must be at least 1");
+  }
+
+  port::MappedFile file;
+  std::string error;
+  if (!file.open(pos[0], error)) return fail("info", error);
+  Model model;
+  const Error err = model.load(Span<const uint8_t>(file.data(), file.size()));
+  if (!err.ok()) return fail("info", pos[0] + ": " + to_string(err.status()) + ": " + err.message());
+
+  const fb::Model* m = model.meta();
+  const ModelShape& s = model.shape();
+  const fb::Hyper* h = m->hyper();
+  const fb::Tokenizer* tok = m->tokenizer();
+  const fb::MemoryPlan* fp = m->memory_plan();
+  const fb::KvDefaults* kv = m->kv_defaults();
+
+  PlanConfig pc;
+  pc.kv_budget_tokens = has_budget ? budget : (kv ? kv->budget_tokens() : 1024);
+  pc.slots = has_slots ? slots : (fp && fp->slots() ? fp->slots() : 1);
+  pc.chunk_tokens = has_chunk ? chunk : (fp && fp->chunk_tokens() ? fp->chunk_tokens() : 64);
+  pc.threads = threads;
+  const MemoryPlan plan = plan_memory(plan_shape(model), pc);
+
+  std::map<std::string, std::pair<uint64_t, uint64_t>> by_dtype;  // dtype -> (count, bytes)
+  for (const fb::Tensor* t : *m->tensors()) {
+    auto& e = by_dtype[fb::EnumNameDType(t->dtype())];
+    e.first += 1;
+    e.second += t->size();
+  }
+  const uint32_t n_merges = tok->merges() ? tok->merges()->size() : 0;
+  const char* pre = fb::EnumNamePreTokenizer(tok->pre());
+  const fb::RopeScaling* rs = h->rope_scaling();
+
+  if (json) {
+    printf("{\"file\":%s,\"file_bytes\":%zu,\"format_version\":%u,\"source\":%s,", json_string(pos[0]).c_str(),
+           file.size(), m->format_version(), json_string(m->source() ? m->source()->str() : "").c_str());
+    printf("\"arch\":{\"name\":%s,\"n_layers\":%u,\"n_heads\":%u,\"n_kv_heads\":%u,\"dim\":%u,\"head_dim\":%u,"
+           "\"ffn_dim\":%u,\"vocab_size\":%u,\"context_length\":%u,\"rope_theta\":%.9g,\"rope_dim\":%u,"
+           "\"rope_style\":\"%s\",\"rope_scaling\":\"%s\",\"norm_eps\":%.9g,\"qkv_bias\":%s,\"tied_output\":%s},",
+           json_string(m->arch()->name() ? m->arch()->name()->str() : "").c_str(), s.n_layers, s.n_heads,
+           s.n_kv_heads, s.dim, s.head_dim, s.ffn_dim, s.vocab_size, s.context_length, double(h->rope_theta()),
+           h->rope_dim(), rope_style_name(h->rope_style()), scaling_name(rs ? rs->kind() : fb::RopeScalingKind::None),
+           double(h->norm_eps()), m->arch()->qkv_bias() ? "true" : "false", m->arch()->tied_output() ? "true" : "false");
+    printf("\"tensors\":{\"count\":%u,\"by_dtype\":{", m->tensors()->size());
+    bool first = true;
+    for (const auto& [name, e] : by_dtype) {
+      printf("%s\"%s\":{\"count\":%llu,\"bytes\":%llu}", first ? "" : ",", name.c_str(),
+             (unsigned long long)e.first, (unsigned long long)e.second);
+      first = false;
+    }
+    printf("}},\"tokenizer\":{\"kind\":\"%s\",\"pre\":\"%s\",\"tokens\":%u,\"merges\":%u,\"bos_id\":%d,\"eos_id\":%d,"
+           "\"pad_id\":%d,\"unk_id\":%d,\"im_start_id\":%d,\"im_end_id\":%d,\"add_bos\":%s},",
+           tokenizer_kind_name(tok->kind()), pre, tok->tokens()->size(), n_merges, tok->bos_id(), tok->eos_id(),
+           tok->pad_id(), tok->unk_id(), tok->im_start_id(), tok->im_end_id(), tok->add_bos() ? "true" : "false");
+    if (kv) {
+      printf("\"kv_defaults\":{\"policy\":\"%s\",\"budget_tokens\":%u,\"sinks\":%u,\"window\":%u,\"snap_window\":%u,"
+             "\"snap_kernel\":%u},",
+             kv_policy_name(kv->policy()), kv->budget_tokens(), kv->sinks(), kv->window(), kv->snap_window(),
+             kv->snap_kernel());
+    }
+    printf("\"memory\":{\"kv_budget_tokens\":%u,\"slots\":%u,\"chunk_tokens\":%u,\"threads\":%u,"
+           "\"weights_bytes\":%llu,\"persistent_bytes\":%llu,\"scratch_bytes\":%llu,\"kv_capacity_tokens\":%llu,"
+           "\"kv_bytes\":%llu,\"tokenizer_bytes\":%llu,\"total_bytes\":%llu}}\n",
+           pc.kv_budget_tokens, pc.slots, pc.chunk_tokens, pc.threads, (unsigned long long)model.weights_bytes(),
+           (unsigned long long)plan.persistent_bytes, (unsigned long long)plan.scratch_bytes,
+           (unsigned long long)plan.kv_capacity_tokens, (unsigned long long)plan.kv_bytes,
+           (unsigned long long)plan.tokenizer_bytes,
+           (unsigned long long)(model.weights_bytes() + plan.persistent_bytes + plan.scratch_bytes));
+    return 0;
+  }
+
+  printf("model       %s (%s, format v%u)\n", pos[0].c_str(), human_bytes(file.size()).c_str(), m->format_version());
+  if (m->source()) printf("source      %s\n", m->source()->c_str());
+  printf("arch        %s: %u layers, dim %u, %u heads / %u KV heads, head dim %u, FFN %u, vocab %u\n",
+         m->arch()->name() ? m->arch()->name()->c_str() : "llama", s.n_layers, s.dim, s.n_heads, s.n_kv_heads,
+         s.head_dim, s.ffn_dim, s.vocab_size);
+  printf("            context %u, RoPE theta %g (%s, %u dims, scaling %s), norm eps %g%s%s\n", s.context_length,
+         double(h->rope_theta()), rope_style_name(h->rope_style()), h->rope_dim(),
+         scaling_name(rs ? rs->kind() : fb::RopeScalingKind::None), double(h->norm_eps()),
+         m->arch()->tied_output() ? ", tied output" : "", m->arch()->qkv_bias() ? ", q/k/v bias" : "");
+  printf("tensors     %u, %s:", m->tensors()->size(), human_bytes(model.weights_bytes()).c_str());
+  for (const auto& [name, e] : by_dtype) {
+    printf(" %s %llu (%s)", name.c_str(), (unsigned long long)e.first, human_bytes(e.second).c_str());
+  }
+  printf("\ntokenizer   %s, pre-tokenizer %s, %u tokens, %u merges, bos %d, eos %d", tokenizer_kind_name(tok->kind()),
+         pre, tok->tokens()->size(), n_merges, tok->bos_id(), tok->eos_id());
+  if (tok->im_start_id() >= 0) printf(", ChatML %d/%d", tok->im_start_id(), tok->im_end_id());
+  printf("\n");
+  if (kv) {
+    printf("kv default  %s, budget %u tokens, %u sinks, snap window %u, kernel %u\n", kv_policy_name(kv->policy()),
+           kv->budget_tokens(), kv->sinks(), kv->snap_window(), kv->snap_kernel());
+  }
+  printf("memory      budget %u tokens, %u slot(s), chunk %u, %u thread(s)\n", pc.kv_budget_tokens, pc.slots,
+         pc.chunk_tokens, pc.threads);
+  printf("  weights     %14llu bytes  (%s, mapped read-only)\n", (unsigned long long)model.weights_bytes(),
+         human_bytes(model.weights_bytes()).c_str());
+  printf("  persistent  %14llu bytes  (%s: KV %s for %llu tokens, tokenizer %s)\n",
+         (unsigned long long)plan.persistent_bytes, human_bytes(plan.persistent_bytes).c_str(),
+         human_bytes(plan.kv_bytes).c_str(), (unsigned long long)plan.kv_capacity_tokens,
+         human_bytes(plan.tokenizer_bytes).c_str());
+  printf("  scratch     %14llu bytes  (%s)\n", (unsigned long long)plan.scratch_bytes,
+         human_bytes(plan.scratch_bytes).c_str());
+  return 0;
+}
+
+}  // namespace keel::cli

@@ -1,0 +1,158 @@
+// keel run: prompt in, generated text streamed out.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "keel/cli_util.h"
+#include "keel/commands.h"
+#include "keel/session.h"
+#include "text/stream_decoder.h"
+
+namespace keel::cli {
+namespace {
+
+const char kHelp[] =
+    "usage: keel run -m MODEL.keel (-p TEXT | -f FILE) [options]\n"
+    "\n"
+    "Generates a continuation of the prompt and streams it to stdout.\n"
+    "\n"
+    "options:\n"
+    "  -p, --prompt TEXT      the prompt (special tokens such as <|im_start|> are recognized)\n"
+    "  -f, --file FILE        read the prompt from FILE\n"
+    "  -n, --n-predict N      tokens to generate (default 128); stops early at end of sequence\n"
+    "  --temp T               temperature, 0 = greedy (default 0.8)\n"
+    "  --top-k K              keep the K most likely tokens, 0 = off (default 40)\n"
+    "  --top-p P              nucleus sampling, 1 = off (default 0.95)\n"
+    "  --min-p P              drop tokens below P x the best probability (default 0.05)\n"
+    "  --repeat-penalty R     repetition penalty over the last 64 tokens, 1 = off (default 1)\n"
+    "  --seed S               sampler seed (default 42)\n"
+    "  --json                 print {text, tokens, prefill_tps, decode_tps, memory} instead\n"
+    "%s"
+    "\n"
+    "The KV budget defaults to prompt + N tokens (at most the trained context).\n";
+
+}  // namespace
+
+int cmd_run(int argc, char** argv) {
+  Args args(argc, argv);
+  if (args.flag("--help", "-h")) {
+    printf(kHelp, kSessionHelp);
+    return 0;
+  }
+  SessionOptions so;
+  parse_session_options(args, so);
+  std::string prompt, prompt_file;
+  const bool has_prompt = args.value("--prompt", "-p", prompt);
+  const bool has_file = args.value("--file", "-f", prompt_file);
+  uint32_t n_predict = 128;
+  args.u32("--n-predict", "-n", n_predict);
+  text::SamplerConfig sc;
+  sc.temperature = 0.8f;
+  sc.top_k = 40;
+  sc.top_p = 0.95f;
+  sc.min_p = 0.05f;
+  sc.seed = 42;
+  args.f32("--temp", nullptr, sc.temperature);
+  args.u32("--top-k", nullptr, sc.top_k);
+  args.f32("--top-p", nullptr, sc.top_p);
+  args.f32("--min-p", nullptr, sc.min_p);
+  args.f32("--repeat-penalty", nullptr, sc.repetition_penalty);
+  args.u64("--seed", nullptr, sc.seed);
+  const bool json = args.flag("--json");
+  std::vector<std::string> pos;
+  if (!args.finish(pos)) return usage_error("run", args.error());
+  if (!pos.empty()) return usage_error("run", "unexpected argument '" + pos[0] + "'");
+  if (has_prompt == has_file) return usage_error("run", "give exactly one of -p TEXT or -f FILE");
+  if (has_file) {
+    std::ifstream f(prompt_file, std::ios::binary);
+    if (!f) return fail("run", "cannot read prompt file " + prompt_file);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    prompt = ss.str();
+  }
+
+  Session session;
+  std::string error;
+  if (!session.load(so, error)) return fail("run", error);
+  std::vector<int32_t> ids;
+  if (!encode_text(session.model(), prompt, true, true, ids, error)) return fail("run", error);
+  if (ids.empty()) return fail("run", "the prompt encodes to no tokens; give a non-empty prompt");
+  const uint32_t ctx = session.model().shape().context_length;
+  uint64_t need = ids.size() + uint64_t(n_predict);
+  uint32_t budget = so.kv_budget ? so.kv_budget : uint32_t(need < ctx ? need : ctx);
+  if (ids.size() > budget) {
+    return fail("run", "prompt of " + std::to_string(ids.size()) + " tokens exceeds the KV budget of " +
+                           std::to_string(budget) + " tokens (policy full); raise --kv-budget");
+  }
+  if (!session.start(budget, error)) return fail("run", error);
+  Runtime& rt = session.runtime();
+  Error e = rt.set_sampler(0, sc);
+  if (!e.ok()) return fail("run", e.message());
+
+  const double t0 = now_seconds();
+  e = rt.prefill(0, Span<const int32_t>(ids.data(), ids.size()));
+  if (!e.ok()) return fail("run", std::string(to_string(e.status())) + ": " + e.message());
+  const double t1 = now_seconds();
+
+  text::StreamDecoder dec(rt.tokenizer());
+  std::vector<char> buf(dec.max_push_bytes() + 8);
+  std::string out_text;
+  const int32_t eos = rt.tokenizer().eos_id(), im_end = rt.tokenizer().im_end_id();
+  uint32_t generated = 0, decoded = 0;
+  double decode_time = 0;
+  std::vector<int32_t> out_ids;
+  for (uint32_t i = 0; i < n_predict; ++i) {
+    Result<int32_t> tok = rt.sample(0);
+    if (!tok.ok()) return fail("run", tok.error().message());
+    const int32_t id = tok.value();
+    if (id == eos || id == im_end) break;
+    ++generated;
+    out_ids.push_back(id);
+    size_t n = 0;
+    if (dec.push(id, Span<char>(buf.data(), buf.size()), &n).ok()) {
+      if (json) {
+        out_text.append(buf.data(), n);
+      } else {
+        fwrite(buf.data(), 1, n, stdout);
+        fflush(stdout);
+      }
+    }
+    if (i + 1 == n_predict) break;
+    if (rt.sequence_length(0) >= budget) break;
+    const double d0 = now_seconds();
+    e = rt.decode(0, id);
+    decode_time += now_seconds() - d0;
+    if (!e.ok()) return fail("run", std::string(to_string(e.status())) + ": " + e.message());
+    ++decoded;
+  }
+  const size_t tail = dec.flush(Span<char>(buf.data(), buf.size()));
+  if (json) {
+    out_text.append(buf.data(), tail);
+  } else {
+    fwrite(buf.data(), 1, tail, stdout);
+    printf("\n");
+  }
+  const double prefill_tps = ids.size() / (t1 - t0);
+  const double decode_tps = decoded ? decoded / decode_time : 0.0;
+  const MemoryPlan& p = session.plan();
+  if (json) {
+    printf("{\"text\":%s,\"tokens\":[", json_string(out_text).c_str());
+    for (size_t i = 0; i < out_ids.size(); ++i) printf("%s%d", i ? "," : "", out_ids[i]);
+    printf("],\"prompt_tokens\":%zu,\"generated_tokens\":%u,\"prefill_tps\":%.2f,\"decode_tps\":%.2f,"
+           "\"backend\":\"%s\",\"threads\":%u,\"memory\":{\"weights_bytes\":%llu,\"persistent_bytes\":%llu,"
+           "\"scratch_bytes\":%llu,\"peak_rss_bytes\":%llu}}\n",
+           ids.size(), generated, prefill_tps, decode_tps, backend_name(rt.backend().kind), session.threads(),
+           (unsigned long long)session.model().weights_bytes(), (unsigned long long)p.persistent_bytes,
+           (unsigned long long)p.scratch_bytes, (unsigned long long)port::peak_rss_bytes());
+  } else {
+    fprintf(stderr, "\n[prompt %zu tokens at %.1f t/s, generated %u tokens at %.1f t/s; persistent %s, scratch %s, "
+                    "peak RSS %s]\n",
+            ids.size(), prefill_tps, generated, decode_tps, human_bytes(p.persistent_bytes).c_str(),
+            human_bytes(p.scratch_bytes).c_str(), human_bytes(port::peak_rss_bytes()).c_str());
+  }
+  return 0;
+}
+
+}  // namespace keel::cli

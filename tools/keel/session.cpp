@@ -1,0 +1,126 @@
+#include "keel/session.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+namespace keel::cli {
+
+const char kSessionHelp[] =
+    "  -m, --model FILE       the .keel model (required)\n"
+    "  -t, --threads N        worker threads (default: all cores)\n"
+    "  --backend B            auto | ref | native | xnnpack (default auto)\n"
+    "  --kv-policy P          full (bounded policies arrive with the KV work)\n"
+    "  --kv-budget N          KV cache budget in tokens\n"
+    "  --chunk N              prefill chunk in tokens (default 64)\n";
+
+void parse_session_options(Args& args, SessionOptions& o) {
+  args.value("--model", "-m", o.model_path);
+  args.u32("--threads", "-t", o.threads);
+  args.value("--backend", nullptr, o.backend);
+  args.value("--kv-policy", nullptr, o.kv_policy);
+  args.u32("--kv-budget", nullptr, o.kv_budget);
+  args.u32("--chunk", nullptr, o.chunk);
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+bool Session::load(const SessionOptions& o, std::string& error) {
+  opts_ = o;
+  if (o.model_path.empty()) {
+    error = "missing -m MODEL.keel";
+    return false;
+  }
+  if (o.kv_policy != "full") {
+    error = "--kv-policy '" + o.kv_policy + "' is not available yet; this build supports 'full'";
+    return false;
+  }
+  if (o.chunk == 0) {
+    error = "--chunk must be at least 1";
+    return false;
+  }
+  if (!file_.open(o.model_path, error)) return false;
+  const Error e = model_.load(Span<const uint8_t>(file_.data(), file_.size()));
+  if (!e.ok()) {
+    error = o.model_path + ": " + to_string(e.status()) + ": " + e.message();
+    return false;
+  }
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  threads_ = o.threads ? o.threads : uint32_t(cores > 0 ? cores : 1);
+  return true;
+}
+
+bool Session::start(uint32_t budget, std::string& error) {
+  RuntimeConfig cfg;
+  if (opts_.backend == "auto") cfg.backend = BackendKind::Auto;
+  else if (opts_.backend == "ref") cfg.backend = BackendKind::Ref;
+  else if (opts_.backend == "native") cfg.backend = BackendKind::Native;
+  else if (opts_.backend == "xnnpack") cfg.backend = BackendKind::Xnnpack;
+  else {
+    error = "--backend expects auto, ref, native or xnnpack, got '" + opts_.backend + "'";
+    return false;
+  }
+  cfg.plan.kv_budget_tokens = budget;
+  cfg.plan.slots = 1;
+  cfg.plan.chunk_tokens = opts_.chunk;
+  cfg.plan.threads = threads_;
+  cfg.plan.logit_rows = opts_.logit_rows < opts_.chunk ? opts_.logit_rows : opts_.chunk;
+  const MemoryPlan p = Runtime::plan(model_, cfg.plan);
+  persistent_.reset(static_cast<uint8_t*>(aligned_alloc(64, align_up(p.persistent_bytes, 64))));
+  scratch_.reset(static_cast<uint8_t*>(aligned_alloc(64, align_up(p.scratch_bytes, 64))));
+  if (!persistent_ || !scratch_) {
+    error = "cannot reserve the arenas (" + std::to_string(p.persistent_bytes + p.scratch_bytes) + " bytes)";
+    return false;
+  }
+  // Touch the arenas now so their pages are resident before the first token.
+  memset(persistent_.get(), 0, p.persistent_bytes);
+  memset(scratch_.get(), 0, p.scratch_bytes);
+  if (threads_ > 1) pool_ = std::make_unique<port::LinuxThreadPool>(threads_);
+  const Error e = runtime_.init(model_, cfg, Span<uint8_t>(persistent_.get(), p.persistent_bytes),
+                                Span<uint8_t>(scratch_.get(), p.scratch_bytes), pool_ ? pool_->pool() : nullptr);
+  if (!e.ok()) {
+    error = std::string(to_string(e.status())) + ": " + e.message();
+    return false;
+  }
+  return true;
+}
+
+}  // namespace keel::cli
+
+namespace keel::cli {
+
+bool encode_text(const Model& model, const std::string& text, bool add_bos, bool parse_special,
+                 std::vector<int32_t>& ids, std::string& error) {
+  const fb::Tokenizer* t = model.meta()->tokenizer();
+  std::vector<uint8_t> table(text::Tokenizer::arena_bytes(t) + 64), scratch(text::Tokenizer::scratch_bytes() + 64);
+  Arena table_arena(table.data(), table.size()), scratch_arena(scratch.data(), scratch.size());
+  text::Tokenizer tok;
+  Error e = tok.init(t, table_arena);
+  if (!e.ok()) {
+    error = e.message();
+    return false;
+  }
+  text::EncodeOptions eo;
+  eo.add_bos = add_bos;
+  eo.parse_special = parse_special;
+  size_t n = 0;
+  ids.clear();
+  e = tok.encode(text.data(), text.size(), eo, Span<int32_t>(), &n, scratch_arena);
+  if (!e.ok() && e.status() != Status::PromptTooLong) {
+    error = e.message();
+    return false;
+  }
+  ids.resize(n);
+  e = tok.encode(text.data(), text.size(), eo, Span<int32_t>(ids.data(), ids.size()), &n, scratch_arena);
+  if (!e.ok()) {
+    error = e.message();
+    return false;
+  }
+  return true;
+}
+
+}  // namespace keel::cli

@@ -1,0 +1,68 @@
+// What run, chat, ppl and bench share: map and verify the model, plan the arenas, reserve them
+// once, start the thread pool and initialize the runtime. After open() nothing allocates.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "keel/args.h"
+#include "llm/runtime.h"
+#include "ports/linux/mapped_file.h"
+#include "ports/linux/thread_pool.h"
+
+namespace keel::cli {
+
+struct SessionOptions {
+  std::string model_path;
+  uint32_t threads = 0;        // 0 = all cores
+  std::string backend = "auto";
+  std::string kv_policy = "full";
+  uint32_t kv_budget = 0;      // 0 = the command's default
+  uint32_t chunk = 64;
+  uint32_t logit_rows = 1;
+};
+
+// Parses the options every model command takes: -m, -t, --backend, --kv-policy, --kv-budget,
+// --chunk. Returns false with args.error() set on a malformed value.
+void parse_session_options(Args& args, SessionOptions& o);
+extern const char kSessionHelp[];
+
+class Session {
+ public:
+  // Loads and verifies the model (mapped, never copied).
+  bool load(const SessionOptions& o, std::string& error);
+  // Plans for `budget` tokens and initializes the runtime.
+  bool start(uint32_t budget, std::string& error);
+
+  const Model& model() const { return model_; }
+  Runtime& runtime() { return runtime_; }
+  const MemoryPlan& plan() const { return runtime_.memory_plan(); }
+  uint32_t threads() const { return threads_; }
+  const SessionOptions& options() const { return opts_; }
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const { free(p); }
+  };
+  SessionOptions opts_;
+  port::MappedFile file_;
+  Model model_;
+  uint32_t threads_ = 1;
+  std::unique_ptr<port::LinuxThreadPool> pool_;
+  std::unique_ptr<uint8_t, Free> persistent_, scratch_;
+  Runtime runtime_;
+};
+
+// Current time in seconds (monotonic).
+double now_seconds();
+
+}  // namespace keel::cli
+
+namespace keel::cli {
+// Encodes text with the model's tokenizer outside the runtime (host memory), e.g. to size the
+// plan before init. parse_special: match <|im_start|>-style special tokens in the text.
+bool encode_text(const Model& model, const std::string& text, bool add_bos, bool parse_special,
+                 std::vector<int32_t>& ids, std::string& error);
+}  // namespace keel::cli
