@@ -828,6 +828,19 @@ class GgufReader {
              " bytes); the file is truncated or corrupt");
       }
       extents.push_back({begin, begin + t.n_bytes, m.tensors.size()});
+      t.read_range = [file = file_, begin, n = t.n_bytes, name = ti.name](uint64_t off, uint64_t len, uint8_t* out,
+                                                                          std::string& error) {
+        if (off > n || len > n - off) {
+          error = "tensor " + name + ": range [" + str(off) + ", +" + str(len) + ") outside its " + str(n) + " bytes";
+          return false;
+        }
+        std::string err;
+        if (!pread_all(file->fd, out, len, begin + off, err)) {
+          error = file->path + ": tensor " + name + ": " + err;
+          return false;
+        }
+        return true;
+      };
       t.read = [file = file_, begin, n = t.n_bytes, name = ti.name](std::vector<uint8_t>& out,
                                                                     std::string& error) {
         try {

@@ -652,6 +652,13 @@ bool build_tensors(std::vector<StTensor>& st, SourceModel& m, std::string& error
       out.resize(n);
       return read_at(*file, out.data(), n, offset, err);
     };
+    t.read_range = [file, offset, n](uint64_t off, uint64_t len, uint8_t* out, std::string& err) {
+      if (off > n || len > n - off) {
+        err = "tensor range outside its bytes";
+        return false;
+      }
+      return read_at(*file, out, len, offset + off, err);
+    };
     m.tensors.push_back(std::move(t));
   }
   std::set<const OpenFile*> kept;

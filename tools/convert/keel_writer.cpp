@@ -194,46 +194,92 @@ void build_metadata(flatbuffers::FlatBufferBuilder& fbb, const SourceModel& m,
   fbb.Finish(mb.Finish(), keel::fb::ModelIdentifier());
 }
 
-// Encodes one tensor into `out` (exactly `p.size` bytes).
-bool encode_tensor(const SourceTensor& t, const PlannedTensor& p, std::vector<uint8_t>& raw,
-                   std::vector<float>& f32, std::vector<uint8_t>& out, uint64_t& working_bytes,
-                   std::string& error) {
-  raw.clear();
-  if (!t.read(raw, error)) {
-    error = "tensor " + t.name + ": " + error;
-    return false;
-  }
-  if (raw.size() != t.n_bytes) {
-    error = "tensor " + t.name + ": read " + std::to_string(raw.size()) + " bytes, expected " +
-            std::to_string(t.n_bytes);
-    return false;
-  }
-  out.assign(p.size, 0);
-  const uint64_t n = p.rows * p.cols;
+// Rows [0, nr) of `raw` (the source encoding) -> `out` in the target dtype.
+bool encode_rows(const SourceTensor& t, DType dtype, const uint8_t* raw, uint64_t raw_bytes, uint64_t nr,
+                 uint64_t cols, std::vector<float>& f32, std::vector<uint8_t>& out, std::string& error) {
+  out.assign(keel::tensor_bytes(dtype, nr, cols), 0);
   DType lossless;
-  const bool direct = lossless_target(t.type, lossless) && lossless == p.dtype;
-  if (direct && !keel::is_quantized(p.dtype)) {
-    memcpy(out.data(), raw.data(), raw.size());
-  } else if (direct) {
-    if (!pack_from_ggml_blocks(t.type, raw.data(), raw.size(), p.rows, p.cols, p.dtype, out.data(),
-                               out.size(), error)) {
+  const bool direct = lossless_target(t.type, lossless) && lossless == dtype;
+  if (direct && !keel::is_quantized(dtype)) {
+    memcpy(out.data(), raw, raw_bytes);
+    return true;
+  }
+  if (direct) return pack_from_ggml_blocks(t.type, raw, raw_bytes, nr, cols, dtype, out.data(), out.size(), error);
+  const uint64_t n = nr * cols;
+  f32.resize(n);
+  if (!dequantize(t.type, raw, raw_bytes, f32.data(), n)) {
+    error = "cannot decode " + std::to_string(raw_bytes) + " bytes of " + src_type_name(t.type) + " as " +
+            std::to_string(n) + " elements";
+    return false;
+  }
+  if (keel::is_quantized(dtype)) {
+    quantize_pack(f32.data(), nr, cols, dtype, out.data());
+  } else {
+    convert_float(f32.data(), n, dtype, out.data());
+  }
+  return true;
+}
+
+// Writes one tensor (exactly p.size bytes). When the source reads byte ranges, a large matrix
+// goes through in groups of whole 16-row panels, so the working set stays a few MiB whatever
+// the tensor's size; otherwise the tensor is read whole.
+bool write_tensor(FILE* f, const SourceTensor& t, const PlannedTensor& p, std::vector<uint8_t>& raw,
+                  std::vector<float>& f32, std::vector<uint8_t>& out, uint64_t& working, std::string& error) {
+  const uint64_t row_bytes = encoded_bytes(t.type, p.cols);
+  if (row_bytes == 0 || row_bytes * p.rows != t.n_bytes) {
+    error = "tensor " + t.name + " has " + std::to_string(t.n_bytes) + " bytes; " + src_type_name(t.type) + " [" +
+            std::to_string(p.rows) + ", " + std::to_string(p.cols) + "] takes " + std::to_string(row_bytes * p.rows);
+    return false;
+  }
+  constexpr uint64_t kStepF32Bytes = 4u << 20;
+  uint64_t step = p.rows;
+  if (t.read_range) {
+    step = kStepF32Bytes / (p.cols * 4) / keel::kPanelRows * keel::kPanelRows;
+    if (step < keel::kPanelRows) step = keel::kPanelRows;
+    if (step > p.rows) step = p.rows;
+  } else {
+    raw.clear();
+    if (!t.read(raw, error)) {
       error = "tensor " + t.name + ": " + error;
       return false;
     }
-  } else {
-    f32.resize(n);
-    if (!dequantize(t.type, raw.data(), raw.size(), f32.data(), n)) {
-      error = "tensor " + t.name + ": cannot decode " + std::to_string(raw.size()) + " bytes of " +
-              src_type_name(t.type) + " as " + std::to_string(n) + " elements";
+    if (raw.size() != t.n_bytes) {
+      error = "tensor " + t.name + ": read " + std::to_string(raw.size()) + " bytes, expected " +
+              std::to_string(t.n_bytes);
       return false;
     }
-    if (keel::is_quantized(p.dtype)) {
-      quantize_pack(f32.data(), p.rows, p.cols, p.dtype, out.data());
-    } else {
-      convert_float(f32.data(), n, p.dtype, out.data());
-    }
   }
-  working_bytes = raw.capacity() + f32.capacity() * sizeof(float) + out.capacity();
+  uint64_t written = 0;
+  for (uint64_t r0 = 0; r0 < p.rows; r0 += step) {
+    const uint64_t nr = p.rows - r0 < step ? p.rows - r0 : step;
+    const uint8_t* src = nullptr;
+    if (t.read_range) {
+      raw.resize(nr * row_bytes);
+      if (!t.read_range(r0 * row_bytes, nr * row_bytes, raw.data(), error)) {
+        error = "tensor " + t.name + ": " + error;
+        return false;
+      }
+      src = raw.data();
+    } else {
+      src = raw.data() + r0 * row_bytes;
+    }
+    if (!encode_rows(t, p.dtype, src, nr * row_bytes, nr, p.cols, f32, out, error)) {
+      error = "tensor " + t.name + ": " + error;
+      return false;
+    }
+    if (fwrite(out.data(), 1, out.size(), f) != out.size()) {
+      error = std::string("write failed: ") + strerror(errno);
+      return false;
+    }
+    written += out.size();
+    const uint64_t w = raw.capacity() + f32.capacity() * sizeof(float) + out.capacity();
+    if (w > working) working = w;
+  }
+  if (written != p.size) {
+    error = "internal: tensor " + t.name + " wrote " + std::to_string(written) + " bytes, planned " +
+            std::to_string(p.size);
+    return false;
+  }
   return true;
 }
 
@@ -304,25 +350,24 @@ bool write_keel(const SourceModel& m, const WriteOptions& opts, const std::strin
     return false;
   }
 
-  // 3. Tensors, one at a time.
+  // 3. Tensors, one at a time, each streamed in groups of row panels where the source allows.
   std::vector<uint8_t> raw, out;
   std::vector<float> f32;
   uint64_t written = 0;
   for (size_t i = 0; i < m.tensors.size(); ++i) {
     const PlannedTensor& p = planned[i];
+    if (written < p.offset && !write_all(file.f, zeros, p.offset - written, error, tmp_path)) return false;
     uint64_t working = 0;
-    if (!encode_tensor(m.tensors[i], p, raw, f32, out, working, error)) {
+    if (!write_tensor(file.f, m.tensors[i], p, raw, f32, out, working, error)) {
       fclose(file.f);
       file.f = nullptr;
       remove(tmp_path.c_str());
       return false;
     }
     if (working > stats.largest_tensor_bytes) stats.largest_tensor_bytes = working;
-    if (written < p.offset && !write_all(file.f, zeros, p.offset - written, error, tmp_path)) return false;
-    if (!write_all(file.f, out.data(), out.size(), error, tmp_path)) return false;
     written = p.offset + p.size;
-    // Release the buffers of a large tensor so peak memory stays near one tensor's worth.
-    if (working > (64u << 20)) {
+    // Release the buffers of a large whole-tensor read so peak memory stays near one tensor's.
+    if (working > (16u << 20)) {
       std::vector<uint8_t>().swap(raw);
       std::vector<uint8_t>().swap(out);
       std::vector<float>().swap(f32);

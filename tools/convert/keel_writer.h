@@ -36,7 +36,7 @@ struct WriteOptions {
 struct WriteStats {
   uint64_t file_bytes = 0;
   uint64_t data_bytes = 0;
-  uint64_t largest_tensor_bytes = 0;  // largest in-memory working set of a single tensor
+  uint64_t largest_tensor_bytes = 0;  // largest working set (buffers) while writing one tensor
   size_t tensors = 0;
 };
 

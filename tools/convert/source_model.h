@@ -30,6 +30,8 @@ const char* role_name(Role r);
 // Reads a tensor's raw bytes (in its SrcType encoding) into `out`. Returns false and fills
 // `error` on an I/O failure.
 using ByteReader = std::function<bool(std::vector<uint8_t>& out, std::string& error)>;
+// Reads bytes [offset, offset + n) of a tensor's raw encoding into out[0..n).
+using RangeReader = std::function<bool(uint64_t offset, uint64_t n, uint8_t* out, std::string& error)>;
 
 struct SourceTensor {
   std::string name;              // canonical: "token_embd.weight", "blk.N.attn_q.weight", ...
@@ -39,6 +41,8 @@ struct SourceTensor {
   SrcType type = SrcType::F32;
   uint64_t n_bytes = 0;          // bytes of the raw encoding
   ByteReader read;
+  // Optional: lets the writer stream a large tensor a few row panels at a time.
+  RangeReader read_range;
 };
 
 enum class RopeStyle : uint8_t { Interleaved, Halves };

@@ -24,7 +24,6 @@ namespace keel::x86 {
 namespace {
 
 constexpr uint32_t kTileTokens = 8;
-constexpr uint32_t kFloatTileRows = 4;
 constexpr uint32_t kFloatTileTokens = 4;
 
 inline int32_t load_i32(const void* p) {
@@ -38,12 +37,7 @@ inline __m512 load_scales(const uint8_t* p) {
 }
 
 inline __m512i load_quants(const uint8_t* p) {
-#ifdef SPLIT_LOADS
-  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))),
-                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)), 1);
-#else
   return _mm512_loadu_si512(reinterpret_cast<const void*>(p));
-#endif
 }
 
 inline __m512i bcast4(const int8_t* q) { return _mm512_set1_epi32(load_i32(q)); }
@@ -237,39 +231,33 @@ inline __m512 load_w(const uint8_t* row, uint32_t c, __mmask16 m) {
   }
 }
 
-// R rows x T tokens: each weight vector feeds T tokens, each activation vector R rows.
-template <fb::DType DT, int R, int T>
-void float_tile(const uint8_t* w0, uint64_t row_bytes, uint32_t cols, const float* x,
-                uint32_t x_stride, float* y, uint32_t y_stride) {
-  __m512 acc[R][T];
-  for (int i = 0; i < R; ++i)
-    for (int t = 0; t < T; ++t) acc[i][t] = _mm512_setzero_ps();
-  for (uint32_t c = 0; c < cols; c += 16) {
-    const __mmask16 m = cols - c >= 16 ? __mmask16(0xffff) : __mmask16((1u << (cols - c)) - 1);
-    __m512 wv[R];
-    for (int i = 0; i < R; ++i) wv[i] = load_w<DT>(w0 + i * row_bytes, c, m);
-    for (int t = 0; t < T; ++t) {
-      const __m512 xv = _mm512_maskz_loadu_ps(m, x + uint64_t(t) * x_stride + c);
-      for (int i = 0; i < R; ++i) acc[i][t] = _mm512_fmadd_ps(wv[i], xv, acc[i][t]);
+// One weight row against T tokens, rows streamed one at a time (see matmul_avx2.cpp: several
+// rows side by side measured 2-3x slower from DRAM). With one token, U independent
+// accumulators hide the FMA latency. The column tail uses masked loads (no fault past it).
+template <fb::DType DT, int T>
+void float_row(const uint8_t* row, uint32_t cols, const float* x, uint32_t x_stride, float* y,
+               uint32_t y_stride) {
+  constexpr int U = T == 1 ? 4 : T == 2 ? 2 : 1;
+  __m512 acc[T][U];
+  for (int t = 0; t < T; ++t)
+    for (int u = 0; u < U; ++u) acc[t][u] = _mm512_setzero_ps();
+  uint32_t c = 0;
+  for (; c + 16 * U <= cols; c += 16 * U) {
+    for (int u = 0; u < U; ++u) {
+      const __m512 wv = load_w<DT>(row, c + 16 * u, __mmask16(0xffff));
+      for (int t = 0; t < T; ++t)
+        acc[t][u] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + uint64_t(t) * x_stride + c + 16 * u), acc[t][u]);
     }
   }
-  for (int i = 0; i < R; ++i)
-    for (int t = 0; t < T; ++t) y[uint64_t(t) * y_stride + i] = _mm512_reduce_add_ps(acc[i][t]);
-}
-
-template <fb::DType DT, int R>
-void float_rows(const uint8_t* w0, uint64_t row_bytes, uint32_t cols, const float* x,
-                uint32_t n_tokens, uint32_t x_stride, float* y, uint32_t y_stride) {
-  for (uint32_t t0 = 0; t0 < n_tokens; t0 += kFloatTileTokens) {
-    const uint32_t nt = n_tokens - t0 < kFloatTileTokens ? n_tokens - t0 : kFloatTileTokens;
-    const float* xt = x + uint64_t(t0) * x_stride;
-    float* yt = y + uint64_t(t0) * y_stride;
-    switch (nt) {
-      case 1: float_tile<DT, R, 1>(w0, row_bytes, cols, xt, x_stride, yt, y_stride); break;
-      case 2: float_tile<DT, R, 2>(w0, row_bytes, cols, xt, x_stride, yt, y_stride); break;
-      case 3: float_tile<DT, R, 3>(w0, row_bytes, cols, xt, x_stride, yt, y_stride); break;
-      default: float_tile<DT, R, 4>(w0, row_bytes, cols, xt, x_stride, yt, y_stride); break;
-    }
+  for (; c < cols; c += 16) {
+    const __mmask16 m = cols - c >= 16 ? __mmask16(0xffff) : __mmask16((1u << (cols - c)) - 1);
+    const __m512 wv = load_w<DT>(row, c, m);
+    for (int t = 0; t < T; ++t)
+      acc[t][0] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + uint64_t(t) * x_stride + c), acc[t][0]);
+  }
+  for (int t = 0; t < T; ++t) {
+    for (int u = 1; u < U; ++u) acc[t][0] = _mm512_add_ps(acc[t][0], acc[t][u]);
+    y[uint64_t(t) * y_stride] = _mm512_reduce_add_ps(acc[t][0]);
   }
 }
 
@@ -277,15 +265,18 @@ template <fb::DType DT>
 void matmul_float(const WeightView& w, const float* x, uint32_t n_tokens, uint32_t x_stride,
                   float* y, uint32_t y_stride, uint32_t r_begin, uint32_t r_end) {
   const uint64_t row_bytes = uint64_t(w.cols) * float_elem_bytes(DT);
-  for (uint32_t r = r_begin; r < r_end; r += kFloatTileRows) {
-    const uint32_t nr = r_end - r < kFloatTileRows ? r_end - r : kFloatTileRows;
-    const uint8_t* w0 = w.data + r * row_bytes;
-    float* yr = y + r;
-    switch (nr) {
-      case 1: float_rows<DT, 1>(w0, row_bytes, w.cols, x, n_tokens, x_stride, yr, y_stride); break;
-      case 2: float_rows<DT, 2>(w0, row_bytes, w.cols, x, n_tokens, x_stride, yr, y_stride); break;
-      case 3: float_rows<DT, 3>(w0, row_bytes, w.cols, x, n_tokens, x_stride, yr, y_stride); break;
-      default: float_rows<DT, 4>(w0, row_bytes, w.cols, x, n_tokens, x_stride, yr, y_stride); break;
+  for (uint32_t r = r_begin; r < r_end; ++r) {
+    const uint8_t* row = w.data + r * row_bytes;
+    for (uint32_t t0 = 0; t0 < n_tokens; t0 += kFloatTileTokens) {
+      const uint32_t nt = n_tokens - t0 < kFloatTileTokens ? n_tokens - t0 : kFloatTileTokens;
+      const float* xt = x + uint64_t(t0) * x_stride;
+      float* yt = y + uint64_t(t0) * y_stride + r;
+      switch (nt) {
+        case 1: float_row<DT, 1>(row, w.cols, xt, x_stride, yt, y_stride); break;
+        case 2: float_row<DT, 2>(row, w.cols, xt, x_stride, yt, y_stride); break;
+        case 3: float_row<DT, 3>(row, w.cols, xt, x_stride, yt, y_stride); break;
+        default: float_row<DT, 4>(row, w.cols, xt, x_stride, yt, y_stride); break;
+      }
     }
   }
 }

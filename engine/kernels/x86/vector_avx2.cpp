@@ -56,7 +56,8 @@ void rmsnorm_avx2(const float* x, const float* w, uint32_t n, float eps, float* 
   }
   float ss = hsum8(_mm256_add_ps(s0, s1));
   for (; i < n; ++i) ss += x[i] * x[i];
-  const float inv = 1.0f / __builtin_sqrtf(ss / float(n) + eps);
+  // sqrtss directly: __builtin_sqrtf keeps a libm call for the errno case.
+  const float inv = 1.0f / _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(ss / float(n) + eps)));
   const __m256 vinv = _mm256_set1_ps(inv);
   i = 0;
   for (; i + 8 <= n; i += 8)

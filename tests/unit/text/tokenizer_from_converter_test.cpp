@@ -1,0 +1,74 @@
+// The tokenizer tables the converter writes (readers + keel::convert::build_tokenizer) encode
+// exactly like the reference: llama.cpp's vectors through read_gguf on the vocab-only GGUF, and
+// llama2.c's encoder through read_llama2c on stories260K.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "convert/keel_writer.h"
+#include "support/test_support.h"
+#include "support/tokenizer_fixtures.cpp"  // NOLINT: compiled into this test binary only
+
+namespace keel::test {
+namespace {
+
+// The table as write_keel stores it, built by the converter's own build_tokenizer.
+std::unique_ptr<LoadedTokenizer> from_converter(const convert::SourceTokenizer& src) {
+  auto t = std::make_unique<LoadedTokenizer>();
+  flatbuffers::FlatBufferBuilder fbb;
+  fbb.Finish(convert::build_tokenizer(fbb, src));
+  t->table.assign(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
+  flatbuffers::Verifier verifier(t->table.data(), t->table.size());
+  EXPECT_TRUE(verifier.VerifyBuffer<fb::Tokenizer>(nullptr));
+  const auto* table = flatbuffers::GetRoot<fb::Tokenizer>(t->table.data());
+  t->arena_memory.resize(text::Tokenizer::arena_bytes(table));
+  t->scratch_memory.resize(text::Tokenizer::scratch_bytes());
+  t->arena.reset(t->arena_memory.data(), t->arena_memory.size());
+  t->scratch.reset(t->scratch_memory.data(), t->scratch_memory.size());
+  const Error e = t->tok.init(table, t->arena);
+  if (!e.ok()) {
+    ADD_FAILURE() << "Tokenizer::init: " << e.message();
+    return nullptr;
+  }
+  return t;
+}
+
+TEST(TokenizerFromConverter, GgufLlamaSpmVocab) {
+  std::string error;
+  const auto model = convert::read_gguf(
+      require_file(shared_path("fixtures/ggml-vocab-llama-spm.gguf")), error);
+  ASSERT_TRUE(model) << error;
+  auto t = from_converter(model->tokenizer);
+  ASSERT_TRUE(t);
+  const auto inputs =
+      read_ggml_vocab_inputs(require_file(shared_path("fixtures/ggml-vocab-llama-spm.gguf.inp")));
+  const auto outputs =
+      read_ggml_vocab_outputs(require_file(shared_path("fixtures/ggml-vocab-llama-spm.gguf.out")));
+  ASSERT_EQ(inputs.size(), outputs.size());
+  ASSERT_FALSE(inputs.empty());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    EXPECT_EQ(t->encode(inputs[i]), outputs[i]) << "text #" << i;
+  }
+}
+
+TEST(TokenizerFromConverter, Llama2cStories260K) {
+  std::string error;
+  const auto model =
+      convert::read_llama2c(require_file(shared_path("models/stories260K/stories260K.bin")),
+                            require_file(shared_path("models/stories260K/tok512.bin")), error);
+  ASSERT_TRUE(model) << error;
+  auto t = from_converter(model->tokenizer);
+  ASSERT_TRUE(t);
+  std::ifstream f(require_file(source_path("tests/golden/stories260K_tokenizer.json")));
+  const nlohmann::json g = nlohmann::json::parse(f, nullptr, false);
+  ASSERT_FALSE(g.is_discarded());
+  for (const auto& e : g["entries"]) {
+    const std::string text = e["text"].get<std::string>();
+    EXPECT_EQ(t->encode(text), e["ids"].get<std::vector<int32_t>>()) << text;
+    EXPECT_EQ(t->decode(t->encode(text, true)), text);
+  }
+}
+
+}  // namespace
+}  // namespace keel::test
