@@ -12,6 +12,9 @@ struct ThreadPool {
   void (*parallel_for)(void* pool_state, void (*fn)(void* ctx, size_t i), void* ctx, size_t n) = nullptr;
   void* state = nullptr;
   size_t threads = 1;
+  // The port's native pool when it is a pthreadpool (pthreadpool_t), else nullptr. XNNPACK
+  // operators run on it directly, so they share the engine's workers.
+  void* native = nullptr;
 };
 
 // Runs fn over [0, n) on the pool, or inline when there is none.

@@ -17,13 +17,11 @@ inline uint16_t load_u16(const uint8_t* p) {
 
 }  // namespace
 
-void dequantize_row(fb::DType dtype, const uint8_t* tensor, uint32_t rows, uint32_t cols,
-                    uint32_t row, float* out) {
+void dequantize_row(fb::DType dtype, const uint8_t* tensor, uint32_t rows, uint32_t cols, uint32_t row,
+                    float* out) {
   (void)rows;
   switch (dtype) {
-    case fb::DType::F32:
-      memcpy(out, tensor + uint64_t(row) * cols * 4, uint64_t(cols) * 4);
-      return;
+    case fb::DType::F32: memcpy(out, tensor + uint64_t(row) * cols * 4, uint64_t(cols) * 4); return;
     case fb::DType::F16: {
       const uint8_t* src = tensor + uint64_t(row) * cols * 2;
       for (uint32_t c = 0; c < cols; ++c) out[c] = f16_to_f32(load_u16(src + 2 * c));
@@ -36,16 +34,15 @@ void dequantize_row(fb::DType dtype, const uint8_t* tensor, uint32_t rows, uint3
     }
     case fb::DType::Q8:
     case fb::DType::Q4:
-    case fb::DType::Q4M:
-      break;
+    case fb::DType::Q4M: break;
   }
   if (!is_quantized(dtype)) return;
 
   const uint32_t nb = uint32_t(ceil_div(cols, kQuantBlock));
   const uint8_t* panel = tensor + uint64_t(row / kPanelRows) * panel_bytes(dtype, cols);
   const uint32_t lane = row % kPanelRows;
-  const uint8_t* scales = panel;                                 // [nb][16] f16
-  const uint8_t* mins = panel + uint64_t(nb) * kPanelRows * 2;   // [nb][16] f16, Q4M
+  const uint8_t* scales = panel;                                // [nb][16] f16
+  const uint8_t* mins = panel + uint64_t(nb) * kPanelRows * 2;  // [nb][16] f16, Q4M
   const uint8_t* quants = panel + panel_quants_offset(dtype, cols);
 
   for (uint32_t b = 0; b < nb; ++b) {

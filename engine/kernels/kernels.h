@@ -56,13 +56,13 @@ struct MatmulKernels {
   // Q8 / Q4 / Q4M weights. x: [n_tokens][act_blocks(w.cols)] ActBlocks, token t at
   // x + t * act_blocks(w.cols). y: [n_tokens][y_stride] floats. Writes (overwrites) rows
   // [16 * panel_begin, min(16 * panel_end, w.rows)) of every token and nothing else.
-  void (*matmul)(const WeightView& w, const ActBlock* x, uint32_t n_tokens, float* y,
-                 uint32_t y_stride, uint32_t panel_begin, uint32_t panel_end);
+  void (*matmul)(const WeightView& w, const ActBlock* x, uint32_t n_tokens, float* y, uint32_t y_stride,
+                 uint32_t panel_begin, uint32_t panel_end);
 
   // F32 / F16 / BF16 row-major weights. x: [n_tokens][x_stride] floats (x_stride >= w.cols).
   // Same output contract as `matmul`.
-  void (*matmul_f)(const WeightView& w, const float* x, uint32_t n_tokens, uint32_t x_stride,
-                   float* y, uint32_t y_stride, uint32_t panel_begin, uint32_t panel_end);
+  void (*matmul_f)(const WeightView& w, const float* x, uint32_t n_tokens, uint32_t x_stride, float* y,
+                   uint32_t y_stride, uint32_t panel_begin, uint32_t panel_end);
 };
 
 // Element-wise and reduction ops of the transformer, over f32.

@@ -26,6 +26,10 @@ struct PlanConfig {
   uint32_t chunk_tokens = 64;
   uint32_t threads = 1;
   uint32_t logit_rows = 1;    // tokens of a chunk whose logits are computed together (ppl: more)
+  // Persistent bytes of backend state that exists only at run time: XNNPACK's operators and its
+  // packed copy of the F32 weights, measured by xnnpack_persistent_bytes() (llm/transformer.h).
+  // 0 for the ref and native backends, and in firmware plans (no XNNPACK on bare metal).
+  uint64_t backend_bytes = 0;
 };
 
 constexpr uint64_t kPlanAlign = 64;
@@ -43,6 +47,7 @@ struct MemoryPlan {
   uint64_t logits_bytes = 0;        // all slots: [vocab] f32
   uint64_t tokenizer_bytes = 0;
   uint64_t rope_bytes = 0;          // inverse frequencies, f64
+  uint64_t backend_bytes = 0;       // XNNPACK block (PlanConfig::backend_bytes)
   uint64_t persistent_bytes = 0;
   // Scratch arena (one chunk, reused layer after layer)
   uint64_t activation_bytes = 0;
@@ -70,13 +75,15 @@ constexpr MemoryPlan plan_memory(const PlanShape& s, const PlanConfig& c) {
   const uint64_t q_dim = uint64_t(s.n_heads) * s.head_dim;
   const uint64_t kv_dim = uint64_t(s.n_kv_heads) * s.head_dim;
 
-  // Persistent, in allocation order: tokenizer, rope table, then per slot KV cache, logits, state.
+  // Persistent, in allocation order: tokenizer, rope table, backend block, then per slot KV
+  // cache, logits, state.
   p.kv_capacity_tokens = uint64_t(c.kv_budget_tokens) + chunk;
   p.tokenizer_bytes = plan_align(s.tokenizer_bytes);
   p.rope_bytes = plan_align(uint64_t(s.head_dim / 2) * 8);
+  p.backend_bytes = plan_align(c.backend_bytes);
   p.kv_bytes = slots * plan_kv_slot_bytes(s, p.kv_capacity_tokens);
   p.logits_bytes = slots * (plan_align(uint64_t(s.vocab_size) * 4) + plan_align(kSlotStateBytes));
-  p.persistent_bytes = p.tokenizer_bytes + p.rope_bytes + p.kv_bytes + p.logits_bytes;
+  p.persistent_bytes = p.tokenizer_bytes + p.rope_bytes + p.backend_bytes + p.kv_bytes + p.logits_bytes;
 
   // Scratch, in allocation order: x, xb, q, k, v, att, hb, hb2 (f32 [chunk][width]), the
   // quantized copy of the widest matmul input, RoPE cos and sin per token.

@@ -72,6 +72,7 @@ class Runtime {
   const text::Tokenizer& tokenizer() const { return tokenizer_; }
   const Backend& backend() const { return backend_; }
   const MemoryPlan& memory_plan() const { return plan_; }
+  const RuntimeConfig& config() const { return config_; }
   RuntimeStats stats() const;
   Arena& scratch() { return scratch_; }
   // Scratch left after the transformer's buffers, for tokenization and sampling.

@@ -5,6 +5,9 @@
 
 #include "core/check.h"
 #include "kernels/dequant.h"
+#if defined(KEEL_HAVE_XNNPACK)
+#include "kernels/xnnpack/xnn_model_ops.h"
+#endif
 
 namespace keel {
 namespace {
@@ -42,6 +45,7 @@ struct AttentionJob {
   Transformer* self;
   KvCache* kv;
   const Backend* backend;
+  xnn::ModelOps* xnn;
   uint32_t layer, n, n_heads, group, head_dim, tasks, capacity;
   uint32_t size_before;
   const float* q;
@@ -64,13 +68,54 @@ void attention_task(void* ctx, size_t task) {
     const uint32_t len = j.size_before + t + 1;
     const float* qh = j.q + uint64_t(t) * q_dim + uint64_t(h) * j.head_dim;
     j.backend->attention->scores(qh, j.kv->keys(j.layer, kvh), len, j.head_dim, scale, scores);
+#if defined(KEEL_HAVE_XNNPACK)
+    if (!(j.xnn && j.xnn->softmax(uint32_t(task), scores, len))) j.backend->vector->softmax(scores, len);
+#else
     j.backend->vector->softmax(scores, len);
+#endif
     j.backend->attention->weighted_sum(scores, j.kv->values(j.layer, kvh), len, j.head_dim,
                                        j.att + uint64_t(t) * q_dim + uint64_t(h) * j.head_dim);
   }
 }
 
+#if defined(KEEL_HAVE_XNNPACK)
+// The XNNPACK operators the transformer creates for a backend's ops and this model.
+xnn::ModelOpsConfig xnnpack_config(const Model& model, const PlanConfig& config, uint32_t ops) {
+  xnn::ModelOpsConfig c;
+  c.fully_connected_f32 = (ops & kXnnFullyConnectedF32) != 0 && xnn::ModelOps::f32_matrix_count(model) > 0;
+  c.softmax = (ops & kXnnSoftmax) != 0;
+  c.workers = config.threads;
+  c.capacity_tokens = config.kv_budget_tokens + config.chunk_tokens;
+  return c;
+}
+#endif
+
 }  // namespace
+
+Result<uint64_t> xnnpack_persistent_bytes(const Model& model, const PlanConfig& config, BackendKind kind,
+                                          Span<uint8_t> work) {
+  KEEL_ENSURE(model.loaded(), Status::InvalidArgument, "model is not loaded");
+  Result<Backend> b = select_backend(kind);
+  if (!b.ok()) return b.error();
+#if defined(KEEL_HAVE_XNNPACK)
+  const xnn::ModelOpsConfig c = xnnpack_config(model, config, b.value().xnnpack_ops);
+  if (!c.fully_connected_f32 && !c.softmax) return uint64_t(0);
+  return xnn::ModelOps::measure(model, c, work);
+#else
+  return uint64_t(0);
+#endif
+}
+
+uint64_t xnnpack_work_bytes(const Model& model, const PlanConfig& config, BackendKind kind) {
+#if defined(KEEL_HAVE_XNNPACK)
+  const uint32_t ops = kind == BackendKind::Xnnpack ? kXnnFullyConnectedF32 | kXnnSoftmax
+                       : kind == BackendKind::Auto  ? uint32_t(kXnnFullyConnectedF32)
+                                                    : 0u;
+  return model.loaded() ? xnn::ModelOps::work_bytes(model, xnnpack_config(model, config, ops)) : 0;
+#else
+  return 0;
+#endif
+}
 
 LayerWeights layer_weights(const Model& m, uint32_t l) {
   const int L = int(l);
@@ -126,6 +171,27 @@ Error Transformer::init(const Model& model, const Backend& backend, const PlanCo
     }
     inv_freq_[i] = f;
   }
+
+  // The backend block (XNNPACK operators), right after the RoPE table as plan.h lays it out.
+  xnn_ = nullptr;
+  if (config.backend_bytes > 0) {
+    const uint64_t block_bytes = plan_align(config.backend_bytes);
+    uint8_t* block = static_cast<uint8_t*>(persistent.allocate(block_bytes));
+    KEEL_ENSURE(block, Status::ArenaTooSmall, "persistent arena too small for the %llu-byte backend block",
+                (unsigned long long)block_bytes);
+#if defined(KEEL_HAVE_XNNPACK)
+    const xnn::ModelOpsConfig xc = xnnpack_config(model, config, backend.xnnpack_ops);
+    if (xc.fully_connected_f32 || xc.softmax) {
+      Result<xnn::ModelOps*> ops = xnn::ModelOps::create(model, xc, Span<uint8_t>(block, block_bytes),
+                                                         pool ? static_cast<pthreadpool*>(pool->native) : nullptr);
+      if (!ops.ok()) return ops.error();
+      xnn_ = ops.value();
+    }
+#endif
+  }
+  KEEL_ENSURE(backend.kind != BackendKind::Xnnpack || xnn_ != nullptr, Status::ArenaTooSmall,
+              "backend 'xnnpack' keeps its operators in the persistent arena, but the plan reserved no bytes for "
+              "them: set PlanConfig::backend_bytes from xnnpack_persistent_bytes()");
 
   const uint64_t chunk = config.chunk_tokens;
   const uint64_t q_dim = uint64_t(shape_.n_heads) * shape_.head_dim;
@@ -199,6 +265,9 @@ bool Transformer::quantize_input(const float* x, uint32_t n, uint32_t cols, uint
 
 void Transformer::matmul(const TensorView& w, const float* x, uint32_t x_stride, bool x_quantized, uint32_t n, float* y,
                          uint32_t y_stride) {
+#if defined(KEEL_HAVE_XNNPACK)
+  if (xnn_ && w.dtype == fb::DType::F32 && xnn_->fully_connected(w.data, x, x_stride, n, y, y_stride)) return;
+#endif
   MatmulJob j{};
   j.k = backend_.matmul;
   j.w = as_weight(w);
@@ -211,8 +280,11 @@ void Transformer::matmul(const TensorView& w, const float* x, uint32_t x_stride,
   j.y = y;
   j.y_stride = y_stride;
   j.panels = panel_count(w.rows);
+  // A few items per thread, so a worker that gets descheduled mid-matmul leaves work the
+  // others can take instead of a tail everyone waits on.
   const uint32_t threads = pool_ ? uint32_t(pool_->threads) : 1;
-  j.tasks = j.panels < threads ? j.panels : threads;
+  const uint32_t items = threads > 1 ? threads * 4 : 1;
+  j.tasks = j.panels < items ? j.panels : items;
   if (j.tasks == 0) return;
   parallel_for(pool_, j.tasks, matmul_task, &j);
 }
@@ -222,6 +294,7 @@ void Transformer::attention(KvCache& kv, uint32_t layer, uint32_t n) {
   j.self = this;
   j.kv = &kv;
   j.backend = &backend_;
+  j.xnn = xnn_;
   j.layer = layer;
   j.n = n;
   j.n_heads = shape_.n_heads;

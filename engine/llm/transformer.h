@@ -18,6 +18,10 @@
 
 namespace keel {
 
+namespace xnn {
+class ModelOps;
+}
+
 struct LayerWeights {
   TensorView attn_norm, wq, wk, wv, wo, bq, bk, bv, ffn_norm, gate, up, down;
 };
@@ -36,6 +40,8 @@ class Transformer {
   const ModelShape& shape() const { return shape_; }
   const PlanConfig& config() const { return config_; }
   float* logit_rows() const { return logit_rows_; }
+  // The XNNPACK operators in use, nullptr when the backend runs none.
+  const xnn::ModelOps* xnnpack_ops() const { return xnn_; }
 
  private:
   void embed(const int32_t* tokens, uint32_t n);
@@ -66,8 +72,20 @@ class Transformer {
   float *cos_ = nullptr, *sin_ = nullptr;
   float* att_rows_ = nullptr;     // [threads][capacity]
   float* logit_rows_ = nullptr;   // [logit_rows][vocab]
+  xnn::ModelOps* xnn_ = nullptr;  // XNNPACK operators (backend.xnnpack_ops), in the backend block
 };
 
 LayerWeights layer_weights(const Model& model, uint32_t layer);
+
+// The XNNPACK block of the plan: bytes the operators that backend `kind` uses for this model
+// take in the persistent arena (their records and XNNPACK's packed copy of the F32 weights).
+// Set PlanConfig::backend_bytes to it before planning the arenas. XNNPACK sizes its packing
+// only when an operator is created, so this creates every operator once in `work`: host
+// memory, 64-byte aligned, of at least xnnpack_work_bytes() bytes (reused operator after
+// operator, free again on return). 0 when `kind` uses no XNNPACK operator for this model:
+// ref, native, or auto on a model without F32 matrices.
+Result<uint64_t> xnnpack_persistent_bytes(const Model& model, const PlanConfig& config, BackendKind kind,
+                                          Span<uint8_t> work);
+uint64_t xnnpack_work_bytes(const Model& model, const PlanConfig& config, BackendKind kind);
 
 }  // namespace keel

@@ -124,6 +124,23 @@ int32_t Sampler::sample(Span<float> logits, Span<const int32_t> recent_tokens) {
   const bool use_min_p = config_.min_p > 0.0f;
   if (!use_k && !use_p && !use_min_p) return draw(candidates_, n, max_logit, total);
 
+  // Without top-k, drop up front what can never survive, so that only the survivors are
+  // sorted: min-p's rejects, and any token with less than (1 - top_p) / n of the mass (all of
+  // them together hold less than 1 - top_p, so they form a tail that top-p cuts anyway).
+  if (!use_k) {
+    double cutoff = use_min_p ? double(config_.min_p) : 0.0;
+    if (use_p) {
+      const double tail = (1.0 - double(config_.top_p)) * total / double(n);
+      if (tail > cutoff) cutoff = tail;
+    }
+    size_t kept = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const Candidate c = candidates_[i];
+      if (c.id == best || std::exp(double(c.logit - max_logit)) >= cutoff) candidates_[kept++] = c;
+    }
+    n = kept;
+  }
+
   // Heap sort from the top: candidates_[n - 1 - j] is the j-th most likely after j + 1 pops.
   for (size_t i = n / 2; i-- > 0;) sift_down(candidates_, i, n);
   size_t sorted = 0;

@@ -177,12 +177,6 @@ Error Tokenizer::init(const fb::Tokenizer* t, Arena& arena) {
   if (kind_ == fb::TokenizerKind::ByteLevelBpe) {
     KEEL_TRY(merges_.init(t->merges(), vocab_, arena));
   } else {
-    spm_ = SpmVocab{};
-    spm_.index = &vocab_;
-    spm_.scores = t->scores();
-    spm_.types = types_;
-    spm_.byte_token = byte_token_;
-    spm_.unk_id = unk_;
     cut_words_at_spaces_ = true;
     for (uint32_t i = 0; i < n && cut_words_at_spaces_; ++i) {
       if (piece_joins_across_space(tokens->Get(i))) cut_words_at_spaces_ = false;
@@ -307,10 +301,16 @@ void Tokenizer::encode_byte_level(const uint8_t* s, size_t n, WordScratch& ws,
 // only cut every kMaxWordBytes bytes.
 void Tokenizer::encode_sentencepiece(const uint8_t* s, size_t n, WordScratch& ws,
                                      TokenSink& sink) const {
+  SpmVocab vocab;
+  vocab.index = &vocab_;
+  vocab.scores = table_->scores();
+  vocab.types = types_;
+  vocab.byte_token = byte_token_;
+  vocab.unk_id = unk_;
   size_t w = 0;
   bool last_was_space = false;
   auto flush = [&]() {
-    if (w > 0) spm_encode_word(ws.text, w, spm_, ws, sink);
+    if (w > 0) spm_encode_word(ws.text, w, vocab, ws, sink);
     w = 0;
   };
   auto append = [&](const uint8_t* p, size_t k, bool is_space) {

@@ -103,7 +103,6 @@ class Tokenizer {
   size_t max_token_bytes_ = 0;
   VocabIndex vocab_;
   MergeTable merges_;
-  SpmVocab spm_;
   int32_t* byte_token_ = nullptr;  // [256] token of each byte (alphabet char or <0xNN>), or -1
   int32_t* specials_ = nullptr;    // [n_specials_] by decreasing text length, then id
   uint32_t n_specials_ = 0;

@@ -26,6 +26,7 @@ LinuxThreadPool::LinuxThreadPool(size_t threads) {
   if (threads > 1) handle_ = pthreadpool_create(threads);
   pool_.parallel_for = handle_ ? run : nullptr;
   pool_.state = handle_;
+  pool_.native = handle_;
   pool_.threads = handle_ ? pthreadpool_get_threads_count(handle_) : 1;
 }
 

@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -22,7 +25,20 @@ std::string require_file(const std::string& path) {
 std::string shared_path(const std::string& rel) { return std::string(KEEL_SHARED_DIR) + "/" + rel; }
 std::string source_path(const std::string& rel) { return std::string(KEEL_SOURCE_DIR) + "/" + rel; }
 std::string smollm2_gguf() { return KEEL_SMOLLM2_GGUF; }
-std::string tmp_path(const std::string& name) { return std::string(KEEL_TEST_TMP_DIR) + "/" + name; }
+// Each test process (CTest runs every test as its own process, several at once) gets a private
+// directory, removed when the process exits, so tests never race on shared file names.
+std::string tmp_path(const std::string& name) {
+  static const std::string dir = [] {
+    const std::string d = std::string(KEEL_TEST_TMP_DIR) + "/p" + std::to_string(getpid());
+    std::filesystem::create_directories(d);
+    atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(std::string(KEEL_TEST_TMP_DIR) + "/p" + std::to_string(getpid()), ec);
+    });
+    return d;
+  }();
+  return dir + "/" + name;
+}
 
 std::vector<uint8_t> read_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

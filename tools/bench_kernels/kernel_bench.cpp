@@ -7,7 +7,9 @@
 // Also times a row-major int8 GEMV over GGUF Q8_0 blocks (34 bytes: f16 d + 32 x i8, one row
 // after the other) to compare with the Panel16x4 layout on the same data.
 //
-// Usage: kernel_bench [--quick]
+// Usage: kernel_bench [--quick]. Builds without ISA flags: the row-major comparison kernels use
+// per-function target attributes and run only when the CPU has the features (the same ones the
+// engine's x86 tables need).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "convert/pack.h"
+#include "core/f16.h"
 #include "kernels/kernels.h"
 #include "model/weight_format.h"
 
@@ -59,8 +62,20 @@ double seconds_since(Clock::time_point t0) {
 
 // ---- plain read bandwidth ----
 
-#if defined(__AVX2__)
-uint64_t sum_bytes(const uint8_t* p, uint64_t n) {
+uint64_t sum_bytes_scalar(const uint8_t* p, uint64_t n) {
+  uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  const uint64_t* q = reinterpret_cast<const uint64_t*>(p);
+  for (uint64_t i = 0; i + 4 <= n / 8; i += 4) {
+    s0 += q[i];
+    s1 += q[i + 1];
+    s2 += q[i + 2];
+    s3 += q[i + 3];
+  }
+  return s0 + s1 + s2 + s3;
+}
+
+// 256-bit loads: on the reference machine (Zen 4) they stream faster than 512-bit ones.
+__attribute__((target("avx2"))) uint64_t sum_bytes_avx2(const uint8_t* p, uint64_t n) {
   __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
   for (uint64_t i = 0; i + 128 <= n; i += 128) {
     a0 = _mm256_add_epi64(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
@@ -73,19 +88,12 @@ uint64_t sum_bytes(const uint8_t* p, uint64_t n) {
   _mm256_store_si256(reinterpret_cast<__m256i*>(l), s);
   return l[0] + l[1] + l[2] + l[3];
 }
-#else
+
+bool g_avx2 = false;  // set in main from the CPU features
+
 uint64_t sum_bytes(const uint8_t* p, uint64_t n) {
-  uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-  const uint64_t* q = reinterpret_cast<const uint64_t*>(p);
-  for (uint64_t i = 0; i + 4 <= n / 8; i += 4) {
-    s0 += q[i];
-    s1 += q[i + 1];
-    s2 += q[i + 2];
-    s3 += q[i + 3];
-  }
-  return s0 + s1 + s2 + s3;
+  return g_avx2 ? sum_bytes_avx2(p, n) : sum_bytes_scalar(p, n);
 }
-#endif
 
 volatile uint64_t g_sink;
 
@@ -117,14 +125,15 @@ struct RowMajorQ8 {
   const uint8_t* data;  // rows x (cols / 32) blocks of 34 bytes
 };
 
-inline float f16_bits_to_f32(const uint8_t* p) {
+__attribute__((target("f16c"))) inline float f16_bits_to_f32(const uint8_t* p) {
   uint16_t h;
   memcpy(&h, p, 2);
   return _cvtsh_ss(h);
 }
 
 // One row at a time, AVX2: the same sign trick as the panel kernel (|q_w| x sign(a, q_w)).
-void rowmajor_q8_avx2(const RowMajorQ8& w, const keel::ActBlock* x, float* y) {
+__attribute__((target("avx2,fma,f16c"))) void rowmajor_q8_avx2(const RowMajorQ8& w, const keel::ActBlock* x,
+                                                               float* y) {
   const uint32_t nb = w.cols / 32;
   const __m256i ones = _mm256_set1_epi16(1);
   for (uint32_t r = 0; r < w.rows; ++r) {
@@ -134,7 +143,8 @@ void rowmajor_q8_avx2(const RowMajorQ8& w, const keel::ActBlock* x, float* y) {
       const uint8_t* blk = row + b * 34;
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
       const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].q));
-      const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(a, q)), ones);
+      const __m256i p =
+          _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(a, q)), ones);
       acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_bits_to_f32(blk) * x[b].d), _mm256_cvtepi32_ps(p), acc);
     }
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
@@ -144,9 +154,9 @@ void rowmajor_q8_avx2(const RowMajorQ8& w, const keel::ActBlock* x, float* y) {
   }
 }
 
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
 // One row at a time, 256-bit VNNI: u = q ^ 0x80 (u8) x a (s8), minus 128 * sum(a) per block.
-void rowmajor_q8_vnni(const RowMajorQ8& w, const keel::ActBlock* x, float* y) {
+__attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni"))) void rowmajor_q8_vnni(
+    const RowMajorQ8& w, const keel::ActBlock* x, float* y) {
   const uint32_t nb = w.cols / 32;
   const __m256i bias = _mm256_set1_epi8(char(0x80));
   for (uint32_t r = 0; r < w.rows; ++r) {
@@ -166,7 +176,6 @@ void rowmajor_q8_vnni(const RowMajorQ8& w, const keel::ActBlock* x, float* y) {
     y[r] = _mm_cvtss_f32(s);
   }
 }
-#endif
 
 // ---- the measurement loop ----
 
@@ -210,10 +219,12 @@ int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
   const double min_seconds = quick ? 0.2 : 1.0;
 
-  std::printf("# keel kernel_bench: single thread, DRAM-cold (weights rotate over >= %llu MB), median of calls\n",
-              (unsigned long long)(kColdBytes >> 20));
+  std::printf(
+      "# keel kernel_bench: single thread, DRAM-cold (weights rotate over >= %llu MB), median of calls\n",
+      (unsigned long long)(kColdBytes >> 20));
   const keel::MatmulKernels* avx2 = keel::kernels_x86_avx2();
   const keel::MatmulKernels* avx512 = keel::kernels_x86_avx512();
+  g_avx2 = avx2 != nullptr;
   std::printf("# kernels: ref%s%s\n", avx2 ? ", avx2" : "", avx512 ? ", avx512vnni" : "");
 
   double bw1 = 0, bw2 = 0;
@@ -228,8 +239,11 @@ int main(int argc, char** argv) {
   }
   std::printf("# plain read of 1 GB: %.1f GB/s (1 thread), %.1f GB/s (2 threads), median\n\n", bw1, bw2);
 
-  const Shape shapes[] = {{576, 576, "attn q/o"},  {192, 576, "attn k/v"},  {1536, 576, "ffn gate/up"},
-                          {576, 1536, "ffn down"}, {49152, 576, "output"}};
+  const Shape shapes[] = {{576, 576, "attn q/o"},
+                          {192, 576, "attn k/v"},
+                          {1536, 576, "ffn gate/up"},
+                          {576, 1536, "ffn down"},
+                          {49152, 576, "output"}};
   const DType dtypes[] = {DType::Q8, DType::Q4, DType::Q4M, DType::F32};
 
   std::printf("| shape (rows x cols) | dtype | kernel | weight MB | us/call | GB/s | %% of ceiling |\n");
@@ -245,9 +259,10 @@ int main(int argc, char** argv) {
     std::vector<float> y(s.rows);
     std::vector<keel::ActBlock> xa(keel::act_blocks(s.cols));
 
-    auto print = [&](const char* dt, const char* kernel, uint64_t bytes, const Result& r, double ceiling_gbs) {
-      std::printf("| %u x %u (%s) | %s | %s | %.2f | %.1f | %.1f | %.0f%% |\n", s.rows, s.cols, s.what, dt, kernel,
-                  double(bytes) / 1e6, r.us, r.gbs, 100.0 * r.gbs / ceiling_gbs);
+    auto print = [&](const char* dt, const char* kernel, uint64_t bytes, const Result& r,
+                     double ceiling_gbs) {
+      std::printf("| %u x %u (%s) | %s | %s | %.2f | %.1f | %.1f | %.0f%% |\n", s.rows, s.cols, s.what, dt,
+                  kernel, double(bytes) / 1e6, r.us, r.gbs, 100.0 * r.gbs / ceiling_gbs);
       std::fflush(stdout);
     };
 
@@ -274,14 +289,15 @@ int main(int argc, char** argv) {
         const bool ref = k == &keel::kernels_ref();
         k->quantize_act(x.data(), s.cols, xa.data());
         const uint32_t panels = keel::panel_count(s.rows);
-        const Result r = time_cold(bytes, n_copies, ref ? min_seconds / 2 : min_seconds, ref ? 5 : 50, [&](uint32_t c) {
-          const keel::WeightView w{dt, s.rows, s.cols, copies.ptr + c * stride};
-          if (keel::is_quantized(dt)) {
-            k->matmul(w, xa.data(), 1, y.data(), s.rows, 0, panels);
-          } else {
-            k->matmul_f(w, x.data(), 1, s.cols, y.data(), s.rows, 0, panels);
-          }
-        });
+        const Result r =
+            time_cold(bytes, n_copies, ref ? min_seconds / 2 : min_seconds, ref ? 5 : 50, [&](uint32_t c) {
+              const keel::WeightView w{dt, s.rows, s.cols, copies.ptr + c * stride};
+              if (keel::is_quantized(dt)) {
+                k->matmul(w, xa.data(), 1, y.data(), s.rows, 0, panels);
+              } else {
+                k->matmul_f(w, x.data(), 1, s.cols, y.data(), s.rows, 0, panels);
+              }
+            });
         print(keel::fb::EnumNameDType(dt), k->name, bytes, r, ceiling.gbs);
       }
     }
@@ -300,7 +316,7 @@ int main(int argc, char** argv) {
           for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(v[i]));
           const float d = amax / 127.0f;
           uint8_t* blk = copies.ptr + (uint64_t(r) * nb + b) * 34;
-          const uint16_t h = _cvtss_sh(d, 0);
+          const uint16_t h = keel::f32_to_f16(d);
           memcpy(blk, &h, 2);
           for (int i = 0; i < 32; ++i) blk[2 + i] = uint8_t(int8_t(d > 0 ? std::lround(v[i] / d) : 0));
         }
@@ -310,21 +326,25 @@ int main(int argc, char** argv) {
         g_sink = sum_bytes(copies.ptr + c * stride, bytes / 128 * 128);
       });
       print("Q8_0 row-major", "plain read (ceiling)", bytes, ceiling, ceiling.gbs);
-      const Result r2 = time_cold(bytes, n_copies, min_seconds, 50, [&](uint32_t c) {
-        rowmajor_q8_avx2(RowMajorQ8{s.rows, s.cols, copies.ptr + c * stride}, xa.data(), y.data());
-      });
-      print("Q8_0 row-major", "avx2 row-at-a-time", bytes, r2, ceiling.gbs);
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-      const Result r3 = time_cold(bytes, n_copies, min_seconds, 50, [&](uint32_t c) {
-        rowmajor_q8_vnni(RowMajorQ8{s.rows, s.cols, copies.ptr + c * stride}, xa.data(), y.data());
-      });
-      print("Q8_0 row-major", "vnni-256 row-at-a-time", bytes, r3, ceiling.gbs);
-#endif
+      if (avx2 != nullptr) {
+        const Result r2 = time_cold(bytes, n_copies, min_seconds, 50, [&](uint32_t c) {
+          rowmajor_q8_avx2(RowMajorQ8{s.rows, s.cols, copies.ptr + c * stride}, xa.data(), y.data());
+        });
+        print("Q8_0 row-major", "avx2 row-at-a-time", bytes, r2, ceiling.gbs);
+      }
+      if (avx512 != nullptr) {
+        const Result r3 = time_cold(bytes, n_copies, min_seconds, 50, [&](uint32_t c) {
+          rowmajor_q8_vnni(RowMajorQ8{s.rows, s.cols, copies.ptr + c * stride}, xa.data(), y.data());
+        });
+        print("Q8_0 row-major", "vnni-256 row-at-a-time", bytes, r3, ceiling.gbs);
+      }
     }
   }
 
   // Prefill: one pass over a (cold) panel feeds several tokens.
-  std::printf("\n| prefill 1536 x 576 | dtype | kernel | tokens | us/call | us/token |\n|---|---|---|---:|---:|---:|\n");
+  std::printf(
+      "\n| prefill 1536 x 576 | dtype | kernel | tokens | us/call | us/token "
+      "|\n|---|---|---|---:|---:|---:|\n");
   for (DType dt : {DType::Q8, DType::Q4M}) {
     const uint32_t rows = 1536, cols = 576;
     std::vector<float> wf(uint64_t(rows) * cols);
@@ -347,8 +367,8 @@ int main(int argc, char** argv) {
           const keel::WeightView w{dt, rows, cols, copies.ptr + c * stride};
           k->matmul(w, xa.data(), n_tokens, y.data(), rows, 0, keel::panel_count(rows));
         });
-        std::printf("| | %s | %s | %u | %.1f | %.2f |\n", keel::fb::EnumNameDType(dt), k->name, n_tokens, r.us,
-                    r.us / n_tokens);
+        std::printf("| | %s | %s | %u | %.1f | %.2f |\n", keel::fb::EnumNameDType(dt), k->name, n_tokens,
+                    r.us, r.us / n_tokens);
         std::fflush(stdout);
       }
     }

@@ -979,7 +979,9 @@ bool read_tokenizer(const json& tj, const json& tcfg, const ConfigIds& ids, uint
 
   // config.json's vocab_size counts embedding rows, which models round up past the
   // tokenizer's last id; the rows without a token get "<unused_N>" placeholders of type
-  // Unused so the vocabulary matches the embedding.
+  // Unused so the vocabulary matches the embedding. 0 rows: no embedding to match (the
+  // tokenizer read on its own).
+  if (vocab_rows == 0) vocab_rows = uint32_t(tok.tokens.size());
   if (tok.tokens.size() < vocab_rows) {
     const size_t have = tok.tokens.size();
     for (size_t i = have; i < vocab_rows; ++i) {
@@ -1063,6 +1065,35 @@ std::optional<SourceModel> read_dir(const std::string& dir, std::string& error) 
 }
 
 }  // namespace
+
+std::optional<SourceTokenizer> read_hf_tokenizer(const std::string& dir, std::string& error) {
+  try {
+    ConfigIds ids;
+    uint32_t vocab_rows = 0;
+    const std::string config_path = dir + "/config.json";
+    if (is_file(config_path)) {
+      json config;
+      SourceHyper h;
+      if (!parse_json_file(config_path, config, error) || !parse_config(config, h, ids, error)) return std::nullopt;
+      vocab_rows = h.vocab_size;
+    }
+    const std::string tok_path = dir + "/tokenizer.json";
+    if (!is_file(tok_path)) {
+      error = "tokenizer.json not found in '" + dir + "'";
+      return std::nullopt;
+    }
+    json tj, tcfg = json::object();
+    if (!parse_json_file(tok_path, tj, error)) return std::nullopt;
+    const std::string tcfg_path = dir + "/tokenizer_config.json";
+    if (is_file(tcfg_path) && !parse_json_file(tcfg_path, tcfg, error)) return std::nullopt;
+    SourceTokenizer tok;
+    if (!read_tokenizer(tj, tcfg, ids, vocab_rows, tok, error)) return std::nullopt;
+    return tok;
+  } catch (const std::exception& e) {
+    error = "Hugging Face tokenizer in '" + dir + "': " + e.what();
+    return std::nullopt;
+  }
+}
 
 std::optional<SourceModel> read_hf_dir(const std::string& dir, std::string& error) {
   // Every access above checks types first; this only turns a missed case into an error.

@@ -49,7 +49,8 @@ struct PanelWriter {
       // byte [b][c][r][j] = u(col 32b + 8c + j) | u(col 32b + 8c + 4 + j) << 4
       for (uint64_t c = 0; c < 4; ++c)
         for (uint64_t j = 0; j < 4; ++j)
-          quants[b * 256 + c * 64 + lane * 4 + j] = uint8_t((u[8 * c + j] & 15) | ((u[8 * c + 4 + j] & 15) << 4));
+          quants[b * 256 + c * 64 + lane * 4 + j] =
+              uint8_t((u[8 * c + j] & 15) | ((u[8 * c + 4 + j] & 15) << 4));
     }
   }
 };
@@ -75,14 +76,22 @@ uint8_t clamp_u(float v, float lo, float hi) {
 }  // namespace
 
 bool pack_from_ggml_blocks(SrcType src, const uint8_t* src_bytes, uint64_t src_len, uint64_t rows,
-                           uint64_t cols, DType dst, uint8_t* out, uint64_t out_len,
-                           std::string& error) {
+                           uint64_t cols, DType dst, uint8_t* out, uint64_t out_len, std::string& error) {
   uint64_t block_bytes = 0;
   DType expected = DType::Q8;
   switch (src) {
-    case SrcType::Q8_0: block_bytes = 34; expected = DType::Q8; break;
-    case SrcType::Q4_0: block_bytes = 18; expected = DType::Q4; break;
-    case SrcType::Q4_1: block_bytes = 20; expected = DType::Q4M; break;
+    case SrcType::Q8_0:
+      block_bytes = 34;
+      expected = DType::Q8;
+      break;
+    case SrcType::Q4_0:
+      block_bytes = 18;
+      expected = DType::Q4;
+      break;
+    case SrcType::Q4_1:
+      block_bytes = 20;
+      expected = DType::Q4M;
+      break;
     default:
       error = std::string("lossless packing needs Q8_0, Q4_0 or Q4_1 blocks, found ") + src_type_name(src);
       return false;
@@ -93,15 +102,16 @@ bool pack_from_ggml_blocks(SrcType src, const uint8_t* src_bytes, uint64_t src_l
     return false;
   }
   if (rows == 0 || cols == 0 || cols % kQuantBlock != 0) {
-    error = "packing " + std::string(src_type_name(src)) + " needs rows > 0 and cols a multiple of 32, found [" +
-            std::to_string(rows) + ", " + std::to_string(cols) + "]";
+    error = "packing " + std::string(src_type_name(src)) +
+            " needs rows > 0 and cols a multiple of 32, found [" + std::to_string(rows) + ", " +
+            std::to_string(cols) + "]";
     return false;
   }
   const uint64_t nb = cols / kQuantBlock;
   if (rows > UINT64_MAX / nb / block_bytes || src_len != rows * nb * block_bytes) {
     error = "source tensor of " + std::string(src_type_name(src)) + " [" + std::to_string(rows) + ", " +
-            std::to_string(cols) + "] should be " + std::to_string(rows * nb * block_bytes) + " bytes, found " +
-            std::to_string(src_len);
+            std::to_string(cols) + "] should be " + std::to_string(rows * nb * block_bytes) +
+            " bytes, found " + std::to_string(src_len);
     return false;
   }
   const uint64_t need = tensor_bytes(dst, rows, cols);
@@ -189,9 +199,7 @@ void quantize_pack(const float* src, uint64_t rows, uint64_t cols, DType dst, ui
 
 void convert_float(const float* src, uint64_t n, DType dst, uint8_t* out) {
   switch (dst) {
-    case DType::F32:
-      memcpy(out, src, n * sizeof(float));
-      return;
+    case DType::F32: memcpy(out, src, n * sizeof(float)); return;
     case DType::F16:
       for (uint64_t i = 0; i < n; ++i) {
         const uint16_t h = f32_to_f16(src[i]);
@@ -204,8 +212,7 @@ void convert_float(const float* src, uint64_t n, DType dst, uint8_t* out) {
         memcpy(out + 2 * i, &h, 2);
       }
       return;
-    default:
-      return;
+    default: return;
   }
 }
 

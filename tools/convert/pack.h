@@ -32,8 +32,7 @@ bool pack_from_ggml_blocks(SrcType src, const uint8_t* src_bytes, uint64_t src_l
 // point (value 0; Q4M: u = 0, value m). d is clamped to the largest finite f16.
 // Columns past `cols` are padding: Q8/Q4 store the zero point (value exactly 0); Q4M stores u = 0
 // (value m), which contributes 0 because padded activations are 0 (quantize_act pads with 0).
-void quantize_pack(const float* src, uint64_t rows, uint64_t cols, keel::fb::DType dst,
-                   uint8_t* out);
+void quantize_pack(const float* src, uint64_t rows, uint64_t cols, keel::fb::DType dst, uint8_t* out);
 
 // n floats to F32 (copy), F16 or BF16 (round to nearest even), row-major.
 void convert_float(const float* src, uint64_t n, keel::fb::DType dst, uint8_t* out);

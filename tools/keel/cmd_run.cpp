@@ -8,7 +8,7 @@
 #include "keel/cli_util.h"
 #include "keel/commands.h"
 #include "keel/session.h"
-#include "text/stream_decoder.h"
+#include "keel/generate.h"
 
 namespace keel::cli {
 namespace {
@@ -96,44 +96,16 @@ int cmd_run(int argc, char** argv) {
   if (!e.ok()) return fail("run", std::string(to_string(e.status())) + ": " + e.message());
   const double t1 = now_seconds();
 
-  text::StreamDecoder dec(rt.tokenizer());
-  std::vector<char> buf(dec.max_push_bytes() + 8);
-  std::string out_text;
-  const int32_t eos = rt.tokenizer().eos_id(), im_end = rt.tokenizer().im_end_id();
-  uint32_t generated = 0, decoded = 0;
-  double decode_time = 0;
-  std::vector<int32_t> out_ids;
-  for (uint32_t i = 0; i < n_predict; ++i) {
-    Result<int32_t> tok = rt.sample(0);
-    if (!tok.ok()) return fail("run", tok.error().message());
-    const int32_t id = tok.value();
-    if (id == eos || id == im_end) break;
-    ++generated;
-    out_ids.push_back(id);
-    size_t n = 0;
-    if (dec.push(id, Span<char>(buf.data(), buf.size()), &n).ok()) {
-      if (json) {
-        out_text.append(buf.data(), n);
-      } else {
-        fwrite(buf.data(), 1, n, stdout);
-        fflush(stdout);
-      }
-    }
-    if (i + 1 == n_predict) break;
-    if (rt.sequence_length(0) >= budget) break;
-    const double d0 = now_seconds();
-    e = rt.decode(0, id);
-    decode_time += now_seconds() - d0;
-    if (!e.ok()) return fail("run", std::string(to_string(e.status())) + ": " + e.message());
-    ++decoded;
-  }
-  const size_t tail = dec.flush(Span<char>(buf.data(), buf.size()));
-  if (json) {
-    out_text.append(buf.data(), tail);
-  } else {
-    fwrite(buf.data(), 1, tail, stdout);
-    printf("\n");
-  }
+  Generation g;
+  std::vector<int32_t> stops;
+  if (rt.tokenizer().eos_id() >= 0) stops.push_back(rt.tokenizer().eos_id());
+  if (rt.tokenizer().im_end_id() >= 0) stops.push_back(rt.tokenizer().im_end_id());
+  if (!generate(rt, n_predict, stops, false, json ? nullptr : stdout, g, error)) return fail("run", error);
+  if (!json) printf("\n");
+  const uint32_t generated = uint32_t(g.ids.size()), decoded = g.decoded;
+  const double decode_time = g.decode_seconds;
+  const std::string& out_text = g.text;
+  const std::vector<int32_t>& out_ids = g.ids;
   const double prefill_tps = ids.size() / (t1 - t0);
   const double decode_tps = decoded ? decoded / decode_time : 0.0;
   const MemoryPlan& p = session.plan();

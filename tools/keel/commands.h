@@ -7,5 +7,8 @@ namespace keel::cli {
 int cmd_convert(int argc, char** argv);
 int cmd_info(int argc, char** argv);
 int cmd_run(int argc, char** argv);
+int cmd_chat(int argc, char** argv);
+int cmd_ppl(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
 
 }  // namespace keel::cli

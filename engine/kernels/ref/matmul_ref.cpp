@@ -55,8 +55,7 @@ void quantize_act_ref(const float* x, uint32_t cols, ActBlock* out) {
 inline int32_t block_dot_q8(const uint8_t* quants_b, uint32_t lane, const int8_t* q) {
   int32_t s = 0;
   for (uint32_t g = 0; g < 8; ++g)
-    for (uint32_t j = 0; j < 4; ++j)
-      s += int32_t(quants_b[g * 64 + lane * 4 + j]) * int32_t(q[4 * g + j]);
+    for (uint32_t j = 0; j < 4; ++j) s += int32_t(quants_b[g * 64 + lane * 4 + j]) * int32_t(q[4 * g + j]);
   return s;
 }
 
@@ -71,8 +70,8 @@ inline int32_t block_dot_q4(const uint8_t* quants_b, uint32_t lane, const int8_t
   return s;
 }
 
-void matmul_ref(const WeightView& w, const ActBlock* x, uint32_t n_tokens, float* y,
-                uint32_t y_stride, uint32_t panel_begin, uint32_t panel_end) {
+void matmul_ref(const WeightView& w, const ActBlock* x, uint32_t n_tokens, float* y, uint32_t y_stride,
+                uint32_t panel_begin, uint32_t panel_end) {
   const fb::DType dt = w.dtype;
   if (!is_quantized(dt)) return;
   const uint32_t nb = act_blocks(w.cols);
@@ -125,8 +124,8 @@ inline float load_weight(fb::DType dt, const uint8_t* row, uint32_t c) {
   }
 }
 
-void matmul_f_ref(const WeightView& w, const float* x, uint32_t n_tokens, uint32_t x_stride,
-                  float* y, uint32_t y_stride, uint32_t panel_begin, uint32_t panel_end) {
+void matmul_f_ref(const WeightView& w, const float* x, uint32_t n_tokens, uint32_t x_stride, float* y,
+                  uint32_t y_stride, uint32_t panel_begin, uint32_t panel_end) {
   const fb::DType dt = w.dtype;
   if (is_quantized(dt)) return;
   const uint64_t row_bytes = uint64_t(w.cols) * float_elem_bytes(dt);

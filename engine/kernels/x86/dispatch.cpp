@@ -10,22 +10,19 @@ namespace {
 
 bool cpu_has_avx2() {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c");
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 }
 
 bool cpu_has_avx512vnni() {
   __builtin_cpu_init();
-  return cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
-         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
+  return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512vnni");
 }
 
 }  // namespace
 
-const MatmulKernels* kernels_x86_avx2() {
-  return cpu_has_avx2() ? &x86::matmul_avx2_table() : nullptr;
-}
+const MatmulKernels* kernels_x86_avx2() { return cpu_has_avx2() ? &x86::matmul_avx2_table() : nullptr; }
 
 const MatmulKernels* kernels_x86_avx512() {
   return cpu_has_avx512vnni() ? &x86::matmul_avx512_table() : nullptr;
@@ -36,8 +33,6 @@ const MatmulKernels* kernels_x86() {
   return kernels_x86_avx2();
 }
 
-const VectorKernels* vector_kernels_x86() {
-  return cpu_has_avx2() ? &x86::vector_avx2_table() : nullptr;
-}
+const VectorKernels* vector_kernels_x86() { return cpu_has_avx2() ? &x86::vector_avx2_table() : nullptr; }
 
 }  // namespace keel

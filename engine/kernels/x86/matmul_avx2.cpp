@@ -29,9 +29,7 @@ inline int32_t load_i32(const void* p) {
   return v;
 }
 
-inline __m256i loadu256(const void* p) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-}
+inline __m256i loadu256(const void* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
 inline __m256 load_scales8(const uint8_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -214,12 +212,13 @@ void q4_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* 
 // GB/s single-thread on the reference machine, and 49152x576 from ~4 to ~19). Fetching the
 // whole header up front leaves one clean forward stream.
 inline void prefetch_header(const uint8_t* panel, uint64_t header_bytes) {
-  for (uint64_t o = 0; o < header_bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(panel + o), _MM_HINT_T0);
+  for (uint64_t o = 0; o < header_bytes; o += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(panel + o), _MM_HINT_T0);
 }
 
 template <int T>
-void quant_panel(fb::DType dt, const uint8_t* panel, uint32_t nb, uint64_t qoff,
-                 const ActBlock* x, float* y, uint32_t y_stride, uint32_t n_rows) {
+void quant_panel(fb::DType dt, const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* x, float* y,
+                 uint32_t y_stride, uint32_t n_rows) {
   if (dt == fb::DType::Q8) {
     q8_panel<T>(panel, nb, qoff, x, y, y_stride, n_rows);
   } else if (dt == fb::DType::Q4) {
@@ -229,8 +228,8 @@ void quant_panel(fb::DType dt, const uint8_t* panel, uint32_t nb, uint64_t qoff,
   }
 }
 
-void matmul_avx2(const WeightView& w, const ActBlock* x, uint32_t n_tokens, float* y,
-                 uint32_t y_stride, uint32_t panel_begin, uint32_t panel_end) {
+void matmul_avx2(const WeightView& w, const ActBlock* x, uint32_t n_tokens, float* y, uint32_t y_stride,
+                 uint32_t panel_begin, uint32_t panel_end) {
   const fb::DType dt = w.dtype;
   if (!is_quantized(dt)) return;
   const uint32_t nb = act_blocks(w.cols);
@@ -319,8 +318,8 @@ void float_row(const uint8_t* row, uint32_t cols, const float* x, uint32_t x_str
 }
 
 template <fb::DType DT>
-void matmul_float(const WeightView& w, const float* x, uint32_t n_tokens, uint32_t x_stride,
-                  float* y, uint32_t y_stride, uint32_t r_begin, uint32_t r_end) {
+void matmul_float(const WeightView& w, const float* x, uint32_t n_tokens, uint32_t x_stride, float* y,
+                  uint32_t y_stride, uint32_t r_begin, uint32_t r_end) {
   const uint64_t row_bytes = uint64_t(w.cols) * float_elem_bytes(DT);
   for (uint32_t r = r_begin; r < r_end; ++r) {
     const uint8_t* row = w.data + r * row_bytes;
@@ -338,8 +337,8 @@ void matmul_float(const WeightView& w, const float* x, uint32_t n_tokens, uint32
   }
 }
 
-void matmul_f_avx2(const WeightView& w, const float* x, uint32_t n_tokens, uint32_t x_stride,
-                   float* y, uint32_t y_stride, uint32_t panel_begin, uint32_t panel_end) {
+void matmul_f_avx2(const WeightView& w, const float* x, uint32_t n_tokens, uint32_t x_stride, float* y,
+                   uint32_t y_stride, uint32_t panel_begin, uint32_t panel_end) {
   const uint32_t r_begin = panel_begin * kPanelRows;
   const uint32_t r_end = panel_end * kPanelRows < w.rows ? panel_end * kPanelRows : w.rows;
   if (r_begin >= r_end) return;
@@ -353,8 +352,7 @@ void matmul_f_avx2(const WeightView& w, const float* x, uint32_t n_tokens, uint3
     case fb::DType::BF16:
       matmul_float<fb::DType::BF16>(w, x, n_tokens, x_stride, y, y_stride, r_begin, r_end);
       break;
-    default:
-      break;
+    default: break;
   }
 }
 

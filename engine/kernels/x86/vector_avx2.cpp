@@ -61,8 +61,8 @@ void rmsnorm_avx2(const float* x, const float* w, uint32_t n, float eps, float* 
   const __m256 vinv = _mm256_set1_ps(inv);
   i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vinv),
-                                            _mm256_loadu_ps(w + i)));
+    _mm256_storeu_ps(out + i,
+                     _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vinv), _mm256_loadu_ps(w + i)));
   for (; i < n; ++i) out[i] = x[i] * inv * w[i];
 }
 
@@ -149,8 +149,8 @@ void axpy_avx2(float a, const float* x, uint32_t n, float* y) {
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
-constexpr VectorKernels kAvx2 = {"avx2",     rmsnorm_avx2, softmax_avx2, silu_mul_avx2, add_avx2,
-                                 scale_avx2, dot_avx2,     axpy_avx2};
+constexpr VectorKernels kAvx2 = {"avx2",   rmsnorm_avx2, softmax_avx2, silu_mul_avx2,
+                                 add_avx2, scale_avx2,   dot_avx2,     axpy_avx2};
 
 }  // namespace
 

@@ -920,3 +920,26 @@ TEST_F(HfReader, RecognizesLlama3AndQwen2PreTokenizers) {
 
 }  // namespace
 }  // namespace keel::convert
+
+namespace keel {
+namespace {
+
+// The tokenizer on its own, as tools and tests read it from a model directory.
+TEST(HfTokenizer, SmolLM2FixtureReadsOnItsOwn) {
+  std::string err;
+  test::require_file(test::shared_path("fixtures/smollm2-135m-tokenizer/tokenizer.json"));
+  auto tok = convert::read_hf_tokenizer(test::shared_path("fixtures/smollm2-135m-tokenizer"), err);
+  ASSERT_TRUE(tok.has_value()) << err;
+  EXPECT_EQ(tok->kind, convert::TokenizerKind::ByteLevelBpe);
+  EXPECT_EQ(tok->pre, convert::PreTokenizer::SmolLM);
+  EXPECT_EQ(tok->tokens.size(), 49152u);
+  EXPECT_EQ(tok->merges.size(), 48900u);
+  EXPECT_EQ(tok->im_start_id, 1);
+  EXPECT_EQ(tok->im_end_id, 2);
+  auto missing = convert::read_hf_tokenizer(test::tmp_path("no_such_dir"), err);
+  EXPECT_FALSE(missing.has_value());
+  EXPECT_NE(err.find("tokenizer.json not found"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace keel

@@ -57,7 +57,9 @@ struct QuantReader {
   uint64_t head() const { return (uint64_t(nb()) * 32 * (dt == DType::Q4M ? 2 : 1) + 63) / 64 * 64; }
   uint64_t panel_size() const { return head() + uint64_t(nb()) * (dt == DType::Q8 ? 512 : 256); }
   const uint8_t* panel(uint32_t row) const { return t + (row / 16) * panel_size(); }
-  double scale(uint32_t row, uint32_t b) const { return f16_to_f32(get_u16(panel(row) + (b * 16 + row % 16) * 2)); }
+  double scale(uint32_t row, uint32_t b) const {
+    return f16_to_f32(get_u16(panel(row) + (b * 16 + row % 16) * 2));
+  }
   double min(uint32_t row, uint32_t b) const {
     return f16_to_f32(get_u16(panel(row) + uint64_t(nb()) * 32 + (b * 16 + row % 16) * 2));
   }
@@ -143,7 +145,8 @@ std::vector<float> make_acts(uint32_t n_tokens, uint32_t cols, std::mt19937& rng
 std::vector<ActBlock> quantize(const MatmulKernels& k, const std::vector<float>& x, uint32_t n_tokens,
                                uint32_t cols) {
   std::vector<ActBlock> a(uint64_t(n_tokens) * act_blocks(cols));
-  for (uint32_t t = 0; t < n_tokens; ++t) k.quantize_act(&x[uint64_t(t) * cols], cols, &a[uint64_t(t) * act_blocks(cols)]);
+  for (uint32_t t = 0; t < n_tokens; ++t)
+    k.quantize_act(&x[uint64_t(t) * cols], cols, &a[uint64_t(t) * act_blocks(cols)]);
   return a;
 }
 
@@ -237,7 +240,8 @@ TEST(RefKernels, QuantizeActFollowsItsRule) {
       for (uint32_t b = 0; b < act_blocks(cols); ++b) {
         const ActBlock& ab = a[t * act_blocks(cols) + b];
         float amax = 0;
-        for (uint32_t i = b * 32; i < std::min(cols, b * 32 + 32); ++i) amax = std::max(amax, std::fabs(x[t * cols + i]));
+        for (uint32_t i = b * 32; i < std::min(cols, b * 32 + 32); ++i)
+          amax = std::max(amax, std::fabs(x[t * cols + i]));
         const float d = amax >= 1e-30f ? amax / 127.0f : 0.0f;
         ASSERT_EQ(ab.d, d);
         int32_t sum = 0;
@@ -270,7 +274,8 @@ TEST(RefKernels, QuantizedMatmulIsExactUpToF32Rounding) {
     for (uint32_t rows : {1u, 17u, 33u})
       for (uint32_t cols : {8u, 64u, 172u, 576u}) {
         const uint32_t n_tokens = 1 + rng() % 5;
-        SCOPED_TRACE(dname(dt) + " " + std::to_string(rows) + "x" + std::to_string(cols) + " tokens " + std::to_string(n_tokens));
+        SCOPED_TRACE(dname(dt) + " " + std::to_string(rows) + "x" + std::to_string(cols) + " tokens " +
+                     std::to_string(n_tokens));
         const TestWeights w = make_weights(dt, rows, cols, rng);
         const std::vector<float> x = make_acts(n_tokens, cols, rng);
         const std::vector<ActBlock> a = quantize(k, x, n_tokens, cols);
@@ -319,8 +324,8 @@ class X86Kernels : public ::testing::TestWithParam<const char*> {
   void SetUp() override {
     k_ = x86_table(GetParam());
     if (k_ == nullptr) {
-      std::printf("[  SKIP    ] this CPU lacks %s: the %s kernels cannot run here\n", x86_requirement(GetParam()),
-                  GetParam());
+      std::printf("[  SKIP    ] this CPU lacks %s: the %s kernels cannot run here\n",
+                  x86_requirement(GetParam()), GetParam());
       GTEST_SKIP() << "CPU lacks " << x86_requirement(GetParam());
     }
   }
@@ -358,10 +363,13 @@ void compare_to_ref(const MatmulKernels& k, DType dt, bool raw, Stats& st) {
                      std::to_string(cols) + " tokens " + std::to_string(n_tokens));
         const TestWeights w = raw ? make_raw_weights(dt, rows, cols, rng) : make_weights(dt, rows, cols, rng);
         const std::vector<float> x = make_acts(n_tokens, cols, rng);
-        const std::vector<ActBlock> a = quant ? quantize(kernels_ref(), x, n_tokens, cols) : std::vector<ActBlock>{};
+        const std::vector<ActBlock> a =
+            quant ? quantize(kernels_ref(), x, n_tokens, cols) : std::vector<ActBlock>{};
         std::vector<double> ye, mag;
-        if (quant) exact_quant(w.view, a, n_tokens, ye, mag);
-        else exact_float(w.view, x, n_tokens, ye, mag);
+        if (quant)
+          exact_quant(w.view, a, n_tokens, ye, mag);
+        else
+          exact_float(w.view, x, n_tokens, ye, mag);
         const uint32_t y_stride = rows + 3;
         const std::vector<float> yr = run(kernels_ref(), w.view, x, a, n_tokens, y_stride);
         const std::vector<float> yk = run(k, w.view, x, a, n_tokens, y_stride);
@@ -376,15 +384,17 @@ void compare_to_ref(const MatmulKernels& k, DType dt, bool raw, Stats& st) {
             ++st.n;
             st.identical += (yk[i] == yr[i]);
           }
-          for (uint32_t r = rows; r < y_stride; ++r) ASSERT_EQ(yk[uint64_t(t) * y_stride + r], -12345.0f) << "wrote past the rows";
+          for (uint32_t r = rows; r < y_stride; ++r)
+            ASSERT_EQ(yk[uint64_t(t) * y_stride + r], -12345.0f) << "wrote past the rows";
         }
       }
     }
 }
 
 void report(const char* what, const Stats& st) {
-  std::printf("    %s: %llu outputs, %.1f%% bit-identical to ref, worst |diff| = %.3g of the tolerance\n", what,
-              (unsigned long long)st.n, 100.0 * double(st.identical) / double(st.n ? st.n : 1), st.worst_ratio);
+  std::printf("    %s: %llu outputs, %.1f%% bit-identical to ref, worst |diff| = %.3g of the tolerance\n",
+              what, (unsigned long long)st.n, 100.0 * double(st.identical) / double(st.n ? st.n : 1),
+              st.worst_ratio);
 }
 
 TEST_P(X86Kernels, Q8MatchesRef) {
@@ -438,8 +448,8 @@ TEST_P(X86Kernels, Q8ExtremesDoNotSaturate) {
       }
     AlignedBytes bytes(tensor_bytes(DType::Q8, rows, cols));
     std::string err;
-    ASSERT_TRUE(convert::pack_from_ggml_blocks(convert::SrcType::Q8_0, src.data(), src.size(), rows, cols, DType::Q8,
-                                               bytes.data(), bytes.size, err));
+    ASSERT_TRUE(convert::pack_from_ggml_blocks(convert::SrcType::Q8_0, src.data(), src.size(), rows, cols,
+                                               DType::Q8, bytes.data(), bytes.size, err));
     const WeightView w{DType::Q8, rows, cols, bytes.data()};
     for (float sign : {1.0f, -1.0f}) {
       std::vector<float> x(cols);
@@ -449,7 +459,8 @@ TEST_P(X86Kernels, Q8ExtremesDoNotSaturate) {
       exact_quant(w, a, 1, ye, mag);
       const std::vector<float> yk = run(*k_, w, x, a, 1, rows);
       for (uint32_t r = 0; r < rows; ++r)
-        ASSERT_NEAR(yk[r], ye[r], 2 * (n_terms(DType::Q8, cols) + 2) * kU * mag[r]) << "pattern " << pattern << " row " << r;
+        ASSERT_NEAR(yk[r], ye[r], 2 * (n_terms(DType::Q8, cols) + 2) * kU * mag[r])
+            << "pattern " << pattern << " row " << r;
     }
   }
 }
@@ -467,8 +478,10 @@ TEST_P(X86Kernels, WritesOnlyItsPanels) {
     for (uint32_t begin = 0; begin <= panel_count(rows); ++begin)
       for (uint32_t end = begin; end <= panel_count(rows); ++end) {
         std::vector<float> y(n_tokens * y_stride, -7.0f);
-        if (is_quantized(dt)) k_->matmul(w.view, a.data(), n_tokens, y.data(), y_stride, begin, end);
-        else k_->matmul_f(w.view, x.data(), n_tokens, cols, y.data(), y_stride, begin, end);
+        if (is_quantized(dt))
+          k_->matmul(w.view, a.data(), n_tokens, y.data(), y_stride, begin, end);
+        else
+          k_->matmul_f(w.view, x.data(), n_tokens, cols, y.data(), y_stride, begin, end);
         for (uint32_t t = 0; t < n_tokens; ++t)
           for (uint32_t r = 0; r < y_stride; ++r) {
             const bool inside = r >= begin * 16 && r < std::min(end * 16, rows);
@@ -495,7 +508,9 @@ TEST_P(X86Kernels, DispatcherPicksTheWidestSupportedLevel) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, X86Kernels, ::testing::Values("avx2", "avx512"),
-                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           return std::string(info.param);
+                         });
 
 // ---- vector ops ----
 
@@ -632,7 +647,9 @@ TEST_P(VectorOps, AddScaleAxpyDot) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, VectorOps, ::testing::Values("ref", "x86"),
-                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           return std::string(info.param);
+                         });
 
 }  // namespace
 }  // namespace keel

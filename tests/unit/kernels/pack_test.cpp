@@ -1,5 +1,7 @@
 // Packing from GGUF blocks is lossless, quantization follows its stated rule, and the
 // Panel16x4 bytes are where docs/format.md says (read here with an independent decoder).
+#include "convert/pack.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "convert/pack.h"
 #include "core/f16.h"
 #include "kernels/dequant.h"
 #include "model/weight_format.h"
@@ -122,7 +123,8 @@ void check_lossless(SrcType t) {
   const uint8_t z = dt == DType::Q8 ? 128 : dt == DType::Q4 ? 8 : 0;
   for (uint32_t rows : {1u, 7u, 15u, 16u, 17u, 33u, 50u}) {
     for (uint32_t cols : {32u, 64u, 96u, 576u}) {
-      SCOPED_TRACE(std::string(src_type_name(t)) + " rows " + std::to_string(rows) + " cols " + std::to_string(cols));
+      SCOPED_TRACE(std::string(src_type_name(t)) + " rows " + std::to_string(rows) + " cols " +
+                   std::to_string(cols));
       const GgmlTensor g = make_ggml(t, rows, cols, rng);
       std::vector<uint8_t> out(tensor_bytes(dt, rows, cols), 0xcd);
       std::string err;
@@ -299,9 +301,12 @@ TEST(QuantizePack, RepresentableValuesRoundTripExactly) {
         const uint32_t n = std::min(32u, cols - b * 32);
         for (uint32_t i = 0; i < n; ++i) {
           float v;
-          if (dt == DType::Q8) v = d * float(int(rng() % 255) - 127);
-          else if (dt == DType::Q4) v = d * float(int(rng() % 16) - 8);
-          else v = d * float(rng() % 16) + m;
+          if (dt == DType::Q8)
+            v = d * float(int(rng() % 255) - 127);
+          else if (dt == DType::Q4)
+            v = d * float(int(rng() % 16) - 8);
+          else
+            v = d * float(rng() % 16) + m;
           w[uint64_t(r) * cols + b * 32 + i] = v;
         }
         // Pin the block's extremes so the scale comes out as exactly d.
@@ -341,7 +346,9 @@ TEST(ConvertFloat, MatchesTheScalarConversions) {
       dequantize_row(dt, out.data(), rows, cols, r, row.data());
       for (uint32_t c = 0; c < cols; ++c) {
         const float v = x[r * cols + c];
-        const float want = dt == DType::F32 ? v : dt == DType::F16 ? f16_to_f32(f32_to_f16(v)) : bf16_to_f32(f32_to_bf16(v));
+        const float want = dt == DType::F32   ? v
+                           : dt == DType::F16 ? f16_to_f32(f32_to_f16(v))
+                                              : bf16_to_f32(f32_to_bf16(v));
         ASSERT_EQ(bits(row[c]), bits(want)) << r << "," << c;
       }
     }

@@ -1,6 +1,8 @@
 // The tokenizer tables the converter writes (readers + keel::convert::build_tokenizer) encode
-// exactly like the reference: llama.cpp's vectors through read_gguf on the vocab-only GGUF, and
-// llama2.c's encoder through read_llama2c on stories260K.
+// exactly like the reference: llama.cpp's Llama-2 vectors through read_gguf, and llama2.c's
+// encoder through read_llama2c on stories260K. read_gguf wants a whole model, so the vectors of
+// the vocab-only ggml-vocab-llama-spm.gguf are run on llama-2-tiny-random.gguf, which carries
+// the same Llama-2 vocabulary (the test checks that it is the same).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -37,8 +39,13 @@ std::unique_ptr<LoadedTokenizer> from_converter(const convert::SourceTokenizer& 
 TEST(TokenizerFromConverter, GgufLlamaSpmVocab) {
   std::string error;
   const auto model = convert::read_gguf(
-      require_file(shared_path("fixtures/ggml-vocab-llama-spm.gguf")), error);
+      require_file(shared_path("fixtures/llama-2-tiny-random.gguf")), error);
   ASSERT_TRUE(model) << error;
+  convert::SourceTokenizer vocab_only;
+  ASSERT_TRUE(load_gguf_vocab(shared_path("fixtures/ggml-vocab-llama-spm.gguf"), vocab_only, error))
+      << error;
+  ASSERT_EQ(model->tokenizer.tokens, vocab_only.tokens);
+  ASSERT_EQ(model->tokenizer.scores, vocab_only.scores);
   auto t = from_converter(model->tokenizer);
   ASSERT_TRUE(t);
   const auto inputs =

@@ -1,0 +1,97 @@
+/* Keel public C API.
+ *
+ * The caller owns every byte: the model image (mapped or in flash), one block for the engine
+ * object and its arenas. keel_plan() says how many bytes; keel_init() lays everything out in
+ * them and verifies the model; after it returns nothing allocates. Every call returns a
+ * keel_status; keel_last_error() holds a one-line message naming what was expected and found.
+ */
+#ifndef KEEL_H_
+#define KEEL_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum keel_status {
+  KEEL_OK = 0,
+  KEEL_ERR_BAD_ARGUMENT = 1,  /* caller's input: ids, slots, sizes, options */
+  KEEL_ERR_BAD_MODEL = 2,     /* the model image failed verification */
+  KEEL_ERR_OUT_OF_MEMORY = 3, /* the memory block or the KV budget is too small */
+  KEEL_ERR_UNSUPPORTED = 4,   /* dtype, architecture or backend not available */
+  KEEL_ERR_INTERNAL = 5
+} keel_status;
+
+typedef enum keel_backend { KEEL_BACKEND_AUTO = 0, KEEL_BACKEND_REF = 1, KEEL_BACKEND_NATIVE = 2, KEEL_BACKEND_XNNPACK = 3 } keel_backend;
+
+typedef struct keel_config {
+  uint32_t kv_budget_tokens; /* per slot; 0 = the model's default */
+  uint32_t slots;            /* concurrent sequences; 0 = 1 */
+  uint32_t chunk_tokens;     /* prefill chunk; 0 = 64 */
+  uint32_t threads;          /* workers of `thread_pool`; 0 or 1 = the caller's thread only */
+  keel_backend backend;
+  const void* thread_pool;   /* a keel::ThreadPool (core/threads.h) or NULL */
+} keel_config;
+
+typedef struct keel_plan_info {
+  uint64_t weights_bytes;    /* the model image (read-only, not part of the block) */
+  uint64_t persistent_bytes; /* KV caches, tokenizer tables, logits */
+  uint64_t scratch_bytes;    /* activations of one chunk */
+  uint64_t engine_bytes;     /* the engine object */
+  uint64_t total_bytes;      /* what keel_init needs: engine + persistent + scratch + alignment */
+} keel_plan_info;
+
+typedef struct keel_sampling {
+  float temperature;         /* 0 = greedy */
+  uint32_t top_k;            /* 0 = off */
+  float top_p;               /* 1 = off */
+  float min_p;               /* 0 = off */
+  float repetition_penalty;  /* 1 = off */
+  uint64_t seed;
+} keel_sampling;
+
+typedef struct keel_stats {
+  uint64_t persistent_used_bytes, persistent_planned_bytes;
+  uint64_t scratch_used_bytes, scratch_planned_bytes;
+  uint64_t tokens_prefilled, tokens_decoded;
+} keel_stats;
+
+typedef struct keel_engine keel_engine;
+
+/* Verifies the model and computes the memory needed for `config` (NULL = defaults). */
+keel_status keel_plan(const void* model, size_t model_bytes, const keel_config* config, keel_plan_info* out);
+
+/* Lays the engine out in memory[0..memory_bytes) (any alignment) and verifies the model, which
+ * must stay valid until the engine is no longer used. On failure *out is NULL and, when
+ * error is non-NULL, a one-line message is copied into error[0..error_capacity). */
+keel_status keel_init(void* memory, size_t memory_bytes, const void* model, size_t model_bytes,
+                      const keel_config* config, keel_engine** out, char* error, size_t error_capacity);
+
+/* Text -> ids. add_bos: prepend BOS when the model asks for it; parse_special: recognize
+ * special-token texts such as <|im_start|>. *n_tokens is the count the text needs, also when
+ * it is more than `capacity` (then KEEL_ERR_BAD_ARGUMENT and the first `capacity` ids). */
+keel_status keel_tokenize(keel_engine* e, const char* text, size_t len, int add_bos, int parse_special,
+                          int32_t* tokens, size_t capacity, size_t* n_tokens);
+
+keel_status keel_prefill(keel_engine* e, uint32_t slot, const int32_t* tokens, size_t n);
+keel_status keel_decode(keel_engine* e, uint32_t slot, int32_t token);
+/* The slot's logits after prefill or decode ([vocab] floats); NULL on a bad slot. */
+const float* keel_logits(keel_engine* e, uint32_t slot, size_t* vocab_size);
+keel_status keel_set_sampling(keel_engine* e, uint32_t slot, const keel_sampling* s);
+keel_status keel_sample(keel_engine* e, uint32_t slot, int32_t* token);
+/* The bytes token `token` stands for (raw piece; for streaming UTF-8 use keel::text::StreamDecoder
+ * from C++). *n is the length, also when larger than capacity. */
+keel_status keel_token_bytes(keel_engine* e, int32_t token, char* out, size_t capacity, size_t* n);
+keel_status keel_reset(keel_engine* e, uint32_t slot);
+keel_status keel_get_stats(const keel_engine* e, keel_stats* out);
+int32_t keel_eos_token(const keel_engine* e);
+const char* keel_last_error(const keel_engine* e);
+const char* keel_status_string(keel_status s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KEEL_H_ */

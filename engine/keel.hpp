@@ -1,0 +1,63 @@
+// Keel public C++ API: an engine whose arenas are sized at compile time.
+//
+//   #include "smollm2_shape.h"               // from `keel convert --header`
+//   static keel::Engine<smollm2::Shape, 1024> engine;   // RAM shows up in the linker map
+//   engine.init(model_bytes, model_size);    // verifies the model matches Shape
+//   engine.runtime().prefill(0, ...);
+//
+// `Shape` is the struct the header declares (vocab_size, dim, n_layers, n_heads, n_kv_heads,
+// head_dim, ffn_dim, context_length, tokenizer_bytes). The arenas are members, so a static
+// Engine holds all of the engine's RAM; nothing is allocated, ever.
+#pragma once
+
+#include <cstdint>
+
+#include "core/check.h"
+#include "llm/plan.h"
+#include "llm/runtime.h"
+#include "model/model.h"
+
+namespace keel {
+
+template <typename Shape, uint32_t KvBudget, uint32_t Slots = 1, uint32_t Chunk = 16>
+class Engine {
+ public:
+  static constexpr PlanShape kShape{Shape::vocab_size, Shape::dim,     Shape::n_layers,
+                                    Shape::n_heads,    Shape::n_kv_heads, Shape::head_dim,
+                                    Shape::ffn_dim,    Shape::tokenizer_bytes};
+  static constexpr PlanConfig kConfig{KvBudget, Slots, Chunk, 1, 1};
+  static constexpr MemoryPlan kPlan = plan_memory(kShape, kConfig);
+  static constexpr uint64_t kPersistentBytes = kPlan.persistent_bytes;
+  static constexpr uint64_t kScratchBytes = kPlan.scratch_bytes;
+  static_assert(KvBudget >= 1 && Slots >= 1 && Chunk >= 1, "budget, slots and chunk are at least 1");
+
+  // Verifies the model and checks it has the compiled-in shape (ModelShapeMismatch otherwise),
+  // then lays the runtime out in the member arenas. Single-threaded (bare metal).
+  Error init(const void* model, size_t model_bytes, BackendKind backend = BackendKind::Auto) {
+    KEEL_TRY(model_.load(Span<const uint8_t>(static_cast<const uint8_t*>(model), model_bytes)));
+    const ModelShape& s = model_.shape();
+    KEEL_ENSURE(s.vocab_size == Shape::vocab_size && s.dim == Shape::dim && s.n_layers == Shape::n_layers &&
+                    s.n_heads == Shape::n_heads && s.n_kv_heads == Shape::n_kv_heads && s.head_dim == Shape::head_dim &&
+                    s.ffn_dim == Shape::ffn_dim,
+                Status::ModelShapeMismatch,
+                "model shape (vocab %u, dim %u, layers %u, heads %u/%u, head dim %u, ffn %u) differs from the "
+                "compiled-in shape",
+                s.vocab_size, s.dim, s.n_layers, s.n_heads, s.n_kv_heads, s.head_dim, s.ffn_dim);
+    RuntimeConfig rc;
+    rc.plan = kConfig;
+    rc.backend = backend;
+    return runtime_.init(model_, rc, Span<uint8_t>(persistent_, kPersistentBytes), Span<uint8_t>(scratch_, kScratchBytes),
+                         nullptr);
+  }
+
+  Runtime& runtime() { return runtime_; }
+  const Model& model() const { return model_; }
+
+ private:
+  alignas(64) uint8_t persistent_[kPersistentBytes];
+  alignas(64) uint8_t scratch_[kScratchBytes];
+  Model model_;
+  Runtime runtime_;
+};
+
+}  // namespace keel

@@ -1,0 +1,208 @@
+// The C API over keel::Model and keel::Runtime, living entirely inside the caller's block.
+#include <cstring>
+#include <new>
+
+#include "core/check.h"
+#include "keel.h"
+#include "llm/runtime.h"
+
+struct keel_engine {
+  keel::Model model;
+  keel::Runtime runtime;
+  char last_error[keel::Error::kMessageCapacity + 64];  // "<status>: <message>"
+};
+
+namespace {
+
+keel_status to_c(keel::Status s) {
+  switch (keel::status_kind(s)) {
+    case keel::StatusKind::Ok: return KEEL_OK;
+    case keel::StatusKind::BadArgument: return KEEL_ERR_BAD_ARGUMENT;
+    case keel::StatusKind::BadModel: return KEEL_ERR_BAD_MODEL;
+    case keel::StatusKind::OutOfMemory: return KEEL_ERR_OUT_OF_MEMORY;
+    case keel::StatusKind::Unsupported: return KEEL_ERR_UNSUPPORTED;
+    case keel::StatusKind::Internal: return KEEL_ERR_INTERNAL;
+  }
+  return KEEL_ERR_INTERNAL;
+}
+
+keel_status record(keel_engine* e, const keel::Error& err) {
+  if (e) {
+    if (err.ok()) {
+      e->last_error[0] = '\0';
+    } else {
+      snprintf(e->last_error, sizeof e->last_error, "%s: %s", keel::to_string(err.status()), err.message());
+    }
+  }
+  return to_c(err.status());
+}
+
+keel::PlanConfig plan_config(const keel::Model& m, const keel_config* c) {
+  keel::PlanConfig pc;
+  const keel::fb::KvDefaults* kv = m.meta()->kv_defaults();
+  pc.kv_budget_tokens = c && c->kv_budget_tokens ? c->kv_budget_tokens : (kv ? kv->budget_tokens() : 1024);
+  pc.slots = c && c->slots ? c->slots : 1;
+  pc.chunk_tokens = c && c->chunk_tokens ? c->chunk_tokens : 64;
+  pc.threads = c && c->threads ? c->threads : 1;
+  return pc;
+}
+
+constexpr uint64_t engine_block_bytes() { return keel::plan_align(sizeof(keel_engine)); }
+
+}  // namespace
+
+extern "C" {
+
+keel_status keel_plan(const void* model, size_t model_bytes, const keel_config* config, keel_plan_info* out) {
+  if (!out) return KEEL_ERR_BAD_ARGUMENT;
+  // The Model view is large (its tensor index); keep it off small embedded stacks. Not
+  // reentrant: callers plan from one thread at a time.
+  static keel::Model m;
+  const keel::Error e = m.load(keel::Span<const uint8_t>(static_cast<const uint8_t*>(model), model_bytes));
+  if (!e.ok()) return to_c(e.status());
+  const keel::MemoryPlan p = keel::Runtime::plan(m, plan_config(m, config));
+  out->weights_bytes = model_bytes;
+  out->persistent_bytes = p.persistent_bytes;
+  out->scratch_bytes = p.scratch_bytes;
+  out->engine_bytes = engine_block_bytes();
+  out->total_bytes = engine_block_bytes() + p.persistent_bytes + p.scratch_bytes + keel::kPlanAlign;
+  return KEEL_OK;
+}
+
+keel_status keel_init(void* memory, size_t memory_bytes, const void* model, size_t model_bytes,
+                      const keel_config* config, keel_engine** out, char* error, size_t error_capacity) {
+  auto fail = [&](const keel::Error& err) {
+    if (error && error_capacity) snprintf(error, error_capacity, "%s: %s", keel::to_string(err.status()), err.message());
+    return to_c(err.status());
+  };
+  if (!out) return fail(keel::Error(keel::Status::InvalidArgument, "out is NULL"));
+  *out = nullptr;
+  if (!memory) return fail(keel::Error(keel::Status::InvalidArgument, "memory is NULL"));
+  uint8_t* base = static_cast<uint8_t*>(memory);
+  const size_t pad = (keel::kPlanAlign - reinterpret_cast<uintptr_t>(base) % keel::kPlanAlign) % keel::kPlanAlign;
+  if (memory_bytes < pad + engine_block_bytes()) {
+    return fail(keel::Error(keel::Status::ArenaTooSmall, "memory block of %zu bytes cannot hold the engine object (%llu)",
+                            memory_bytes, (unsigned long long)(pad + engine_block_bytes())));
+  }
+  keel_engine* e = new (base + pad) keel_engine();
+  e->last_error[0] = '\0';
+  keel::Error err = e->model.load(keel::Span<const uint8_t>(static_cast<const uint8_t*>(model), model_bytes));
+  if (!err.ok()) return fail(err);
+  keel::RuntimeConfig rc;
+  rc.plan = plan_config(e->model, config);
+  rc.backend = config ? static_cast<keel::BackendKind>(config->backend) : keel::BackendKind::Auto;
+  const keel::MemoryPlan p = keel::Runtime::plan(e->model, rc.plan);
+  uint8_t* persistent = base + pad + engine_block_bytes();
+  const uint64_t need = pad + engine_block_bytes() + p.persistent_bytes + p.scratch_bytes;
+  if (memory_bytes < need) {
+    return fail(keel::Error(keel::Status::ArenaTooSmall, "memory block is %zu bytes; the plan needs %llu", memory_bytes,
+                            (unsigned long long)need));
+  }
+  err = e->runtime.init(e->model, rc, keel::Span<uint8_t>(persistent, p.persistent_bytes),
+                        keel::Span<uint8_t>(persistent + p.persistent_bytes, p.scratch_bytes),
+                        config ? static_cast<const keel::ThreadPool*>(config->thread_pool) : nullptr);
+  if (!err.ok()) return fail(err);
+  *out = e;
+  return KEEL_OK;
+}
+
+keel_status keel_tokenize(keel_engine* e, const char* text, size_t len, int add_bos, int parse_special, int32_t* tokens,
+                          size_t capacity, size_t* n_tokens) {
+  if (!e || (!text && len) || !n_tokens) return KEEL_ERR_BAD_ARGUMENT;
+  keel::text::EncodeOptions o;
+  o.add_bos = add_bos != 0;
+  o.parse_special = parse_special != 0;
+  return record(e, e->runtime.tokenize(text ? text : "", len, o, keel::Span<int32_t>(tokens, tokens ? capacity : 0),
+                                       n_tokens));
+}
+
+keel_status keel_prefill(keel_engine* e, uint32_t slot, const int32_t* tokens, size_t n) {
+  if (!e || (!tokens && n)) return KEEL_ERR_BAD_ARGUMENT;
+  return record(e, e->runtime.prefill(slot, keel::Span<const int32_t>(tokens, n)));
+}
+
+keel_status keel_decode(keel_engine* e, uint32_t slot, int32_t token) {
+  if (!e) return KEEL_ERR_BAD_ARGUMENT;
+  return record(e, e->runtime.decode(slot, token));
+}
+
+const float* keel_logits(keel_engine* e, uint32_t slot, size_t* vocab_size) {
+  if (!e) return nullptr;
+  const keel::Span<const float> l = e->runtime.logits(slot);
+  if (vocab_size) *vocab_size = l.size();
+  return l.empty() ? nullptr : l.data();
+}
+
+keel_status keel_set_sampling(keel_engine* e, uint32_t slot, const keel_sampling* s) {
+  if (!e || !s) return KEEL_ERR_BAD_ARGUMENT;
+  keel::text::SamplerConfig c;
+  c.temperature = s->temperature;
+  c.top_k = s->top_k;
+  c.top_p = s->top_p;
+  c.min_p = s->min_p;
+  c.repetition_penalty = s->repetition_penalty;
+  c.seed = s->seed;
+  return record(e, e->runtime.set_sampler(slot, c));
+}
+
+keel_status keel_sample(keel_engine* e, uint32_t slot, int32_t* token) {
+  if (!e || !token) return KEEL_ERR_BAD_ARGUMENT;
+  keel::Result<int32_t> r = e->runtime.sample(slot);
+  if (!r.ok()) return record(e, r.error());
+  *token = r.value();
+  return record(e, keel::Error());
+}
+
+keel_status keel_token_bytes(keel_engine* e, int32_t token, char* out, size_t capacity, size_t* n) {
+  if (!e || !n) return KEEL_ERR_BAD_ARGUMENT;
+  const keel::text::Tokenizer& t = e->runtime.tokenizer();
+  if (token < 0 || uint32_t(token) >= t.vocab_size()) {
+    return record(e, keel::Error(keel::Status::InvalidArgument, "token id %d; expected 0..%u", token, t.vocab_size() - 1));
+  }
+  size_t count = 0;
+  t.for_each_token_byte(token, [&](uint8_t b) {
+    if (out && count < capacity) out[count] = char(b);
+    ++count;
+  });
+  *n = count;
+  if (count > capacity) {
+    return record(e, keel::Error(keel::Status::InvalidArgument, "token %d has %zu bytes; buffer holds %zu", token, count,
+                                 capacity));
+  }
+  return record(e, keel::Error());
+}
+
+keel_status keel_reset(keel_engine* e, uint32_t slot) {
+  if (!e) return KEEL_ERR_BAD_ARGUMENT;
+  return record(e, e->runtime.reset(slot));
+}
+
+keel_status keel_get_stats(const keel_engine* e, keel_stats* out) {
+  if (!e || !out) return KEEL_ERR_BAD_ARGUMENT;
+  const keel::RuntimeStats s = e->runtime.stats();
+  out->persistent_used_bytes = s.persistent_used_bytes;
+  out->persistent_planned_bytes = s.persistent_planned_bytes;
+  out->scratch_used_bytes = s.scratch_high_water_bytes;
+  out->scratch_planned_bytes = s.scratch_planned_bytes;
+  out->tokens_prefilled = s.tokens_prefilled;
+  out->tokens_decoded = s.tokens_decoded;
+  return KEEL_OK;
+}
+
+int32_t keel_eos_token(const keel_engine* e) { return e ? e->runtime.tokenizer().eos_id() : -1; }
+
+const char* keel_last_error(const keel_engine* e) { return e ? e->last_error : "engine is NULL"; }
+
+const char* keel_status_string(keel_status s) {
+  switch (s) {
+    case KEEL_OK: return "ok";
+    case KEEL_ERR_BAD_ARGUMENT: return "bad argument";
+    case KEEL_ERR_BAD_MODEL: return "bad model";
+    case KEEL_ERR_OUT_OF_MEMORY: return "out of memory";
+    case KEEL_ERR_UNSUPPORTED: return "unsupported";
+    case KEEL_ERR_INTERNAL: return "internal error";
+  }
+  return "unknown status";
+}
+
+}  // extern "C"

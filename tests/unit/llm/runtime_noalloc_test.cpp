@@ -1,0 +1,153 @@
+// Zero allocations after init: every allocator call in the process is counted (link-time
+// interposition) from the end of Runtime::init to teardown, across tokenize, prefill, 1000
+// decode steps with sampling, and streaming detokenization, for every backend and weight format.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "convert/keel_writer.h"
+#include "llm/runtime.h"
+#include "ports/linux/mapped_file.h"
+#include "ports/linux/thread_pool.h"
+#include "support/alloc_counter.h"
+#include "support/test_support.h"
+#include "text/stream_decoder.h"
+
+namespace keel {
+namespace {
+
+struct Loaded {
+  port::MappedFile file;
+  Model model;
+};
+
+std::unique_ptr<Loaded> convert_load(const std::string& name, bool smollm2, convert::QuantMode q) {
+  std::string err;
+  std::optional<convert::SourceModel> src =
+      smollm2 ? convert::read_gguf(test::require_file(test::smollm2_gguf()), err)
+              : convert::read_llama2c(test::require_file(test::shared_path("models/stories260K/stories260K.bin")),
+                                      test::require_file(test::shared_path("models/stories260K/tok512.bin")), err);
+  EXPECT_TRUE(src.has_value()) << err;
+  auto l = std::make_unique<Loaded>();
+  if (!src) return l;
+  convert::WriteOptions wo;
+  wo.quant = q;
+  convert::WriteStats ws;
+  const std::string path = test::tmp_path(name);
+  EXPECT_TRUE(convert::write_keel(*src, wo, path, ws, err)) << err;
+  EXPECT_TRUE(l->file.open(path, err)) << err;
+  const Error e = l->model.load(Span<const uint8_t>(l->file.data(), l->file.size()));
+  EXPECT_TRUE(e.ok()) << e.message();
+  return l;
+}
+
+struct Case {
+  const char* name;
+  bool smollm2;
+  convert::QuantMode quant;
+  BackendKind backend;
+  uint32_t threads;
+  uint32_t decode_steps;
+};
+
+void run_case(const Case& c) {
+  SCOPED_TRACE(c.name);
+  auto l = convert_load(std::string(c.name) + ".keel", c.smollm2, c.quant);
+  ASSERT_TRUE(l->model.loaded());
+  RuntimeConfig rc;
+  rc.backend = c.backend;
+  rc.plan.kv_budget_tokens = c.decode_steps + 64;
+  rc.plan.chunk_tokens = 16;
+  rc.plan.threads = c.threads;
+  const MemoryPlan p = Runtime::plan(l->model, rc.plan);
+  struct Free {
+    void operator()(uint8_t* x) const { free(x); }
+  };
+  std::unique_ptr<uint8_t, Free> persistent(static_cast<uint8_t*>(aligned_alloc(64, align_up(p.persistent_bytes, 64))));
+  std::unique_ptr<uint8_t, Free> scratch(static_cast<uint8_t*>(aligned_alloc(64, align_up(p.scratch_bytes, 64))));
+  std::unique_ptr<port::LinuxThreadPool> pool;
+  if (c.threads > 1) pool = std::make_unique<port::LinuxThreadPool>(c.threads);
+  Runtime rt;
+  Error e = rt.init(l->model, rc, Span<uint8_t>(persistent.get(), p.persistent_bytes),
+                    Span<uint8_t>(scratch.get(), p.scratch_bytes), pool ? pool->pool() : nullptr);
+  if (e.status() == Status::UnsupportedBackend) {
+    GTEST_SKIP() << "backend unavailable on this CPU/build: " << e.message();
+  }
+  ASSERT_TRUE(e.ok()) << e.message();
+  text::SamplerConfig sc;
+  sc.temperature = 0.8f;
+  sc.top_k = 40;
+  sc.top_p = 0.95f;
+  sc.min_p = 0.02f;
+  sc.repetition_penalty = 1.1f;
+  sc.seed = 7;
+  ASSERT_TRUE(rt.set_sampler(0, sc).ok());
+  // Buffers the application owns are made before counting starts, as an app would at boot.
+  int32_t ids[64];
+  char text_out[512];
+  text::StreamDecoder dec(rt.tokenizer());
+  const char prompt[] = "Once upon a time, there was a little dog who liked to run in the park.";
+
+  test::start_alloc_counting();
+  size_t n = 0;
+  Error te = rt.tokenize(prompt, sizeof prompt - 1, text::EncodeOptions{}, Span<int32_t>(ids, 64), &n);
+  Error pe = rt.prefill(0, Span<const int32_t>(ids, n));
+  uint32_t steps = 0;
+  Error de;
+  for (; steps < c.decode_steps && pe.ok(); ++steps) {
+    Result<int32_t> t = rt.sample(0);
+    if (!t.ok()) break;
+    size_t k = 0;
+    (void)dec.push(t.value(), Span<char>(text_out, sizeof text_out), &k);
+    de = rt.decode(0, t.value());
+    if (!de.ok()) break;
+  }
+  (void)rt.reset(0);
+  const test::AllocCounts counts = test::stop_alloc_counting();
+
+  EXPECT_TRUE(te.ok()) << te.message();
+  EXPECT_TRUE(pe.ok()) << pe.message();
+  EXPECT_TRUE(de.ok()) << de.message();
+  EXPECT_EQ(steps, c.decode_steps);
+  EXPECT_EQ(counts.allocations, 0) << "allocator calls after init";
+  EXPECT_EQ(counts.deallocations, 0) << "free/delete calls after init";
+}
+
+TEST(RuntimeNoAlloc, CounterSeesAllocations) {
+  // Called through volatile pointers so the compiler cannot elide the pairs.
+  void* (*volatile alloc_fn)(size_t) = malloc;
+  void (*volatile free_fn)(void*) = free;
+  void* (*volatile new_fn)(size_t) = static_cast<void* (*)(size_t)>(&::operator new[]);
+  void (*volatile delete_fn)(void*) noexcept = static_cast<void (*)(void*) noexcept>(&::operator delete[]);
+  test::start_alloc_counting();
+  void* p = alloc_fn(10);
+  void* v = new_fn(16);
+  delete_fn(v);
+  free_fn(p);
+  const test::AllocCounts c = test::stop_alloc_counting();
+  EXPECT_EQ(c.allocations, 2);
+  EXPECT_EQ(c.deallocations, 2);
+}
+
+TEST(RuntimeNoAlloc, StoriesF32Ref) { run_case({"na_st_f32_ref", false, convert::QuantMode::Keep, BackendKind::Ref, 1, 1000}); }
+TEST(RuntimeNoAlloc, StoriesF32Native) {
+  run_case({"na_st_f32_nat", false, convert::QuantMode::Keep, BackendKind::Native, 2, 1000});
+}
+TEST(RuntimeNoAlloc, StoriesQ8Ref) { run_case({"na_st_q8_ref", false, convert::QuantMode::Q8, BackendKind::Ref, 1, 1000}); }
+TEST(RuntimeNoAlloc, StoriesQ8Native) {
+  run_case({"na_st_q8_nat", false, convert::QuantMode::Q8, BackendKind::Native, 2, 1000});
+}
+TEST(RuntimeNoAlloc, StoriesQ4Native) {
+  run_case({"na_st_q4_nat", false, convert::QuantMode::Q4, BackendKind::Native, 2, 1000});
+}
+TEST(RuntimeNoAlloc, StoriesF32Xnnpack) {
+  run_case({"na_st_f32_xnn", false, convert::QuantMode::Keep, BackendKind::Xnnpack, 2, 1000});
+}
+TEST(RuntimeNoAlloc, SmolLM2Native) {
+  run_case({"na_sm_nat", true, convert::QuantMode::Keep, BackendKind::Native, 2, 1000});
+}
+
+}  // namespace
+}  // namespace keel

@@ -1,0 +1,166 @@
+// keel chat: ChatML conversation, one turn per line of input; the KV cache carries the
+// conversation from turn to turn.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "keel/cli_util.h"
+#include "keel/commands.h"
+#include "keel/generate.h"
+#include "keel/session.h"
+
+namespace keel::cli {
+namespace {
+
+const char kHelp[] =
+    "usage: keel chat -m MODEL.keel [options]\n"
+    "\n"
+    "Chat with a ChatML model (<|im_start|>role ... <|im_end|>). Each line read from stdin is a\n"
+    "user turn; the answer streams to stdout. On a terminal a '> ' prompt is shown; an empty\n"
+    "line or end of input ends the chat. With -p, answers that one message and exits.\n"
+    "\n"
+    "options:\n"
+    "  -p, --prompt TEXT      one user message, then exit\n"
+    "  --system TEXT          system message (default: the one in the model's chat template,\n"
+    "                         else none)\n"
+    "  -n, --n-predict N      most tokens per answer (default 256)\n"
+    "  --temp T --top-k K --top-p P --min-p P --repeat-penalty R --seed S   as for keel run\n"
+    "                         (defaults 0.2, 40, 0.9, 0.05, 1.1, 42)\n"
+    "  --stats                print a timing and memory summary after each answer (stderr)\n"
+    "%s"
+    "\n"
+    "The KV budget (default: the model's default budget) bounds the whole conversation; with the\n"
+    "full policy the conversation restarts when it is reached.\n";
+
+// The system message a ChatML template inserts by default, if it spells one out.
+std::string default_system(const Model& m) {
+  const auto* t = m.meta()->chat_template();
+  if (!t) return "";
+  const std::string s = t->str();
+  const std::string key = "<|im_start|>system\n";
+  const size_t at = s.find(key);
+  if (at == std::string::npos) return "";
+  const size_t end = s.find("<|im_end|>", at);
+  if (end == std::string::npos) return "";
+  const std::string body = s.substr(at + key.size(), end - at - key.size());
+  // A template that interpolates the message ({{ ... }}) has no fixed default.
+  return body.find("{{") == std::string::npos && body.find("{%") == std::string::npos ? body : "";
+}
+
+}  // namespace
+
+int cmd_chat(int argc, char** argv) {
+  Args args(argc, argv);
+  if (args.flag("--help", "-h")) {
+    printf(kHelp, kSessionHelp);
+    return 0;
+  }
+  SessionOptions so;
+  parse_session_options(args, so);
+  std::string once, system;
+  const bool has_once = args.value("--prompt", "-p", once);
+  const bool has_system = args.value("--system", nullptr, system);
+  uint32_t n_predict = 256;
+  args.u32("--n-predict", "-n", n_predict);
+  text::SamplerConfig sc;
+  sc.temperature = 0.2f;
+  sc.top_k = 40;
+  sc.top_p = 0.9f;
+  sc.min_p = 0.05f;
+  sc.repetition_penalty = 1.1f;
+  sc.seed = 42;
+  args.f32("--temp", nullptr, sc.temperature);
+  args.u32("--top-k", nullptr, sc.top_k);
+  args.f32("--top-p", nullptr, sc.top_p);
+  args.f32("--min-p", nullptr, sc.min_p);
+  args.f32("--repeat-penalty", nullptr, sc.repetition_penalty);
+  args.u64("--seed", nullptr, sc.seed);
+  const bool stats = args.flag("--stats");
+  std::vector<std::string> pos;
+  if (!args.finish(pos)) return usage_error("chat", args.error());
+  if (!pos.empty()) return usage_error("chat", "unexpected argument '" + pos[0] + "'");
+
+  Session session;
+  std::string error;
+  if (!session.load(so, error)) return fail("chat", error);
+  const Model& model = session.model();
+  const fb::Tokenizer* tok = model.meta()->tokenizer();
+  if (tok->im_start_id() < 0 || tok->im_end_id() < 0) {
+    return fail("chat", "the model's tokenizer has no <|im_start|>/<|im_end|> tokens; chat needs a ChatML model "
+                        "(use keel run for plain completion)");
+  }
+  if (!has_system) system = default_system(model);
+  const fb::KvDefaults* kv = model.meta()->kv_defaults();
+  const uint32_t budget = so.kv_budget ? so.kv_budget : (kv ? kv->budget_tokens() : 1024);
+  if (!session.start(budget, error)) return fail("chat", error);
+  Runtime& rt = session.runtime();
+  Error e = rt.set_sampler(0, sc);
+  if (!e.ok()) return fail("chat", e.message());
+  const std::vector<int32_t> stops = {tok->im_end_id(), tok->eos_id()};
+
+  const bool interactive = !has_once && isatty(STDIN_FILENO);
+  std::string pending = system.empty() ? "" : "<|im_start|>system\n" + system + "<|im_end|>\n";
+  bool fresh = true;
+  for (;;) {
+    std::string line;
+    if (has_once) {
+      if (!fresh && !once.empty()) break;
+      line = once;
+      once.clear();
+    } else {
+      if (interactive) {
+        printf("> ");
+        fflush(stdout);
+      }
+      if (!std::getline(std::cin, line) || line.empty()) break;
+    }
+    if (line.empty()) break;
+    std::string turn = pending + "<|im_start|>user\n" + line + "<|im_end|>\n<|im_start|>assistant\n";
+    // Turns after the first follow the end token already in the cache.
+    if (!fresh) turn = "\n" + turn;
+    std::vector<int32_t> ids;
+    if (!encode_text(model, turn, fresh, true, ids, error)) return fail("chat", error);
+    if (rt.sequence_length(0) + ids.size() + 1 > budget) {
+      fprintf(stderr, "[conversation reached the KV budget of %u tokens; starting over]\n", budget);
+      (void)rt.reset(0);
+      fresh = true;
+      turn = (system.empty() ? "" : "<|im_start|>system\n" + system + "<|im_end|>\n") + "<|im_start|>user\n" + line +
+             "<|im_end|>\n<|im_start|>assistant\n";
+      if (!encode_text(model, turn, true, true, ids, error)) return fail("chat", error);
+      if (ids.size() + 1 > budget) return fail("chat", "one message of " + std::to_string(ids.size()) +
+                                                           " tokens exceeds the KV budget; raise --kv-budget");
+    }
+    const double t0 = now_seconds();
+    e = rt.prefill(0, Span<const int32_t>(ids.data(), ids.size()));
+    const double prefill_s = now_seconds() - t0;
+    if (!e.ok()) return fail("chat", std::string(to_string(e.status())) + ": " + e.message());
+    pending.clear();
+    fresh = false;
+    Generation g;
+    if (!generate(rt, n_predict, stops, true, stdout, g, error)) return fail("chat", error);
+    printf("\n");
+    fflush(stdout);
+    if (g.budget_reached) {
+      fprintf(stderr, "[KV budget of %u tokens reached; the next message starts a new conversation]\n", budget);
+      (void)rt.reset(0);
+      fresh = true;
+      pending = system.empty() ? "" : "<|im_start|>system\n" + system + "<|im_end|>\n";
+    }
+    if (stats) {
+      const MemoryPlan& p = session.plan();
+      fprintf(stderr,
+              "[prompt %zu tokens in %.0f ms (%.1f t/s), answer %zu tokens at %.1f t/s; KV %llu/%u tokens; "
+              "weights %s mapped, arenas %s + %s, peak RSS %s]\n",
+              ids.size(), prefill_s * 1000, ids.size() / prefill_s, g.ids.size(),
+              g.decoded ? g.decoded / g.decode_seconds : 0.0, (unsigned long long)rt.sequence_length(0), budget,
+              human_bytes(model.weights_bytes()).c_str(), human_bytes(p.persistent_bytes).c_str(),
+              human_bytes(p.scratch_bytes).c_str(), human_bytes(port::peak_rss_bytes()).c_str());
+    }
+    if (has_once) break;
+  }
+  return 0;
+}
+
+}  // namespace keel::cli

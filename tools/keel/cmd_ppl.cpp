@@ -1,0 +1,102 @@
+// keel ppl: perplexity of a text under the model, full causal context.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "keel/cli_util.h"
+#include "keel/commands.h"
+#include "keel/session.h"
+
+namespace keel::cli {
+namespace {
+
+const char kHelp[] =
+    "usage: keel ppl -m MODEL.keel -f TEXT [--ctx N] [--json]\n"
+    "\n"
+    "Perplexity: exp of the mean negative log-likelihood of every token after the first, each\n"
+    "predicted from all tokens before it (causal, full context), over the first N tokens of the\n"
+    "text.\n"
+    "\n"
+    "options:\n"
+    "  -f, --file FILE        the text\n"
+    "  --ctx N                tokens evaluated (default: the model's trained context)\n"
+    "  --json                 print {tokens, ppl, nll_mean, seconds, tokens_per_second}\n"
+    "%s";
+
+struct Accum {
+  const int32_t* ids;
+  size_t n;
+  uint32_t vocab;
+  double nll_sum = 0;
+  size_t scored = 0;
+};
+
+void accumulate(void* ctx, size_t i, const float* logits) {
+  Accum& a = *static_cast<Accum*>(ctx);
+  if (i + 1 >= a.n) return;  // the last token predicts nothing we have
+  double mx = logits[0];
+  for (uint32_t v = 1; v < a.vocab; ++v) mx = logits[v] > mx ? logits[v] : mx;
+  double sum = 0;
+  for (uint32_t v = 0; v < a.vocab; ++v) sum += std::exp(double(logits[v]) - mx);
+  a.nll_sum += (mx + std::log(sum)) - double(logits[a.ids[i + 1]]);
+  ++a.scored;
+}
+
+}  // namespace
+
+int cmd_ppl(int argc, char** argv) {
+  Args args(argc, argv);
+  if (args.flag("--help", "-h")) {
+    printf(kHelp, kSessionHelp);
+    return 0;
+  }
+  SessionOptions so;
+  parse_session_options(args, so);
+  std::string path;
+  args.value("--file", "-f", path);
+  uint32_t ctx = 0;
+  args.u32("--ctx", nullptr, ctx);
+  const bool json = args.flag("--json");
+  std::vector<std::string> pos;
+  if (!args.finish(pos)) return usage_error("ppl", args.error());
+  if (!pos.empty()) return usage_error("ppl", "unexpected argument '" + pos[0] + "'");
+  if (path.empty()) return usage_error("ppl", "missing -f TEXT");
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return fail("ppl", "cannot read " + path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+
+  so.logit_rows = 16;
+  Session session;
+  std::string error;
+  if (!session.load(so, error)) return fail("ppl", error);
+  std::vector<int32_t> ids;
+  if (!encode_text(session.model(), ss.str(), true, false, ids, error)) return fail("ppl", error);
+  if (ctx == 0) ctx = session.model().shape().context_length;
+  if (ids.size() > ctx) ids.resize(ctx);
+  if (ids.size() < 2) return fail("ppl", "the text has " + std::to_string(ids.size()) + " tokens; at least 2 are needed");
+  const uint32_t budget = so.kv_budget ? so.kv_budget : uint32_t(ids.size());
+  if (budget < ids.size()) {
+    return fail("ppl", std::to_string(ids.size()) + " tokens exceed --kv-budget " + std::to_string(budget) +
+                           " (policy full)");
+  }
+  if (!session.start(budget, error)) return fail("ppl", error);
+  Accum acc{ids.data(), ids.size(), session.model().shape().vocab_size};
+  const double t0 = now_seconds();
+  const Error e = session.runtime().score(0, Span<const int32_t>(ids.data(), ids.size()), accumulate, &acc);
+  const double secs = now_seconds() - t0;
+  if (!e.ok()) return fail("ppl", std::string(to_string(e.status())) + ": " + e.message());
+  const double nll = acc.nll_sum / double(acc.scored);
+  const double ppl = std::exp(nll);
+  if (json) {
+    printf("{\"tokens\":%zu,\"scored\":%zu,\"ppl\":%.6f,\"nll_mean\":%.6f,\"seconds\":%.3f,\"tokens_per_second\":%.2f}\n",
+           ids.size(), acc.scored, ppl, nll, secs, ids.size() / secs);
+  } else {
+    printf("%zu tokens, perplexity %.4f (mean NLL %.4f) in %.2f s (%.1f t/s)\n", ids.size(), ppl, nll, secs,
+           ids.size() / secs);
+  }
+  return 0;
+}
+
+}  // namespace keel::cli
