@@ -1,10 +1,14 @@
 #include "kv/kv_cache.h"
 
+#include <cstring>
+
 #include "core/check.h"
 
 namespace keel {
 
 Error KvCache::init(const KvShape& s, Arena& persistent) {
+  KEEL_ENSURE(s.budget >= 1 && s.budget <= s.capacity, Status::InvalidArgument,
+              "KV budget %u; expected 1..capacity %u", s.budget, s.capacity);
   const uint64_t elems = uint64_t(s.n_layers) * s.n_kv_heads * s.capacity * s.head_dim;
   const uint64_t need = kv_cache_bytes(s);
   const uint64_t avail = persistent.capacity() - persistent.used();
@@ -12,12 +16,109 @@ Error KvCache::init(const KvShape& s, Arena& persistent) {
               (unsigned long long)need, (unsigned long long)avail);
   keys_ = persistent.allocate_array<uint16_t>(elems * 2);
   positions_ = persistent.allocate_array<int32_t>(uint64_t(s.n_layers) * s.n_kv_heads * s.capacity);
-  KEEL_ENSURE(keys_ && positions_, Status::ArenaTooSmall, "KV cache needs %llu bytes; persistent arena too small",
-              (unsigned long long)need);
+  if (s.obs_window > 0) obs_ = persistent.allocate_array<float>(uint64_t(s.n_layers) * s.obs_window * s.q_dim);
+  KEEL_ENSURE(keys_ && positions_ && (s.obs_window == 0 || obs_), Status::ArenaTooSmall,
+              "KV cache needs %llu bytes; persistent arena too small", (unsigned long long)need);
   values_ = keys_ + elems;
   shape_ = s;
   clear();
   return Error();
+}
+
+void KvCache::clear() {
+  prefix_ = 0;
+  ring_len_ = 0;
+  ring_head_ = 0;
+  evicted_ = 0;
+  next_pos_ = 0;
+}
+
+uint32_t KvCache::physical(uint32_t logical) const {
+  if (logical < prefix_) return logical;
+  const uint32_t r = logical - prefix_;
+  if (r < ring_len_) return prefix_ + (ring_head_ + r) % ring_capacity();
+  return logical;  // staging sits right behind the visible entries
+}
+
+int64_t KvCache::rotation_of(uint32_t layer, uint32_t head, uint32_t logical) const {
+  if (logical < prefix_) return logical;
+  return positions(layer, head)[physical(logical)];
+}
+
+void KvCache::move_entry(uint32_t layer, uint32_t head, uint32_t from, uint32_t to) {
+  if (from == to) return;
+  const uint32_t hd = shape_.head_dim;
+  uint16_t* k = keys(layer, head);
+  uint16_t* v = values(layer, head);
+  memcpy(k + uint64_t(to) * hd, k + uint64_t(from) * hd, hd * 2);
+  memcpy(v + uint64_t(to) * hd, v + uint64_t(from) * hd, hd * 2);
+  positions(layer, head)[to] = positions(layer, head)[from];
+}
+
+void KvCache::append_ring(uint32_t n) {
+  const uint32_t cap = ring_capacity();
+  const uint32_t base = visible();  // where the staged entries are
+  if (ring_len_ + n <= cap) {
+    // Not full yet: the staged entries are already in place (ring_head_ is 0).
+    ring_len_ += n;
+    return;
+  }
+  // The newest `cap` of ring + staging survive. Staged entry j goes to ring slot
+  // (ring_head_ + ring_len_ + j) % cap, overwriting the oldest.
+  const uint32_t first = n > cap ? n - cap : 0;  // staged entries that never make it
+  for (uint32_t l = 0; l < shape_.n_layers; ++l) {
+    for (uint32_t h = 0; h < shape_.n_kv_heads; ++h) {
+      for (uint32_t j = first; j < n; ++j) {
+        const uint32_t slot = prefix_ + (ring_head_ + ring_len_ + j) % cap;
+        // A staged entry still inside the ring region is already where it belongs.
+        move_entry(l, h, base + j, slot);
+      }
+    }
+  }
+  const uint32_t total = ring_len_ + n;
+  evicted_ += total - cap;
+  ring_head_ = (ring_head_ + ring_len_ + n) % cap;  // oldest survivor follows the newest write
+  ring_len_ = cap;
+}
+
+void KvCache::pin_sinks(uint32_t sinks) {
+  if (prefix_ != 0 || evicted_ != 0 || ring_head_ != 0) return;
+  const uint32_t s = sinks < ring_len_ ? sinks : ring_len_;
+  prefix_ = s;
+  ring_len_ -= s;
+}
+
+void KvCache::compact_head(uint32_t l, uint32_t h, const uint32_t* keep, uint32_t n_keep, uint32_t staged,
+                           void (*rotate)(void*, uint16_t*, int64_t, int64_t), void* rotate_ctx, void* scratch) {
+  const uint32_t hd = shape_.head_dim;
+  const uint32_t total = visible() + staged;
+  // Gather into scratch first: kept entries may sit anywhere (ring order wraps), so moving them
+  // in place could overwrite an entry before it is read.
+  uint16_t* kbuf = static_cast<uint16_t*>(scratch);
+  uint16_t* vbuf = kbuf + uint64_t(n_keep) * hd;
+  int32_t* pbuf = reinterpret_cast<int32_t*>(vbuf + uint64_t(n_keep) * hd);
+  uint16_t* k = keys(l, h);
+  uint16_t* v = values(l, h);
+  int32_t* p = positions(l, h);
+  for (uint32_t i = 0; i < n_keep; ++i) {
+    const uint32_t logical = keep[i] < total ? keep[i] : total - 1;
+    const uint32_t from = physical(logical);
+    memcpy(kbuf + uint64_t(i) * hd, k + uint64_t(from) * hd, hd * 2);
+    memcpy(vbuf + uint64_t(i) * hd, v + uint64_t(from) * hd, hd * 2);
+    pbuf[i] = p[from];
+    const int64_t was = logical < prefix_ ? int64_t(logical) : int64_t(p[from]);
+    if (was != int64_t(i)) rotate(rotate_ctx, kbuf + uint64_t(i) * hd, was, i);
+  }
+  memcpy(k, kbuf, uint64_t(n_keep) * hd * 2);
+  memcpy(v, vbuf, uint64_t(n_keep) * hd * 2);
+  memcpy(p, pbuf, uint64_t(n_keep) * 4);
+}
+
+void KvCache::finish_compact(uint32_t n_keep, uint32_t staged) {
+  evicted_ += visible() + staged - n_keep;
+  prefix_ = n_keep;
+  ring_len_ = 0;
+  ring_head_ = 0;
 }
 
 }  // namespace keel

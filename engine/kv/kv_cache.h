@@ -1,7 +1,17 @@
-// The KV cache of one sequence (slot): for every layer and KV head, up to `capacity` cached
-// tokens, each with its key (rotated at its position), its value and its original position.
-// Every (layer, head) holds the same number of entries; which tokens they are may differ per
-// head (SnapKV selects per KV head). Storage is IEEE half.
+// The KV cache of one sequence (slot). For every layer and KV head the same number of entries,
+// each a key, a value (IEEE half) and the token's original position. Which tokens they are may
+// differ per head (SnapKV selects per KV head). Physical layout of each (layer, head):
+//
+//   [0, prefix)                 prefix: sinks and SnapKV-kept tokens, compacted in original
+//                               order; each key is rotated at its *cache index*
+//   [prefix, prefix + ring_len) ring of the most recent tokens (contiguous positions), oldest at
+//                               prefix + ring_head; keys rotated at their *original position*
+//   [visible, visible + n)      staging: the chunk being computed, appended behind the ring
+//
+// Attention of a query with true position t and cache index c uses q rotated at c against the
+// prefix and at t against ring and staging: every distance is then the distance in the cache
+// (StreamingLLM), however long the stream. Until the first eviction the prefix is empty and
+// this is plain full attention, bit for bit.
 #pragma once
 
 #include <cstdint>
@@ -15,14 +25,18 @@ struct KvShape {
   uint32_t n_layers = 0;
   uint32_t n_kv_heads = 0;
   uint32_t head_dim = 0;
-  uint32_t capacity = 0;  // entries per (layer, head)
+  uint32_t capacity = 0;  // budget + one chunk of staging
+  uint32_t budget = 0;    // entries kept between forward passes
+  uint32_t q_dim = 0;     // n_heads * head_dim, for the observation queries
+  uint32_t obs_window = 0;  // SnapKV observation window (0: no observation queries kept)
 };
 
 constexpr uint64_t kv_cache_bytes(const KvShape& s) {
   const uint64_t heads = uint64_t(s.n_layers) * s.n_kv_heads;
   const uint64_t kv = heads * s.capacity * s.head_dim * 2 /* f16 */ * 2 /* K and V */;
   const uint64_t pos = heads * s.capacity * 4;
-  return ((kv + 63) / 64) * 64 + ((pos + 63) / 64) * 64;
+  const uint64_t obs = uint64_t(s.n_layers) * s.obs_window * s.q_dim * 4;
+  return ((kv + 63) / 64) * 64 + ((pos + 63) / 64) * 64 + ((obs + 63) / 64) * 64;
 }
 
 class KvCache {
@@ -30,36 +44,75 @@ class KvCache {
   Error init(const KvShape& shape, Arena& persistent);
 
   const KvShape& shape() const { return shape_; }
-  uint32_t size() const { return size_; }          // entries per (layer, head)
-  int64_t next_position() const { return next_pos_; }  // position of the next token appended
-  void clear() {
-    size_ = 0;
-    next_pos_ = 0;
-  }
+  uint32_t prefix() const { return prefix_; }
+  uint32_t ring_len() const { return ring_len_; }
+  uint32_t ring_capacity() const { return shape_.budget - prefix_; }
+  // Entries a new chunk attends to besides itself.
+  uint32_t visible() const { return prefix_ + ring_len_; }
+  int64_t next_position() const { return next_pos_; }
+  // Tokens evicted so far (all heads evict the same number).
+  uint64_t evicted() const { return evicted_; }
+  void clear();
 
   // [capacity][head_dim] halves of (layer, head)
   uint16_t* keys(uint32_t layer, uint32_t head) { return keys_ + slab(layer, head) * shape_.head_dim; }
   uint16_t* values(uint32_t layer, uint32_t head) { return values_ + slab(layer, head) * shape_.head_dim; }
+  const uint16_t* keys(uint32_t layer, uint32_t head) const { return keys_ + slab(layer, head) * shape_.head_dim; }
   // [capacity] original positions of (layer, head)
   int32_t* positions(uint32_t layer, uint32_t head) { return positions_ + slab(layer, head); }
+  const int32_t* positions(uint32_t layer, uint32_t head) const { return positions_ + slab(layer, head); }
 
-  // Bookkeeping after a forward pass appended `n` tokens to every (layer, head).
-  void commit(uint32_t n) {
-    size_ += n;
-    next_pos_ += n;
+  // Physical index of the entry `logical` (0 = oldest prefix entry, then ring oldest first,
+  // then staging).
+  uint32_t physical(uint32_t logical) const;
+
+  // After a forward pass wrote `n` staged entries at [visible, visible + n): they join the ring.
+  // When the ring overflows, its oldest entries are overwritten (the newest n survive).
+  void append_ring(uint32_t n);
+
+  // Turns the first `sinks` ring entries into the prefix (StreamingLLM's attention sinks). Only
+  // valid while nothing was evicted and the prefix is empty: their keys were rotated at their
+  // original positions 0..sinks-1, which are also their cache indices.
+  void pin_sinks(uint32_t sinks);
+
+  // Compaction, one (layer, head) at a time, then finish_compact once: keeps the logical entries
+  // keep[0..n_keep) (increasing, over prefix + ring + the `staged` staged entries) as the new
+  // prefix, in that order; the ring becomes empty. `rotate(ctx, key, from, to)` re-rotates a
+  // half key from rotation position `from` to its new cache index `to`. `scratch` holds
+  // compact_scratch_bytes().
+  void compact_head(uint32_t layer, uint32_t head, const uint32_t* keep, uint32_t n_keep, uint32_t staged,
+                    void (*rotate)(void* ctx, uint16_t* key, int64_t from, int64_t to), void* rotate_ctx,
+                    void* scratch);
+  void finish_compact(uint32_t n_keep, uint32_t staged);
+  uint64_t compact_scratch_bytes() const { return uint64_t(shape_.capacity) * (uint64_t(shape_.head_dim) * 4 + 4); }
+  // The rotation position of the key at logical index `logical` (prefix: its index; others:
+  // their original position).
+  int64_t rotation_of(uint32_t layer, uint32_t head, uint32_t logical) const;
+
+  // The unrotated query of the token at `position` in layer `layer` ([q_dim] floats), kept for
+  // the last obs_window positions (a ring indexed by position).
+  float* observation(uint32_t layer, int64_t position) {
+    return obs_ + (uint64_t(layer) * shape_.obs_window + uint64_t(position % shape_.obs_window)) * shape_.q_dim;
   }
-  // After a policy compacted every (layer, head) to `n` entries.
-  void set_size(uint32_t n) { size_ = n; }
+
+  // Advances positions after `n` tokens went through the model.
+  void advance(uint32_t n) { next_pos_ += n; }
 
  private:
   uint64_t slab(uint32_t layer, uint32_t head) const {
     return (uint64_t(layer) * shape_.n_kv_heads + head) * shape_.capacity;
   }
+  void move_entry(uint32_t layer, uint32_t head, uint32_t from, uint32_t to);
+
   KvShape shape_;
   uint16_t* keys_ = nullptr;
   uint16_t* values_ = nullptr;
   int32_t* positions_ = nullptr;
-  uint32_t size_ = 0;
+  float* obs_ = nullptr;  // [layers][obs_window][q_dim]
+  uint32_t prefix_ = 0;
+  uint32_t ring_len_ = 0;
+  uint32_t ring_head_ = 0;  // ring index of the oldest entry; 0 whenever the ring is not full
+  uint64_t evicted_ = 0;
   int64_t next_pos_ = 0;
 };
 

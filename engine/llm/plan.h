@@ -26,6 +26,7 @@ struct PlanConfig {
   uint32_t chunk_tokens = 64;
   uint32_t threads = 1;
   uint32_t logit_rows = 1;    // tokens of a chunk whose logits are computed together (ppl: more)
+  uint32_t snap_window = 32;  // SnapKV observation window; 0 when the policy does not use SnapKV
   // Persistent bytes of backend state that exists only at run time: XNNPACK's operators and its
   // packed copy of the F32 weights, measured by xnnpack_persistent_bytes() (llm/transformer.h).
   // 0 for the ref and native backends, and in firmware plans (no XNNPACK on bare metal).
@@ -60,10 +61,12 @@ struct MemoryPlan {
 
 constexpr uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
-// Bytes of one slot's KV cache (keys+values as one allocation, positions as another).
-constexpr uint64_t plan_kv_slot_bytes(const PlanShape& s, uint64_t capacity) {
+// Bytes of one slot's KV cache: keys+values, positions, and the unrotated queries of the
+// last `snap_window` tokens (SnapKV's observation window).
+constexpr uint64_t plan_kv_slot_bytes(const PlanShape& s, uint64_t capacity, uint64_t snap_window) {
   const uint64_t heads = uint64_t(s.n_layers) * s.n_kv_heads;
-  return plan_align(heads * capacity * s.head_dim * 2 * 2) + plan_align(heads * capacity * 4);
+  return plan_align(heads * capacity * s.head_dim * 2 * 2) + plan_align(heads * capacity * 4) +
+         plan_align(uint64_t(s.n_layers) * snap_window * s.n_heads * s.head_dim * 4);
 }
 
 constexpr MemoryPlan plan_memory(const PlanShape& s, const PlanConfig& c) {
@@ -81,7 +84,7 @@ constexpr MemoryPlan plan_memory(const PlanShape& s, const PlanConfig& c) {
   p.tokenizer_bytes = plan_align(s.tokenizer_bytes);
   p.rope_bytes = plan_align(uint64_t(s.head_dim / 2) * 8);
   p.backend_bytes = plan_align(c.backend_bytes);
-  p.kv_bytes = slots * plan_kv_slot_bytes(s, p.kv_capacity_tokens);
+  p.kv_bytes = slots * plan_kv_slot_bytes(s, p.kv_capacity_tokens, c.snap_window);
   p.logits_bytes = slots * (plan_align(uint64_t(s.vocab_size) * 4) + plan_align(kSlotStateBytes));
   p.persistent_bytes = p.tokenizer_bytes + p.rope_bytes + p.backend_bytes + p.kv_bytes + p.logits_bytes;
 
@@ -93,8 +96,15 @@ constexpr MemoryPlan plan_memory(const PlanShape& s, const PlanConfig& c) {
                        plan_align(chunk * uint64_t(s.ffn_dim) * 4) * 2 +
                        plan_align(chunk * act_block_count(widest_in) * kActBlockBytes) +
                        plan_align(chunk * uint64_t(s.head_dim / 2) * 4) * 2;
-  // One probability row over the whole cache per worker.
-  p.attention_bytes = plan_align(threads * p.kv_capacity_tokens * 4);
+  // One probability row over the whole cache and one re-rotated query per worker, the RoPE
+  // table of the chunk's cache-position shift; with SnapKV: a score row, the summed scores,
+  // their pooled copy, the selection order and kept indices, and the compaction buffer.
+  const uint64_t cap = p.kv_capacity_tokens;
+  p.attention_bytes = plan_align(threads * cap * 4) + plan_align(threads * uint64_t(s.head_dim) * 4) +
+                      plan_align(uint64_t(s.head_dim / 2) * 4) * 2;
+  if (c.snap_window > 0) {
+    p.attention_bytes += plan_align(cap * 4) * 5 + plan_align(cap * (uint64_t(s.head_dim) * 4 + 4));
+  }
   p.logit_rows_bytes = plan_align(logit_rows * s.vocab_size * 4);
   // Sampler: (logit, id) candidates over the vocabulary and a bitmap of seen tokens.
   p.sampler_bytes = plan_align(uint64_t(s.vocab_size) * 8 + (uint64_t(s.vocab_size) + 31) / 32 * 4 + 16);

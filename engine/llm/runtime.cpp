@@ -31,6 +31,10 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
               (unsigned long long)p.persistent_bytes);
   KEEL_ENSURE(scratch.size() >= p.scratch_bytes, Status::ArenaTooSmall,
               "scratch arena is %zu bytes; the plan needs %llu", scratch.size(), (unsigned long long)p.scratch_bytes);
+  KEEL_TRY(validate_kv_policy(config.kv, pc.kv_budget_tokens, pc.chunk_tokens));
+  KEEL_ENSURE(!kv_policy_uses_snapkv(config.kv.kind) || (pc.snap_window >= config.kv.snap_window),
+              Status::InvalidArgument, "policy %s needs a plan with a SnapKV observation window of %u (plan has %u)",
+              kv_policy_name(config.kv.kind), config.kv.snap_window, pc.snap_window);
   Result<Backend> b = select_backend(config.backend);
   if (!b.ok()) return b.error();
 
@@ -57,8 +61,10 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
   KEEL_ENSURE(scratch_.used() == p.scratch_bytes, Status::Internal, "scratch arena use %zu differs from the plan %llu",
               scratch_.used(), (unsigned long long)p.scratch_bytes);
 
-  const KvShape kvs{model.shape().n_layers, model.shape().n_kv_heads, model.shape().head_dim,
-                    uint32_t(p.kv_capacity_tokens)};
+  const KvShape kvs{model.shape().n_layers,        model.shape().n_kv_heads,
+                    model.shape().head_dim,        uint32_t(p.kv_capacity_tokens),
+                    pc.kv_budget_tokens,           model.shape().n_heads * model.shape().head_dim,
+                    pc.snap_window};
   // Slot records: one block of kSlotStateBytes per slot, then each slot's cache and logits.
   static_assert(sizeof(Slot) <= kSlotStateBytes, "slot record exceeds its planned bytes");
   uint8_t* records = static_cast<uint8_t*>(persistent_.allocate(uint64_t(pc.slots) * kSlotStateBytes));
@@ -95,12 +101,48 @@ Runtime::Slot& Runtime::slot_at(uint32_t i) const {
 }
 
 Error Runtime::make_room(Slot& s, uint32_t n) {
-  // Full-cache policy: the sequence may grow to the budget, never past it.
+  // Only `full` refuses: it may grow to the budget, never past it. The others evict or compress.
+  if (config_.kv.kind != KvPolicyKind::Full) return Error();
   const uint64_t budget = config_.plan.kv_budget_tokens;
-  KEEL_ENSURE(s.kv.size() + uint64_t(n) <= budget, Status::KvFull,
-              "sequence of %u tokens + %u new exceeds the KV budget of %llu tokens (policy full)", s.kv.size(), n,
+  KEEL_ENSURE(s.kv.visible() + uint64_t(n) <= budget, Status::KvFull,
+              "sequence of %u tokens + %u new exceeds the KV budget of %llu tokens (policy full)", s.kv.visible(), n,
               (unsigned long long)budget);
   return Error();
+}
+
+Error Runtime::settle(Slot& s, uint32_t n, bool prefill) {
+  const KvPolicyConfig& p = config_.kv;
+  const uint32_t budget = config_.plan.kv_budget_tokens;
+  KvCache& kv = s.kv;
+  const bool overflow = kv.visible() + n > budget;
+  switch (p.kind) {
+    case KvPolicyKind::Full:
+    case KvPolicyKind::Window:
+      kv.append_ring(n);
+      return Error();
+    case KvPolicyKind::Streaming:
+      if (overflow && kv.prefix() == 0 && kv.evicted() == 0) kv.pin_sinks(p.sinks);
+      kv.append_ring(n);
+      return Error();
+    case KvPolicyKind::SnapKV:
+      if (!overflow) {
+        kv.append_ring(n);
+        return Error();
+      }
+      return transformer_.compress_snapkv(kv, n, prefill ? budget : snapkv_decode_target(budget, config_.plan.chunk_tokens),
+                                          0, p.snap_window, p.snap_kernel);
+    case KvPolicyKind::SnapStream: {
+      const uint32_t ring = snapstream_window(p, budget);
+      // Prompt chunks (and a first overflow while decoding) are compressed by SnapKV into the
+      // prefix; afterwards generated tokens cycle through the recent ring.
+      if (overflow && (prefill || kv.prefix() == 0)) {
+        return transformer_.compress_snapkv(kv, n, budget - ring, p.sinks, p.snap_window, p.snap_kernel);
+      }
+      kv.append_ring(n);
+      return Error();
+    }
+  }
+  return Error(Status::Internal, "unknown KV policy");
 }
 
 Error Runtime::prefill(uint32_t slot, Span<const int32_t> tokens) {
@@ -119,6 +161,7 @@ Error Runtime::prefill(uint32_t slot, Span<const int32_t> tokens) {
     const uint32_t n = uint32_t(tokens.size() - done < chunk ? tokens.size() - done : chunk);
     const bool last = done + n == tokens.size();
     KEEL_TRY(transformer_.forward(s.kv, tokens.data() + done, n, last ? s.logits : nullptr, last ? 1 : 0));
+    KEEL_TRY(settle(s, n, true));
     done += n;
   }
   s.prefilled += tokens.size();
@@ -133,6 +176,7 @@ Error Runtime::decode(uint32_t slot, int32_t token) {
               "token id %d; expected 0..%u", token, model_->shape().vocab_size - 1);
   KEEL_TRY(make_room(s, 1));
   KEEL_TRY(transformer_.forward(s.kv, &token, 1, s.logits, 1));
+  KEEL_TRY(settle(s, 1, false));
   s.decoded += 1;
   remember(s, &token, 1);
   return Error();
@@ -153,6 +197,7 @@ Error Runtime::score(uint32_t slot, Span<const int32_t> tokens, void (*fn)(void*
   for (size_t done = 0; done < tokens.size();) {
     const uint32_t n = uint32_t(tokens.size() - done < step ? tokens.size() - done : step);
     KEEL_TRY(transformer_.forward(s.kv, tokens.data() + done, n, rows, n));
+    KEEL_TRY(settle(s, n, true));
     for (uint32_t t = 0; t < n; ++t) fn(ctx, done + t, rows + uint64_t(t) * vocab);
     done += n;
   }

@@ -10,6 +10,7 @@
 #include "core/span.h"
 #include "core/threads.h"
 #include "kv/kv_cache.h"
+#include "kv/kv_policy.h"
 #include "llm/backend.h"
 #include "llm/plan.h"
 #include "llm/transformer.h"
@@ -21,6 +22,7 @@ namespace keel {
 
 struct RuntimeConfig {
   PlanConfig plan;
+  KvPolicyConfig kv;
   BackendKind backend = BackendKind::Auto;
 };
 
@@ -64,6 +66,7 @@ class Runtime {
   // Picks the next token from the slot's current logits (the repetition penalty sees the
   // slot's recent tokens and changes the logits in place).
   Result<int32_t> sample(uint32_t slot);
+  const KvCache& kv_cache(uint32_t slot) const { return slot_at(slot).kv; }
   // Forgets the slot's sequence.
   Error reset(uint32_t slot);
   uint64_t sequence_length(uint32_t slot) const;
@@ -92,6 +95,9 @@ class Runtime {
   void remember(Slot& s, const int32_t* tokens, size_t n);
   Error check_slot(uint32_t slot) const;
   Error make_room(Slot& s, uint32_t n);
+  // After a forward pass staged `n` entries: the policy turns them into ring entries, evicting
+  // or compressing as it must, so the cache is back within the budget.
+  Error settle(Slot& s, uint32_t n, bool prefill);
   Slot& slot_at(uint32_t i) const;
 
   const Model* model_ = nullptr;

@@ -6,6 +6,7 @@
 #include "core/check.h"
 #include "kernels/dequant.h"
 #if defined(KEEL_HAVE_XNNPACK)
+#include "kernels/xnnpack/xnn_memory.h"
 #include "kernels/xnnpack/xnn_model_ops.h"
 #endif
 
@@ -47,11 +48,29 @@ struct AttentionJob {
   const Backend* backend;
   xnn::ModelOps* xnn;
   uint32_t layer, n, n_heads, group, head_dim, tasks, capacity;
-  uint32_t size_before;
+  uint32_t visible;          // entries before the chunk
+  uint32_t prefix;           // of which the first `prefix` are rotated at their cache index
+  uint32_t rope_pairs;       // rotated pairs per head
+  bool rope_halves;
+  const float* shift_cos;    // rotation by (cache index - position), per pair
+  const float* shift_sin;
   const float* q;
   float* att;
-  float* rows;
+  float* rows;               // [tasks][capacity]
+  float* qrot;               // [tasks][head_dim]
 };
+
+// out = q rotated by the angle table (c, s): moves a query from its position to its cache index
+// for the prefix keys (docs/kv.md).
+void rotate_query(const float* q, const float* c, const float* s, uint32_t pairs, uint32_t hd, bool halves,
+                  float* out) {
+  for (uint32_t i = 0; i < hd; ++i) out[i] = q[i];
+  for (uint32_t i = 0; i < pairs; ++i) {
+    const uint32_t a = halves ? i : 2 * i, b = halves ? i + pairs : 2 * i + 1;
+    out[a] = q[a] * c[i] - q[b] * s[i];
+    out[b] = q[a] * s[i] + q[b] * c[i];
+  }
+}
 
 void attention_task(void* ctx, size_t task) {
   const AttentionJob& j = *static_cast<const AttentionJob*>(ctx);
@@ -59,15 +78,22 @@ void attention_task(void* ctx, size_t task) {
   const uint32_t begin = uint32_t(uint64_t(total) * task / j.tasks);
   const uint32_t end = uint32_t(uint64_t(total) * (task + 1) / j.tasks);
   float* scores = j.rows + uint64_t(task) * j.capacity;
+  float* qc = j.qrot + uint64_t(task) * j.head_dim;
   const float scale = 1.0f / std::sqrt(float(j.head_dim));
   const uint32_t q_dim = j.n_heads * j.head_dim;
+  const uint64_t hd = j.head_dim;
   for (uint32_t item = begin; item < end; ++item) {
     const uint32_t t = item / j.n_heads, h = item % j.n_heads;
     const uint32_t kvh = h / j.group;
-    // Causal: token t of the chunk sees everything cached before the chunk and chunk tokens <= t.
-    const uint32_t len = j.size_before + t + 1;
+    // Causal: token t of the chunk sees the visible entries and chunk tokens <= t.
+    const uint32_t len = j.visible + t + 1;
     const float* qh = j.q + uint64_t(t) * q_dim + uint64_t(h) * j.head_dim;
-    j.backend->attention->scores(qh, j.kv->keys(j.layer, kvh), len, j.head_dim, scale, scores);
+    const uint16_t* keys = j.kv->keys(j.layer, kvh);
+    if (j.prefix > 0) {
+      rotate_query(qh, j.shift_cos, j.shift_sin, j.rope_pairs, j.head_dim, j.rope_halves, qc);
+      j.backend->attention->scores(qc, keys, j.prefix, j.head_dim, scale, scores);
+    }
+    j.backend->attention->scores(qh, keys + j.prefix * hd, len - j.prefix, j.head_dim, scale, scores + j.prefix);
 #if defined(KEEL_HAVE_XNNPACK)
     if (!(j.xnn && j.xnn->softmax(uint32_t(task), scores, len))) j.backend->vector->softmax(scores, len);
 #else
@@ -100,6 +126,8 @@ Result<uint64_t> xnnpack_persistent_bytes(const Model& model, const PlanConfig& 
 #if defined(KEEL_HAVE_XNNPACK)
   const xnn::ModelOpsConfig c = xnnpack_config(model, config, b.value().xnnpack_ops);
   if (!c.fully_connected_f32 && !c.softmax) return uint64_t(0);
+  // Auto runs natively where XNNPACK cannot start (xnnpack itself fails in select_backend).
+  if (kind == BackendKind::Auto && !xnn::initialize().ok()) return uint64_t(0);
   return xnn::ModelOps::measure(model, c, work);
 #else
   return uint64_t(0);
@@ -108,10 +136,9 @@ Result<uint64_t> xnnpack_persistent_bytes(const Model& model, const PlanConfig& 
 
 uint64_t xnnpack_work_bytes(const Model& model, const PlanConfig& config, BackendKind kind) {
 #if defined(KEEL_HAVE_XNNPACK)
-  const uint32_t ops = kind == BackendKind::Xnnpack ? kXnnFullyConnectedF32 | kXnnSoftmax
-                       : kind == BackendKind::Auto  ? uint32_t(kXnnFullyConnectedF32)
-                                                    : 0u;
-  return model.loaded() ? xnn::ModelOps::work_bytes(model, xnnpack_config(model, config, ops)) : 0;
+  Result<Backend> b = select_backend(kind);
+  if (!b.ok() || !model.loaded()) return 0;
+  return xnn::ModelOps::work_bytes(model, xnnpack_config(model, config, b.value().xnnpack_ops));
 #else
   return 0;
 #endif
@@ -211,8 +238,22 @@ Error Transformer::init(const Model& model, const Backend& backend, const PlanCo
   cos_ = scratch.allocate_array<float>(chunk * (shape_.head_dim / 2));
   sin_ = scratch.allocate_array<float>(chunk * (shape_.head_dim / 2));
   att_rows_ = scratch.allocate_array<float>(uint64_t(config.threads) * capacity_);
+  qrot_ = scratch.allocate_array<float>(uint64_t(config.threads) * shape_.head_dim);
+  shift_cos_ = scratch.allocate_array<float>(shape_.head_dim / 2);
+  shift_sin_ = scratch.allocate_array<float>(shape_.head_dim / 2);
+  if (config.snap_window > 0) {
+    snap_row_ = scratch.allocate_array<float>(capacity_);
+    snap_acc_ = scratch.allocate_array<float>(capacity_);
+    snap_pool_ = scratch.allocate_array<float>(capacity_);
+    snap_order_ = scratch.allocate_array<uint32_t>(capacity_);
+    snap_keep_ = scratch.allocate_array<uint32_t>(capacity_);
+    snap_compact_ = scratch.allocate(uint64_t(capacity_) * (uint64_t(shape_.head_dim) * 4 + 4));
+    KEEL_ENSURE(snap_row_ && snap_acc_ && snap_pool_ && snap_order_ && snap_keep_ && snap_compact_,
+                Status::ArenaTooSmall, "scratch arena too small for SnapKV buffers");
+  }
   logit_rows_ = scratch.allocate_array<float>(uint64_t(config.logit_rows) * shape_.vocab_size);
-  KEEL_ENSURE(x_ && xb_ && q_ && k_ && v_ && att_ && hb_ && hb2_ && xq_ && cos_ && sin_ && att_rows_ && logit_rows_,
+  KEEL_ENSURE(x_ && xb_ && q_ && k_ && v_ && att_ && hb_ && hb2_ && xq_ && cos_ && sin_ && att_rows_ && qrot_ &&
+                  shift_cos_ && shift_sin_ && logit_rows_,
               Status::ArenaTooSmall, "scratch arena of %zu bytes is too small for chunk %u", scratch.capacity(),
               config.chunk_tokens);
   return Error();
@@ -301,7 +342,13 @@ void Transformer::attention(KvCache& kv, uint32_t layer, uint32_t n) {
   j.group = shape_.n_heads / shape_.n_kv_heads;
   j.head_dim = shape_.head_dim;
   j.capacity = capacity_;
-  j.size_before = kv.size();
+  j.visible = kv.visible();
+  j.prefix = kv.prefix();
+  j.rope_pairs = rope_dim_ / 2;
+  j.rope_halves = rope_halves_;
+  j.shift_cos = shift_cos_;
+  j.shift_sin = shift_sin_;
+  j.qrot = qrot_;
   j.q = q_;
   j.att = att_;
   j.rows = att_rows_;
@@ -314,8 +361,8 @@ void Transformer::attention(KvCache& kv, uint32_t layer, uint32_t n) {
 Error Transformer::forward(KvCache& kv, const int32_t* tokens, uint32_t n, float* logits, uint32_t n_logits) {
   KEEL_ENSURE(n >= 1 && n <= config_.chunk_tokens, Status::InvalidArgument, "chunk of %u tokens; expected 1..%u", n,
               config_.chunk_tokens);
-  KEEL_ENSURE(kv.size() + n <= kv.shape().capacity, Status::KvFull,
-              "KV cache holds %u of %u entries; %u more do not fit", kv.size(), kv.shape().capacity, n);
+  KEEL_ENSURE(kv.visible() + n <= kv.shape().capacity, Status::KvFull,
+              "KV cache shows %u of %u entries; %u more do not fit", kv.visible(), kv.shape().capacity, n);
   KEEL_ENSURE(n_logits <= n && n_logits <= config_.logit_rows, Status::InvalidArgument,
               "%u logit rows requested; expected <= %u", n_logits, config_.logit_rows);
   for (uint32_t t = 0; t < n; ++t) {
@@ -325,11 +372,20 @@ Error Transformer::forward(KvCache& kv, const int32_t* tokens, uint32_t n, float
   const VectorKernels& vk = *backend_.vector;
   const uint32_t dim = shape_.dim, hd = shape_.head_dim, ffn = shape_.ffn_dim;
   const uint32_t q_dim = shape_.n_heads * hd, kv_dim = shape_.n_kv_heads * hd;
-  const uint32_t size_before = kv.size();
+  const uint32_t size_before = kv.visible();
   const int64_t pos0 = kv.next_position();
+  const uint32_t obs_window = kv.shape().obs_window;
 
   embed(tokens, n);
   rope_tables(pos0, n);
+  if (kv.prefix() > 0) {
+    // Cache index minus position is the same for every token of the chunk.
+    const double shift = double(int64_t(size_before) - pos0);
+    for (uint32_t i = 0; i < rope_dim_ / 2; ++i) {
+      shift_cos_[i] = float(std::cos(shift * inv_freq_[i]));
+      shift_sin_[i] = float(std::sin(shift * inv_freq_[i]));
+    }
+  }
   for (uint32_t l = 0; l < shape_.n_layers; ++l) {
     const LayerWeights w = layer_weights(*model_, l);
     const float* attn_norm = reinterpret_cast<const float*>(w.attn_norm.data);
@@ -346,6 +402,10 @@ Error Transformer::forward(KvCache& kv, const int32_t* tokens, uint32_t n, float
         vk.add(k_ + uint64_t(t) * kv_dim, reinterpret_cast<const float*>(w.bk.data), kv_dim, k_ + uint64_t(t) * kv_dim);
         vk.add(v_ + uint64_t(t) * kv_dim, reinterpret_cast<const float*>(w.bv.data), kv_dim, v_ + uint64_t(t) * kv_dim);
       }
+    }
+    // SnapKV scores the cache with the last queries, kept unrotated.
+    for (uint32_t t = (n > obs_window ? n - obs_window : 0); obs_window > 0 && t < n; ++t) {
+      memcpy(kv.observation(l, pos0 + t), q_ + uint64_t(t) * q_dim, uint64_t(q_dim) * 4);
     }
     apply_rope(q_, n, shape_.n_heads, q_dim);
     apply_rope(k_, n, shape_.n_kv_heads, kv_dim);
@@ -375,7 +435,7 @@ Error Transformer::forward(KvCache& kv, const int32_t* tokens, uint32_t n, float
     matmul(w.down, hb_, ffn, false, n, xb_, dim);
     for (uint32_t t = 0; t < n; ++t) vk.add(x_ + uint64_t(t) * dim, xb_ + uint64_t(t) * dim, dim, x_ + uint64_t(t) * dim);
   }
-  kv.commit(n);
+  kv.advance(n);
 
   if (logits && n_logits > 0) {
     const uint32_t first = n - n_logits;

@@ -37,6 +37,14 @@ class Transformer {
   // of the last `n_logits` tokens there, [n_logits][vocab] (n_logits <= logit_rows).
   Error forward(KvCache& kv, const int32_t* tokens, uint32_t n, float* logits, uint32_t n_logits);
 
+  // SnapKV: keeps `target` entries of prefix + ring + `staged` per (layer, KV head): the first
+  // `sinks`, the last `window` (the observation window) and the best-scored others (docs/kv.md).
+  // `kernel` 0 = adaptive pooling.
+  Error compress_snapkv(KvCache& kv, uint32_t staged, uint32_t target, uint32_t sinks, uint32_t window,
+                        uint32_t kernel);
+  // Re-rotates a half key from rotation position `from` to `to` (RoPE composes by addition).
+  void rotate_key(uint16_t* key, int64_t from, int64_t to) const;
+
   const ModelShape& shape() const { return shape_; }
   const PlanConfig& config() const { return config_; }
   float* logit_rows() const { return logit_rows_; }
@@ -71,6 +79,11 @@ class Transformer {
   ActBlock* xq_ = nullptr;
   float *cos_ = nullptr, *sin_ = nullptr;
   float* att_rows_ = nullptr;     // [threads][capacity]
+  float* qrot_ = nullptr;         // [threads][head_dim]
+  float *shift_cos_ = nullptr, *shift_sin_ = nullptr;  // [rope_dim / 2]
+  float *snap_row_ = nullptr, *snap_acc_ = nullptr, *snap_pool_ = nullptr;  // [capacity]
+  uint32_t *snap_order_ = nullptr, *snap_keep_ = nullptr;                    // [capacity]
+  void* snap_compact_ = nullptr;
   float* logit_rows_ = nullptr;   // [logit_rows][vocab]
   xnn::ModelOps* xnn_ = nullptr;  // XNNPACK operators (backend.xnnpack_ops), in the backend block
 };

@@ -12,9 +12,12 @@
 //   g++ -O2 -march=native -std=c++20 -I engine -I tools -I build-xnn/schema/generated
 //       tools/bench_kernels/xnnpack_bench.cpp build-xnn/tools/libkeel_convert.a
 //       build-xnn/engine/libkeel_engine.a -lXNNPACK -lpthreadpool -lpthread -o build-xnn/xnnpack_bench
-// Usage: xnnpack_bench [--quick]
+// Usage: xnnpack_bench [--quick] [--section fc|qc8|overhead|vector|model]
+//                      [--stories DIR]   (stories260K.bin + tok512.bin; default ../shared/models/stories260K)
+// The `model` section times whole forward passes of stories260K per backend.
 #include <immintrin.h>
 #include <pthreadpool.h>
+#include <unistd.h>
 #include <xnnpack.h>
 
 #include <algorithm>
@@ -23,16 +26,22 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "convert/keel_writer.h"
 #include "convert/pack.h"
+#include "convert/source_model.h"
 #include "core/threads.h"
 #include "kernels/kernels.h"
 #include "kernels/xnnpack/xnn_memory.h"
 #include "kernels/xnnpack/xnn_ops.h"
+#include "llm/runtime.h"
+#include "llm/transformer.h"
 #include "model/weight_format.h"
 
 namespace {
@@ -103,6 +112,32 @@ Timing time_calls(uint64_t bytes_per_call, uint32_t n_copies, double min_seconds
   return Timing{s * 1e6, double(bytes_per_call) / s / 1e9};
 }
 
+// Several kernels timed call by call in turn, so a noisy neighbour slows them alike; each
+// call takes the next copy in the rotation, so no kernel finds the previous one's weights in
+// the cache. Median per kernel.
+std::vector<Timing> time_interleaved(uint64_t bytes_per_call, uint32_t n_copies, double min_seconds,
+                                     uint32_t min_calls, const std::vector<std::function<void(uint32_t)>>& fns) {
+  std::vector<std::vector<double>> t(fns.size());
+  uint64_t g = 0;
+  for (uint32_t c = 0; c < n_copies; ++c)
+    for (const auto& fn : fns) fn(uint32_t(g++ % n_copies));
+  const auto start = Clock::now();
+  while (t[0].size() < min_calls || seconds_since(start) < min_seconds) {
+    for (size_t k = 0; k < fns.size(); ++k) {
+      const auto t0 = Clock::now();
+      fns[k](uint32_t(g++ % n_copies));
+      t[k].push_back(seconds_since(t0));
+    }
+    if (t[0].size() > 100000) break;
+  }
+  std::vector<Timing> r;
+  for (auto& v : t) {
+    const double s = median(v);
+    r.push_back(Timing{s * 1e6, double(bytes_per_call) / s / 1e9});
+  }
+  return r;
+}
+
 // Hot op: median over repetitions of a batch of `inner` calls.
 template <typename F>
 double time_hot_us(double min_seconds, uint32_t inner, F&& fn) {
@@ -161,8 +196,9 @@ void native_matmul(const keel::MatmulKernels* k, const keel::WeightView& w, cons
     for (uint32_t t = 0; t < n; ++t) k->quantize_act(x + uint64_t(t) * w.cols, w.cols, xq + uint64_t(t) * nb);
     j.xq = xq;
   }
+  // As the transformer splits: a few items per thread.
   const uint32_t threads = pool ? uint32_t(pool->threads) : 1;
-  j.tasks = std::min(j.panels, threads);
+  j.tasks = std::min(j.panels, threads > 1 ? threads * 4 : 1u);
   keel::parallel_for(pool, j.tasks, matmul_task, &j);
 }
 
@@ -178,45 +214,28 @@ void check(const keel::Error& e) {
   }
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
-  // ref is left out where one call would take seconds (the LM head over a 64-token chunk).
-  const double min_s = quick ? 0.1 : 0.4;
-  check(keel::xnn::initialize());
-  const keel::MatmulKernels& ref = keel::kernels_ref();
-  const keel::MatmulKernels* nat = keel::kernels_x86();
-  const keel::VectorKernels& vref = keel::vector_kernels_ref();
-  const keel::VectorKernels* vnat = keel::vector_kernels_x86();
-  if (!nat || !vnat) {
-    std::fprintf(stderr, "this benchmark needs the x86 kernels\n");
-    return 1;
-  }
-  pthreadpool_t tp2 = pthreadpool_create(2);
+struct Ctx {
+  bool quick = false;
+  double min_s = 0.4;
+  const keel::MatmulKernels* ref = nullptr;
+  const keel::MatmulKernels* nat = nullptr;
+  const keel::VectorKernels* vref = nullptr;
+  const keel::VectorKernels* vnat = nullptr;
+  pthreadpool_t tp2 = nullptr;
   keel::ThreadPool pool2;
-  pool2.parallel_for = run_on;
-  pool2.state = tp2;
-  pool2.threads = pthreadpool_get_threads_count(tp2);
-  pool2.native = tp2;
+  std::mt19937 rng{1};
+  std::normal_distribution<float> nd{0.0f, 1.0f};
+};
 
-  std::printf("# xnnpack_bench: native = %s matmul + avx2 vector kernels; XNNPACK %s\n", nat->name,
-              "0.0~git20220216 (Debian)");
-  std::printf("# median per call; weights DRAM-cold (rotating over >= %llu MB) when the set exceeds the %llu MB "
-              "LLC, else hot\n\n",
-              (unsigned long long)(kColdBytes >> 20), (unsigned long long)(kLlcBytes >> 20));
-
-  std::mt19937 rng(1);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-
-  // ---- fully-connected ----
+// ---- fully-connected, F32 and Q8 ----
+void bench_fc(Ctx& cx) {
   std::printf("## Fully-connected y[n][rows] = x[n][cols] W^T\n\n");
   std::printf("| model | shape (rows x cols) | W | n | kernel | threads | us/call | GB/s (W bytes) |\n");
   std::printf("|---|---|---|---:|---|---:|---:|---:|\n");
   const Shape stories[] = {{64, 64, "wq/wo"}, {32, 64, "wk/wv"}, {172, 64, "gate/up"}, {64, 172, "down"},
                            {512, 64, "output"}};
-  const Shape smollm[] = {{576, 576, "q/o"},     {192, 576, "k/v"},      {1536, 576, "gate/up"},
-                          {576, 1536, "down"},   {49152, 576, "output"}};
+  const Shape smollm[] = {{576, 576, "q/o"}, {192, 576, "k/v"}, {1536, 576, "gate/up"}, {576, 1536, "down"},
+                          {49152, 576, "output"}};
   struct Case {
     const char* model;
     const Shape* shapes;
@@ -229,7 +248,7 @@ int main(int argc, char** argv) {
     for (size_t si = 0; si < cs.count; ++si) {
       const Shape& s = cs.shapes[si];
       std::vector<float> wf(uint64_t(s.rows) * s.cols);
-      for (float& v : wf) v = nd(rng) * 0.05f;
+      for (float& v : wf) v = cx.nd(cx.rng) * 0.05f;
       for (DType dt : {DType::F32, DType::Q8}) {
         if (dt == DType::Q8 && cs.model_fits_llc) continue;  // stories260K is a float model
         const uint64_t bytes = keel::tensor_bytes(dt, s.rows, s.cols);
@@ -254,13 +273,14 @@ int main(int argc, char** argv) {
           region.reset(region_mem->ptr, region_mem->size);
           keel::xnn::open_region(&region, false);
           ops.resize(copies);
-          for (uint32_t c = 0; c < copies; ++c) check(ops[c].create(keel::WeightView{dt, s.rows, s.cols, w.ptr + c * stride}));
+          for (uint32_t c = 0; c < copies; ++c)
+            check(ops[c].create(keel::WeightView{dt, s.rows, s.cols, w.ptr + c * stride}));
           keel::xnn::close_region();
         }
 
         for (uint32_t n : {1u, 64u}) {
           std::vector<float> x(uint64_t(n) * s.cols + 64), y(uint64_t(n) * s.rows + 64);
-          for (float& v : x) v = nd(rng);
+          for (float& v : x) v = cx.nd(cx.rng);
           std::vector<keel::ActBlock> xq(uint64_t(n) * keel::act_blocks(s.cols));
           auto row = [&](const char* kernel, int threads, const Timing& t) {
             std::printf("| %s | %u x %u (%s) | %s | %u | %s | %d | %.2f | %.1f |\n", cs.model, s.rows, s.cols, s.what,
@@ -269,52 +289,54 @@ int main(int argc, char** argv) {
           };
           auto wv = [&](uint32_t c) { return keel::WeightView{dt, s.rows, s.cols, w.ptr + c * stride}; };
           if (!cs.model_fits_llc && n == 1) {
-            row("plain read (ceiling)", 1, time_calls(bytes, copies, min_s, 20, [&](uint32_t c) {
+            row("plain read (ceiling)", 1, time_calls(bytes, copies, cx.min_s, 20, [&](uint32_t c) {
                   g_sink = sum_bytes(w.ptr + c * stride, bytes / 128 * 128);
                 }));
           }
-          // ref is slow on the large shapes: fewer calls.
+          // ref is left out where one call would take seconds (the LM head over a 64-token chunk).
           const uint64_t macs = uint64_t(n) * s.rows * s.cols;
-          const bool slow = macs > (64ull << 20);
           if (macs <= (512ull << 20)) {
-            row("ref", 1, time_calls(bytes, copies, slow ? 0.05 : min_s / 2, slow ? 3 : 10, [&](uint32_t c) {
-                  native_matmul(&ref, wv(c), x.data(), xq.data(), n, y.data(), nullptr);
+            const bool slow = macs > (64ull << 20);
+            row("ref", 1, time_calls(bytes, copies, slow ? 0.05 : cx.min_s / 2, slow ? 3 : 10, [&](uint32_t c) {
+                  native_matmul(cx.ref, wv(c), x.data(), xq.data(), n, y.data(), nullptr);
                 }));
           }
           for (int threads : {1, 2}) {
-            const keel::ThreadPool* pool = threads == 1 ? nullptr : &pool2;
-            row(nat->name, threads, time_calls(bytes, copies, min_s, 20, [&](uint32_t c) {
-                  native_matmul(nat, wv(c), x.data(), xq.data(), n, y.data(), pool);
-                }));
-            if (dt == DType::F32) {
-              pthreadpool_t tp = threads == 1 ? nullptr : tp2;
-              row("xnnpack f32 FC", threads, time_calls(bytes, copies, min_s, 20, [&](uint32_t c) {
-                    ops[c].run(x.data(), n, y.data(), tp);
-                  }));
-            }
+            const keel::ThreadPool* pool = threads == 1 ? nullptr : &cx.pool2;
+            pthreadpool_t tp = threads == 1 ? nullptr : cx.tp2;
+            std::vector<std::function<void(uint32_t)>> fns;
+            fns.push_back([&](uint32_t c) { native_matmul(cx.nat, wv(c), x.data(), xq.data(), n, y.data(), pool); });
+            if (dt == DType::F32) fns.push_back([&](uint32_t c) { ops[c].run(x.data(), n, y.data(), tp); });
+            const std::vector<Timing> t = time_interleaved(bytes, copies, cx.min_s, 20, fns);
+            row(cx.nat->name, threads, t[0]);
+            if (dt == DType::F32) row("xnnpack f32 FC", threads, t[1]);
           }
         }
       }
     }
   }
+}
 
-  // ---- Q8 through XNNPACK's per-channel int8 path, for reference only ----
-  // qc8 = 1x1 convolution with int8 activations and outputs whose scales and zero points are
-  // fixed when the operator is created, and one weight scale per output row. Keel's Q8 has a
-  // scale per 32 weights and quantizes activations per token at run time, so this path would
-  // change the model's numbers; it is timed here only to show what the int8 kernel could reach.
+// ---- Q8 through XNNPACK's per-channel int8 path, for reference only ----
+// qc8 = 1x1 convolution with int8 activations and outputs whose scales and zero points are
+// fixed when the operator is created, and one weight scale per output row. Keel's Q8 has a
+// scale per 32 weights and quantizes activations per token at run time, so this path would
+// change the model's numbers; it is timed here only to show what the int8 kernel could reach.
+void bench_qc8(Ctx& cx) {
   std::printf("\n## XNNPACK qc8 (static int8, per-row scales), timing only: not usable for Keel's Q8\n\n");
   std::printf("| shape (rows x cols) | n | threads | us/call | GB/s (int8 W bytes) |\n|---|---:|---:|---:|---:|\n");
+  const Shape smollm[] = {{576, 576, "q/o"}, {192, 576, "k/v"}, {1536, 576, "gate/up"}, {576, 1536, "down"},
+                          {49152, 576, "output"}};
   for (const Shape& s : smollm) {
     const uint64_t bytes = uint64_t(s.rows) * s.cols;
     const uint32_t copies = uint32_t(std::max<uint64_t>(2, (kColdBytes + bytes - 1) / bytes));
     std::vector<int8_t> wq(bytes);
     std::uniform_int_distribution<int> q(-127, 127);
-    for (int8_t& v : wq) v = int8_t(q(rng));
+    for (int8_t& v : wq) v = int8_t(q(cx.rng));
     std::vector<float> scales(s.rows, 0.01f);
     std::vector<int8_t> x(uint64_t(64) * s.cols + 64), y(uint64_t(64) * s.rows + 64);
-    for (int8_t& v : x) v = int8_t(q(rng) / 4);
-    // XNNPACK packs the weights (with int32 bias and float scale per row) into its own memory.
+    for (int8_t& v : x) v = int8_t(q(cx.rng) / 4);
+    // XNNPACK packs the weights (with an int32 bias and a float scale per row) into its memory.
     const uint64_t per_op = uint64_t(s.rows + 64) * (s.cols + 16 + 8) + 8192;
     Buffer region_mem(per_op * copies);
     keel::xnn::Region region;
@@ -326,109 +348,244 @@ int main(int argc, char** argv) {
                                             scales.data(), wq.data(), nullptr, 0, 0.1f, -127, 127, 0,
                                             &ops[c]) != xnn_status_success) {
         std::fprintf(stderr, "qc8 create failed\n");
-        return 1;
+        std::exit(1);
       }
     }
     keel::xnn::close_region();
     for (uint32_t n : {1u, 64u}) {
       for (int threads : {1, 2}) {
-        pthreadpool_t tp = threads == 1 ? nullptr : tp2;
-        for (uint32_t c = 0; c < copies; ++c)
-          xnn_setup_convolution2d_nhwc_qc8(ops[c], n, 1, 1, x.data(), y.data(), tp);
-        const Timing t = time_calls(bytes, copies, min_s, 20, [&](uint32_t c) { xnn_run_operator(ops[c], tp); });
+        pthreadpool_t tp = threads == 1 ? nullptr : cx.tp2;
+        for (uint32_t c = 0; c < copies; ++c) xnn_setup_convolution2d_nhwc_qc8(ops[c], n, 1, 1, x.data(), y.data(), tp);
+        const Timing t = time_calls(bytes, copies, cx.min_s, 20, [&](uint32_t c) { xnn_run_operator(ops[c], tp); });
         std::printf("| %u x %u (%s) | %u | %d | %.2f | %.1f |\n", s.rows, s.cols, s.what, n, threads, t.us, t.gbs);
         std::fflush(stdout);
       }
     }
   }
+}
 
-  // ---- what a call costs besides the arithmetic ----
+// ---- what an XNNPACK call costs besides the arithmetic ----
+void bench_overhead(Ctx& cx) {
   std::printf("\n## XNNPACK call overhead (hot)\n\n| what | us/call |\n|---|---:|\n");
-  {
-    const uint32_t rows = 576, cols = 576;
-    std::vector<float> wf(uint64_t(rows) * cols), x(64 * cols + 64), y(64 * rows + 64);
-    for (float& v : wf) v = nd(rng) * 0.05f;
-    Buffer region_mem(uint64_t(rows + 64) * (cols + 17) * 4 + 8192);
-    keel::xnn::Region region;
-    region.reset(region_mem.ptr, region_mem.size);
-    keel::xnn::open_region(&region, false);
-    xnn_operator_t op = nullptr;
-    xnn_create_fully_connected_nc_f32(cols, rows, cols, rows, wf.data(), nullptr, -INFINITY, INFINITY, 0, &op);
-    keel::xnn::close_region();
-    for (uint32_t n : {1u, 64u}) {
-      for (int threads : {1, 2}) {
-        pthreadpool_t tp = threads == 1 ? nullptr : tp2;
-        const double us = time_hot_us(min_s, 1000, [&] { xnn_setup_fully_connected_nc_f32(op, n, x.data(), y.data(), tp); });
-        std::printf("| xnn_setup_fully_connected_nc_f32, n = %u, %d thread(s) | %.3f |\n", n, threads, us);
-      }
+  const uint32_t rows = 576, cols = 576;
+  std::vector<float> wf(uint64_t(rows) * cols), x(64 * cols + 64), y(64 * rows + 64);
+  for (float& v : wf) v = cx.nd(cx.rng) * 0.05f;
+  Buffer region_mem(uint64_t(rows + 64) * (cols + 17) * 4 + 8192);
+  keel::xnn::Region region;
+  region.reset(region_mem.ptr, region_mem.size);
+  keel::xnn::open_region(&region, false);
+  xnn_operator_t op = nullptr;
+  xnn_create_fully_connected_nc_f32(cols, rows, cols, rows, wf.data(), nullptr, -INFINITY, INFINITY, 0, &op);
+  keel::xnn::close_region();
+  for (uint32_t n : {1u, 64u}) {
+    for (int threads : {1, 2}) {
+      pthreadpool_t tp = threads == 1 ? nullptr : cx.tp2;
+      const double us =
+          time_hot_us(cx.min_s, 1000, [&] { xnn_setup_fully_connected_nc_f32(op, n, x.data(), y.data(), tp); });
+      std::printf("| xnn_setup_fully_connected_nc_f32, n = %u, %d thread(s) | %.3f |\n", n, threads, us);
     }
-    // Dispatch to the pool with nothing to do: the floor of any 2-thread call.
-    const double us = time_hot_us(min_s, 1000, [&] {
-      keel::parallel_for(&pool2, 2, [](void*, size_t) {}, nullptr);
-    });
-    std::printf("| empty parallel_for over 2 threads (pthreadpool) | %.3f |\n", us);
   }
+  // Dispatch to the pool with nothing to do: the floor of any 2-thread call.
+  const double us = time_hot_us(cx.min_s, 1000, [&] { keel::parallel_for(&cx.pool2, 2, [](void*, size_t) {}, nullptr); });
+  std::printf("| empty parallel_for over 2 threads (pthreadpool) | %.3f |\n", us);
+}
 
-  // ---- vector ops (hot) ----
+// ---- vector ops (hot) ----
+void bench_vector(Ctx& cx) {
   std::printf("\n## Vector ops (hot, 1 thread)\n\n| op | n | ref us | native us | xnnpack us (run) | xnnpack us (setup + run) |\n");
   std::printf("|---|---:|---:|---:|---:|---:|\n");
-  {
-    Buffer region_mem(1 << 20);
-    keel::xnn::Region region;
-    region.reset(region_mem.ptr, region_mem.size);
-    for (uint32_t n : {1024u, 8192u}) {
-      std::vector<float> src(n), x(n + 64);
-      for (float& v : src) v = nd(rng) * 3.0f;
-      auto fresh = [&] { memcpy(x.data(), src.data(), n * 4); };
-      const double base = time_hot_us(min_s, 200, fresh);
-      const double r = time_hot_us(min_s, 200, [&] { fresh(); vref.softmax(x.data(), n); }) - base;
-      const double v = time_hot_us(min_s, 200, [&] { fresh(); vnat->softmax(x.data(), n); }) - base;
-      keel::xnn::open_region(&region, false);
-      keel::xnn::SoftmaxF32 sm;
-      check(sm.create(n));
-      xnn_operator_t raw = nullptr;
-      xnn_create_softmax_nc_f32(n, n, n, 0, &raw);
-      keel::xnn::close_region();
-      const double xr = time_hot_us(min_s, 200, [&] { fresh(); sm.run(x.data()); }) - base;
-      const double xs = time_hot_us(min_s, 200, [&] {
-        fresh();
-        xnn_setup_softmax_nc_f32(raw, 1, x.data(), x.data(), nullptr);
-        xnn_run_operator(raw, nullptr);
-      }) - base;
-      std::printf("| softmax | %u | %.3f | %.3f | %.3f | %.3f |\n", n, r, v, xr, xs);
-      std::fflush(stdout);
-    }
-    for (uint32_t n : {576u, 64u * 576u}) {
-      std::vector<float> a(n + 64), b(n + 64), o(n + 64);
-      for (float& v : a) v = nd(rng);
-      for (float& v : b) v = nd(rng);
-      const double r = time_hot_us(min_s, 200, [&] { vref.add(a.data(), b.data(), n, o.data()); });
-      const double v = time_hot_us(min_s, 200, [&] { vnat->add(a.data(), b.data(), n, o.data()); });
-      keel::xnn::open_region(&region, false);
-      xnn_operator_t add = nullptr;
-      xnn_create_add_nd_f32(-INFINITY, INFINITY, 0, &add);
-      keel::xnn::close_region();
-      const size_t shape[1] = {n};
+  Buffer region_mem(1 << 20);
+  keel::xnn::Region region;
+  region.reset(region_mem.ptr, region_mem.size);
+  for (uint32_t n : {1024u, 8192u}) {
+    std::vector<float> src(n), x(n + 64);
+    for (float& v : src) v = cx.nd(cx.rng) * 3.0f;
+    auto fresh = [&] { memcpy(x.data(), src.data(), n * 4); };
+    const double base = time_hot_us(cx.min_s, 200, fresh);
+    const double r = time_hot_us(cx.min_s, 200, [&] { fresh(); cx.vref->softmax(x.data(), n); }) - base;
+    const double v = time_hot_us(cx.min_s, 200, [&] { fresh(); cx.vnat->softmax(x.data(), n); }) - base;
+    keel::xnn::open_region(&region, false);
+    keel::xnn::SoftmaxF32 sm;
+    check(sm.create(n));
+    xnn_operator_t raw = nullptr;
+    xnn_create_softmax_nc_f32(n, n, n, 0, &raw);
+    keel::xnn::close_region();
+    const double xr = time_hot_us(cx.min_s, 200, [&] { fresh(); sm.run(x.data()); }) - base;
+    const double xs = time_hot_us(cx.min_s, 200, [&] {
+      fresh();
+      xnn_setup_softmax_nc_f32(raw, 1, x.data(), x.data(), nullptr);
+      xnn_run_operator(raw, nullptr);
+    }) - base;
+    std::printf("| softmax | %u | %.3f | %.3f | %.3f | %.3f |\n", n, r, v, xr, xs);
+    std::fflush(stdout);
+  }
+  for (uint32_t n : {576u, 64u * 576u}) {
+    std::vector<float> a(n + 64), b(n + 64), o(n + 64);
+    for (float& v : a) v = cx.nd(cx.rng);
+    for (float& v : b) v = cx.nd(cx.rng);
+    const double r = time_hot_us(cx.min_s, 200, [&] { cx.vref->add(a.data(), b.data(), n, o.data()); });
+    const double v = time_hot_us(cx.min_s, 200, [&] { cx.vnat->add(a.data(), b.data(), n, o.data()); });
+    keel::xnn::open_region(&region, false);
+    xnn_operator_t add = nullptr;
+    xnn_create_add_nd_f32(-INFINITY, INFINITY, 0, &add);
+    keel::xnn::close_region();
+    const size_t shape[1] = {n};
+    xnn_setup_add_nd_f32(add, 1, shape, 1, shape, a.data(), b.data(), o.data(), nullptr);
+    const double xr = time_hot_us(cx.min_s, 200, [&] { xnn_run_operator(add, nullptr); });
+    const double xs = time_hot_us(cx.min_s, 200, [&] {
       xnn_setup_add_nd_f32(add, 1, shape, 1, shape, a.data(), b.data(), o.data(), nullptr);
-      const double xr = time_hot_us(min_s, 200, [&] { xnn_run_operator(add, nullptr); });
-      const double xs = time_hot_us(min_s, 200, [&] {
-        xnn_setup_add_nd_f32(add, 1, shape, 1, shape, a.data(), b.data(), o.data(), nullptr);
-        xnn_run_operator(add, nullptr);
-      });
-      std::printf("| add | %u | %.3f | %.3f | %.3f | %.3f |\n", n, r, v, xr, xs);
-      std::fflush(stdout);
+      xnn_run_operator(add, nullptr);
+    });
+    std::printf("| add | %u | %.3f | %.3f | %.3f | %.3f |\n", n, r, v, xr, xs);
+    std::fflush(stdout);
+  }
+  for (uint32_t n : {64u, 576u}) {
+    std::vector<float> a(n), w(n, 1.0f), o(n);
+    for (float& v : a) v = cx.nd(cx.rng);
+    const double r = time_hot_us(cx.min_s, 200, [&] { cx.vref->rmsnorm(a.data(), w.data(), n, 1e-5f, o.data()); });
+    const double v = time_hot_us(cx.min_s, 200, [&] { cx.vnat->rmsnorm(a.data(), w.data(), n, 1e-5f, o.data()); });
+    std::printf("| rmsnorm | %u | %.3f | %.3f | n/a | n/a |\n", n, r, v);
+  }
+}
+
+// ---- whole forward passes of stories260K (F32) ----
+void bench_model(Ctx& cx, const std::string& dir) {
+  std::string err;
+  std::optional<keel::convert::SourceModel> src =
+      keel::convert::read_llama2c(dir + "/stories260K.bin", dir + "/tok512.bin", err);
+  if (!src) {
+    std::fprintf(stderr, "stories260K: %s\n", err.c_str());
+    return;
+  }
+  keel::convert::WriteOptions wo;
+  wo.quant = keel::convert::QuantMode::Keep;
+  keel::convert::WriteStats ws;
+  const std::string path = "/tmp/xnnpack_bench_stories260K_" + std::to_string(getpid()) + ".keel";
+  if (!keel::convert::write_keel(*src, wo, path, ws, err)) {
+    std::fprintf(stderr, "stories260K: %s\n", err.c_str());
+    return;
+  }
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  std::fseek(f, 0, SEEK_END);
+  const long size = std::ftell(f);
+  std::fseek(f, 0, SEEK_SET);
+  Buffer image{uint64_t(size)};
+  if (std::fread(image.ptr, 1, size_t(size), f) != size_t(size)) std::exit(1);
+  std::fclose(f);
+  std::remove(path.c_str());
+  keel::Model model;
+  check(model.load(keel::Span<const uint8_t>(image.ptr, size_t(size))));
+
+  std::printf("\n## stories260K (F32) forward passes: prefill of one 64-token chunk, then 64 greedy decode steps\n\n");
+  std::printf("| backend | threads | XNNPACK block MB | prefill tok/s | decode tok/s |\n|---|---:|---:|---:|---:|\n");
+  struct Engine {
+    keel::BackendKind kind;
+    std::unique_ptr<Buffer> persistent, scratch;
+    keel::Runtime rt;
+    std::vector<double> prefill_s, decode_s;
+  };
+  std::vector<int32_t> prompt(64);
+  for (uint32_t i = 0; i < 64; ++i) prompt[i] = int32_t(1 + (i * 37) % 511);
+  for (int threads : {1, 2}) {
+    std::vector<std::unique_ptr<Engine>> engines;
+    for (keel::BackendKind kind : {keel::BackendKind::Native, keel::BackendKind::Xnnpack, keel::BackendKind::Auto}) {
+      auto e = std::make_unique<Engine>();
+      e->kind = kind;
+      keel::RuntimeConfig rc;
+      rc.backend = kind;
+      rc.plan.kv_budget_tokens = 256;
+      rc.plan.chunk_tokens = 64;
+      rc.plan.threads = uint32_t(threads);
+      const uint64_t work_bytes = keel::xnnpack_work_bytes(model, rc.plan, kind);
+      Buffer work(work_bytes);
+      keel::Result<uint64_t> bytes =
+          keel::xnnpack_persistent_bytes(model, rc.plan, kind, keel::Span<uint8_t>(work.ptr, work_bytes));
+      if (!bytes.ok()) check(bytes.error());
+      rc.plan.backend_bytes = bytes.value();
+      const keel::MemoryPlan p = keel::Runtime::plan(model, rc.plan);
+      e->persistent = std::make_unique<Buffer>(p.persistent_bytes);
+      e->scratch = std::make_unique<Buffer>(p.scratch_bytes);
+      check(e->rt.init(model, rc, keel::Span<uint8_t>(e->persistent->ptr, p.persistent_bytes),
+                       keel::Span<uint8_t>(e->scratch->ptr, p.scratch_bytes), threads > 1 ? &cx.pool2 : nullptr));
+      engines.push_back(std::move(e));
     }
-    for (uint32_t n : {64u, 576u}) {
-      std::vector<float> a(n), w(n, 1.0f), o(n);
-      for (float& v : a) v = nd(rng);
-      const double r = time_hot_us(min_s, 200, [&] { vref.rmsnorm(a.data(), w.data(), n, 1e-5f, o.data()); });
-      const double v = time_hot_us(min_s, 200, [&] { vnat->rmsnorm(a.data(), w.data(), n, 1e-5f, o.data()); });
-      std::printf("| rmsnorm | %u | %.3f | %.3f | n/a | n/a |\n", n, r, v);
+    // Interleaved repetitions: every engine runs once per round.
+    const auto start = Clock::now();
+    for (int round = 0; round < 5 || seconds_since(start) < cx.min_s * 5; ++round) {
+      for (auto& e : engines) {
+        check(e->rt.reset(0));
+        auto t0 = Clock::now();
+        check(e->rt.prefill(0, keel::Span<const int32_t>(prompt.data(), prompt.size())));
+        e->prefill_s.push_back(seconds_since(t0));
+        t0 = Clock::now();
+        for (int step = 0; step < 64; ++step) {
+          const keel::Span<const float> l = e->rt.logits(0);
+          int32_t best = 0;
+          for (size_t i = 1; i < l.size(); ++i)
+            if (l[i] > l[best]) best = int32_t(i);
+          check(e->rt.decode(0, best));
+        }
+        e->decode_s.push_back(seconds_since(t0));
+      }
+      if (round > 2000) break;
+    }
+    for (auto& e : engines) {
+      std::printf("| %s | %d | %.2f | %.0f | %.0f |\n", keel::backend_name(e->kind), threads,
+                  double(e->rt.memory_plan().backend_bytes) / 1e6, 64.0 / median(e->prefill_s),
+                  64.0 / median(e->decode_s));
+      std::fflush(stdout);
     }
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Ctx cx;
+  std::string section, stories_dir = "../shared/models/stories260K";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quick") {
+      cx.quick = true;
+    } else if (a == "--section" && i + 1 < argc) {
+      section = argv[++i];
+    } else if (a == "--stories" && i + 1 < argc) {
+      stories_dir = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: xnnpack_bench [--quick] [--section fc|qc8|overhead|vector|model] [--stories DIR]\n");
+      return 2;
+    }
+  }
+  cx.min_s = cx.quick ? 0.1 : 0.4;
+  check(keel::xnn::initialize());
+  cx.ref = &keel::kernels_ref();
+  cx.nat = keel::kernels_x86();
+  cx.vref = &keel::vector_kernels_ref();
+  cx.vnat = keel::vector_kernels_x86();
+  if (!cx.nat || !cx.vnat) {
+    std::fprintf(stderr, "this benchmark needs the x86 kernels\n");
+    return 1;
+  }
+  cx.tp2 = pthreadpool_create(2);
+  cx.pool2.parallel_for = run_on;
+  cx.pool2.state = cx.tp2;
+  cx.pool2.threads = pthreadpool_get_threads_count(cx.tp2);
+  cx.pool2.native = cx.tp2;
+
+  std::printf("# xnnpack_bench: native = %s matmul + avx2 vector kernels; XNNPACK 0.0~git20220216 (Debian)\n",
+              cx.nat->name);
+  std::printf("# median per call; weights DRAM-cold (rotating over >= %llu MB) when the set exceeds the %llu MB "
+              "LLC, else hot; kernels compared side by side are timed call by call in turn\n\n",
+              (unsigned long long)(kColdBytes >> 20), (unsigned long long)(kLlcBytes >> 20));
+  auto want = [&](const char* name) { return section.empty() || section == name; };
+  if (want("fc")) bench_fc(cx);
+  if (want("qc8")) bench_qc8(cx);
+  if (want("overhead")) bench_overhead(cx);
+  if (want("vector")) bench_vector(cx);
+  if (want("model")) bench_model(cx, stories_dir);
   std::printf("\n# XNNPACK allocator: %llu requests served from regions, %llu refused\n",
               (unsigned long long)keel::xnn::allocator_counters().served,
               (unsigned long long)keel::xnn::allocator_counters().refused);
-  pthreadpool_destroy(tp2);
+  pthreadpool_destroy(cx.tp2);
   return 0;
 }

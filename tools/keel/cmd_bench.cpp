@@ -6,6 +6,7 @@
 
 #include "keel/cli_util.h"
 #include "keel/commands.h"
+#include "keel/membw.h"
 #include "keel/session.h"
 
 namespace keel::cli {
@@ -24,6 +25,8 @@ const char kHelp[] =
     "  -n, --n-gen N          generated tokens (default 128, 0 = skip)\n"
     "  -d, --depth N          tokens in the cache before each test (default 0)\n"
     "  -r, --repetitions N    repetitions (default 5)\n"
+    "  --bandwidth            also measure DRAM read bandwidth with the same threads and report\n"
+    "                         the decode ceiling: bandwidth / bytes read per token (weights + KV)\n"
     "  --json                 machine-readable results\n"
     "%s";
 
@@ -66,6 +69,7 @@ int cmd_bench(int argc, char** argv) {
   args.u32("--depth", "-d", depth);
   args.u32("--repetitions", "-r", reps);
   const bool json = args.flag("--json");
+  const bool bandwidth = args.flag("--bandwidth");
   std::vector<std::string> pos;
   if (!args.finish(pos)) return usage_error("bench", args.error());
   if (!pos.empty()) return usage_error("bench", "unexpected argument '" + pos[0] + "'");
@@ -76,8 +80,10 @@ int cmd_bench(int argc, char** argv) {
   std::string error;
   if (!session.load(so, error)) return fail("bench", error);
   const uint32_t need = depth + (n_prompt > n_gen ? n_prompt : n_gen);
-  const uint32_t budget = so.kv_budget ? so.kv_budget : need;
-  if (budget < need) {
+  if (!session.resolve_policy("full", error)) return usage_error("bench", error);
+  const bool full = session.policy() == KvPolicyKind::Full;
+  const uint32_t budget = so.kv_budget ? so.kv_budget : full ? need : session.default_budget();
+  if (full && budget < need) {
     return fail("bench", "depth + test tokens = " + std::to_string(need) + " exceed --kv-budget " + std::to_string(budget));
   }
   if (!session.start(budget, error)) return fail("bench", error);
@@ -127,12 +133,26 @@ int cmd_bench(int argc, char** argv) {
   }
 
   const std::string model_name = session.options().model_path.substr(session.options().model_path.find_last_of('/') + 1);
+  // Bytes one decode step reads: every weight once, plus the cached K and V (f16) of every
+  // layer at the mean depth of the tg test.
+  const ModelShape& ms = session.model().shape();
+  const double kv_bytes_per_token = 2.0 * ms.n_layers * ms.n_kv_heads * ms.head_dim * 2;
+  const double bytes_per_token = double(session.model().weights_bytes()) + kv_bytes_per_token * (depth + n_gen / 2.0);
+  double gbps = 0, ceiling = 0;
+  if (bandwidth) {
+    gbps = measure_read_bandwidth_gbps(1ull << 30, session.threads(), 5);
+    ceiling = gbps * 1e9 / bytes_per_token;
+  }
   const char* backend = backend_name(rt.backend().kind);
   if (json) {
     printf("{\"model\":%s,\"weights_bytes\":%llu,\"backend\":\"%s\",\"matmul_kernels\":\"%s\",\"threads\":%u,"
-           "\"depth\":%u,\"repetitions\":%u,\"peak_rss_bytes\":%llu,\"results\":[",
+           "\"depth\":%u,\"repetitions\":%u,\"peak_rss_bytes\":%llu,\"bytes_per_token\":%.0f,"
+           "\"kv_bytes_per_cached_token\":%.0f,",
            json_string(model_name).c_str(), (unsigned long long)session.model().weights_bytes(), backend,
-           rt.backend().matmul->name, session.threads(), depth, reps, (unsigned long long)port::peak_rss_bytes());
+           rt.backend().matmul->name, session.threads(), depth, reps, (unsigned long long)port::peak_rss_bytes(),
+           bytes_per_token, kv_bytes_per_token);
+    if (bandwidth) printf("\"dram_read_gbps\":%.2f,\"decode_ceiling_tps\":%.2f,", gbps, ceiling);
+    printf("\"results\":[");
     for (size_t i = 0; i < results.size(); ++i) {
       const Sample& s = results[i];
       printf("%s{\"test\":\"%s\",\"tps_mean\":%.3f,\"tps_sd\":%.3f,\"tps_median\":%.3f,\"samples\":[", i ? "," : "",
@@ -148,6 +168,14 @@ int cmd_bench(int argc, char** argv) {
     printf("| %s | %s | %s (%s) | %u | %s | %.2f ± %.2f |\n", model_name.c_str(),
            human_bytes(session.model().weights_bytes()).c_str(), backend, rt.backend().matmul->name, session.threads(),
            s.test.c_str(), mean(s.tps), stddev(s.tps));
+  }
+  if (bandwidth) {
+    printf("\nDRAM read bandwidth (%u threads): %.1f GB/s; one decode step reads %s, so the ceiling is %.1f t/s",
+           session.threads(), gbps, human_bytes(uint64_t(bytes_per_token)).c_str(), ceiling);
+    for (const Sample& s : results) {
+      if (s.test.rfind("tg", 0) == 0) printf("; %s reaches %.0f%% of it", s.test.c_str(), 100.0 * mean(s.tps) / ceiling);
+    }
+    printf("\n");
   }
   return 0;
 }

@@ -31,8 +31,9 @@ const char kHelp[] =
     "  --stats                print a timing and memory summary after each answer (stderr)\n"
     "%s"
     "\n"
-    "The KV budget (default: the model's default budget) bounds the whole conversation; with the\n"
-    "full policy the conversation restarts when it is reached.\n";
+    "The KV policy and budget default to the model's (keel info shows them): the conversation\n"
+    "goes on for any length within the budget. With --kv-policy full it restarts when the budget\n"
+    "is reached.\n";
 
 // The system message a ChatML template inserts by default, if it spells one out.
 std::string default_system(const Model& m) {
@@ -92,8 +93,9 @@ int cmd_chat(int argc, char** argv) {
                         "(use keel run for plain completion)");
   }
   if (!has_system) system = default_system(model);
-  const fb::KvDefaults* kv = model.meta()->kv_defaults();
-  const uint32_t budget = so.kv_budget ? so.kv_budget : (kv ? kv->budget_tokens() : 1024);
+  if (!session.resolve_policy(nullptr, error)) return usage_error("chat", error);
+  const bool full = session.policy() == KvPolicyKind::Full;
+  const uint32_t budget = so.kv_budget ? so.kv_budget : session.default_budget();
   if (!session.start(budget, error)) return fail("chat", error);
   Runtime& rt = session.runtime();
   Error e = rt.set_sampler(0, sc);
@@ -122,7 +124,7 @@ int cmd_chat(int argc, char** argv) {
     if (!fresh) turn = "\n" + turn;
     std::vector<int32_t> ids;
     if (!encode_text(model, turn, fresh, true, ids, error)) return fail("chat", error);
-    if (rt.sequence_length(0) + ids.size() + 1 > budget) {
+    if (full && rt.sequence_length(0) + ids.size() + 1 > budget) {
       fprintf(stderr, "[conversation reached the KV budget of %u tokens; starting over]\n", budget);
       (void)rt.reset(0);
       fresh = true;

@@ -1,5 +1,6 @@
 // keel ppl: perplexity of a text under the model, full causal context.
 #include <cmath>
+#include <vector>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -15,13 +16,16 @@ const char kHelp[] =
     "usage: keel ppl -m MODEL.keel -f TEXT [--ctx N] [--json]\n"
     "\n"
     "Perplexity: exp of the mean negative log-likelihood of every token after the first, each\n"
-    "predicted from all tokens before it (causal, full context), over the first N tokens of the\n"
-    "text.\n"
+    "predicted from the tokens before it that the KV policy keeps (full: all of them), over the\n"
+    "first N tokens of the text. Bounded policies stream the text through the cache in chunks of\n"
+    "16 tokens, so any length fits the budget.\n"
     "\n"
     "options:\n"
     "  -f, --file FILE        the text\n"
-    "  --ctx N                tokens evaluated (default: the model's trained context)\n"
-    "  --json                 print {tokens, ppl, nll_mean, seconds, tokens_per_second}\n"
+    "  --ctx N                tokens evaluated (default: full: the trained context; bounded\n"
+    "                         policies: the whole text)\n"
+    "  --json                 print {tokens, ppl, nll_mean, seconds, tokens_per_second, policy,\n"
+    "                         budget, nll: [per-token NLL, token 1 onwards]}\n"
     "%s";
 
 struct Accum {
@@ -30,6 +34,7 @@ struct Accum {
   uint32_t vocab;
   double nll_sum = 0;
   size_t scored = 0;
+  std::vector<float>* curve = nullptr;
 };
 
 void accumulate(void* ctx, size_t i, const float* logits) {
@@ -39,8 +44,10 @@ void accumulate(void* ctx, size_t i, const float* logits) {
   for (uint32_t v = 1; v < a.vocab; ++v) mx = logits[v] > mx ? logits[v] : mx;
   double sum = 0;
   for (uint32_t v = 0; v < a.vocab; ++v) sum += std::exp(double(logits[v]) - mx);
-  a.nll_sum += (mx + std::log(sum)) - double(logits[a.ids[i + 1]]);
+  const double nll = (mx + std::log(sum)) - double(logits[a.ids[i + 1]]);
+  a.nll_sum += nll;
   ++a.scored;
+  if (a.curve) a.curve->push_back(float(nll));
 }
 
 }  // namespace
@@ -73,16 +80,24 @@ int cmd_ppl(int argc, char** argv) {
   if (!session.load(so, error)) return fail("ppl", error);
   std::vector<int32_t> ids;
   if (!encode_text(session.model(), ss.str(), true, false, ids, error)) return fail("ppl", error);
-  if (ctx == 0) ctx = session.model().shape().context_length;
-  if (ids.size() > ctx) ids.resize(ctx);
+  if (!session.resolve_policy("full", error)) return usage_error("ppl", error);
+  const bool full = session.policy() == KvPolicyKind::Full;
+  if (ctx == 0 && full) ctx = session.model().shape().context_length;
+  if (ctx && ids.size() > ctx) ids.resize(ctx);
   if (ids.size() < 2) return fail("ppl", "the text has " + std::to_string(ids.size()) + " tokens; at least 2 are needed");
-  const uint32_t budget = so.kv_budget ? so.kv_budget : uint32_t(ids.size());
-  if (budget < ids.size()) {
+  const uint32_t budget = so.kv_budget ? so.kv_budget : full ? uint32_t(ids.size()) : session.default_budget();
+  if (full && budget < ids.size()) {
     return fail("ppl", std::to_string(ids.size()) + " tokens exceed --kv-budget " + std::to_string(budget) +
                            " (policy full)");
   }
   if (!session.start(budget, error)) return fail("ppl", error);
   Accum acc{ids.data(), ids.size(), session.model().shape().vocab_size};
+  // The per-token curve is host memory reserved before the first token.
+  std::vector<float> curve;
+  if (json) {
+    curve.reserve(ids.size());
+    acc.curve = &curve;
+  }
   const double t0 = now_seconds();
   const Error e = session.runtime().score(0, Span<const int32_t>(ids.data(), ids.size()), accumulate, &acc);
   const double secs = now_seconds() - t0;
@@ -90,11 +105,15 @@ int cmd_ppl(int argc, char** argv) {
   const double nll = acc.nll_sum / double(acc.scored);
   const double ppl = std::exp(nll);
   if (json) {
-    printf("{\"tokens\":%zu,\"scored\":%zu,\"ppl\":%.6f,\"nll_mean\":%.6f,\"seconds\":%.3f,\"tokens_per_second\":%.2f}\n",
-           ids.size(), acc.scored, ppl, nll, secs, ids.size() / secs);
+    printf("{\"tokens\":%zu,\"scored\":%zu,\"ppl\":%.6f,\"nll_mean\":%.6f,\"seconds\":%.3f,\"tokens_per_second\":%.2f,"
+           "\"policy\":\"%s\",\"budget\":%u,\"evicted\":%llu,\"nll\":[",
+           ids.size(), acc.scored, ppl, nll, secs, ids.size() / secs, kv_policy_name(session.policy()), budget,
+           (unsigned long long)session.runtime().kv_cache(0).evicted());
+    for (size_t i = 0; i < curve.size(); ++i) printf("%s%.4f", i ? "," : "", curve[i]);
+    printf("]}\n");
   } else {
-    printf("%zu tokens, perplexity %.4f (mean NLL %.4f) in %.2f s (%.1f t/s)\n", ids.size(), ppl, nll, secs,
-           ids.size() / secs);
+    printf("%zu tokens, perplexity %.4f (mean NLL %.4f), policy %s, budget %u, in %.2f s (%.1f t/s)\n", ids.size(),
+           ppl, nll, kv_policy_name(session.policy()), budget, secs, ids.size() / secs);
   }
   return 0;
 }

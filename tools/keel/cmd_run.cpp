@@ -31,7 +31,9 @@ const char kHelp[] =
     "  --json                 print {text, tokens, prefill_tps, decode_tps, memory} instead\n"
     "%s"
     "\n"
-    "The KV budget defaults to prompt + N tokens (at most the trained context).\n";
+    "The KV policy defaults to the model's (keel info shows it). With --kv-policy full the budget\n"
+    "defaults to prompt + N tokens (at most the trained context) and a longer sequence is refused;\n"
+    "the other policies keep the cache within --kv-budget (default: the model's) for any length.\n";
 
 }  // namespace
 
@@ -79,10 +81,12 @@ int cmd_run(int argc, char** argv) {
   std::vector<int32_t> ids;
   if (!encode_text(session.model(), prompt, true, true, ids, error)) return fail("run", error);
   if (ids.empty()) return fail("run", "the prompt encodes to no tokens; give a non-empty prompt");
+  if (!session.resolve_policy(nullptr, error)) return usage_error("run", error);
   const uint32_t ctx = session.model().shape().context_length;
   uint64_t need = ids.size() + uint64_t(n_predict);
-  uint32_t budget = so.kv_budget ? so.kv_budget : uint32_t(need < ctx ? need : ctx);
-  if (ids.size() > budget) {
+  const bool full = session.policy() == KvPolicyKind::Full;
+  uint32_t budget = so.kv_budget ? so.kv_budget : full ? uint32_t(need < ctx ? need : ctx) : session.default_budget();
+  if (full && ids.size() > budget) {
     return fail("run", "prompt of " + std::to_string(ids.size()) + " tokens exceeds the KV budget of " +
                            std::to_string(budget) + " tokens (policy full); raise --kv-budget");
   }

@@ -11,7 +11,9 @@ bool generate(Runtime& rt, uint32_t max_tokens, const std::vector<int32_t>& stop
               Generation& g, std::string& error) {
   text::StreamDecoder dec(rt.tokenizer());
   std::vector<char> buf(dec.max_push_bytes() + 8);
-  const uint64_t budget = rt.memory_plan().kv_capacity_tokens - rt.config().plan.chunk_tokens;
+  // Only the full policy ends at the budget; the others evict or compress and go on.
+  const bool bounded_by_budget = rt.config().kv.kind == KvPolicyKind::Full;
+  const uint64_t budget = rt.config().plan.kv_budget_tokens;
   auto emit = [&](size_t n) {
     g.text.append(buf.data(), n);
     if (out) {
@@ -35,7 +37,7 @@ bool generate(Runtime& rt, uint32_t max_tokens, const std::vector<int32_t>& stop
     }
     const bool last = stop || i + 1 == max_tokens;
     if (last && !feed_last) break;
-    if (rt.sequence_length(0) >= budget) {
+    if (bounded_by_budget && rt.sequence_length(0) >= budget) {
       g.budget_reached = true;
       break;
     }

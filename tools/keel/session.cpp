@@ -1,5 +1,7 @@
 #include "keel/session.h"
 
+#include "ports/linux/backend_plan.h"
+
 #include <unistd.h>
 
 #include <chrono>
@@ -12,8 +14,12 @@ const char kSessionHelp[] =
     "  -m, --model FILE       the .keel model (required)\n"
     "  -t, --threads N        worker threads (default: all cores)\n"
     "  --backend B            auto | ref | native | xnnpack (default auto)\n"
-    "  --kv-policy P          full (bounded policies arrive with the KV work)\n"
-    "  --kv-budget N          KV cache budget in tokens\n"
+    "  --kv-policy P          full | window | streaming | snapkv | snapstream (docs/kv.md)\n"
+    "  --kv-budget N          KV cache budget in tokens per sequence\n"
+    "  --sinks N              attention sinks kept by streaming and snapstream (default 4)\n"
+    "  --window N             snapstream's recent window for generated tokens (default budget/4)\n"
+    "  --snap-window N        SnapKV observation window (default 32)\n"
+    "  --snap-kernel N        SnapKV max-pool kernel, odd; 0 = adaptive (default 7)\n"
     "  --chunk N              prefill chunk in tokens (default 64)\n";
 
 void parse_session_options(Args& args, SessionOptions& o) {
@@ -22,6 +28,10 @@ void parse_session_options(Args& args, SessionOptions& o) {
   args.value("--backend", nullptr, o.backend);
   args.value("--kv-policy", nullptr, o.kv_policy);
   args.u32("--kv-budget", nullptr, o.kv_budget);
+  args.u32("--sinks", nullptr, o.sinks);
+  args.u32("--window", nullptr, o.window);
+  args.u32("--snap-window", nullptr, o.snap_window);
+  args.u32("--snap-kernel", nullptr, o.snap_kernel);
   args.u32("--chunk", nullptr, o.chunk);
 }
 
@@ -33,10 +43,6 @@ bool Session::load(const SessionOptions& o, std::string& error) {
   opts_ = o;
   if (o.model_path.empty()) {
     error = "missing -m MODEL.keel";
-    return false;
-  }
-  if (o.kv_policy != "full") {
-    error = "--kv-policy '" + o.kv_policy + "' is not available yet; this build supports 'full'";
     return false;
   }
   if (o.chunk == 0) {
@@ -54,8 +60,31 @@ bool Session::load(const SessionOptions& o, std::string& error) {
   return true;
 }
 
+bool Session::resolve_policy(const char* fallback, std::string& error) {
+  std::string name = opts_.kv_policy;
+  if (name.empty() && fallback) name = fallback;
+  const fb::KvDefaults* kv = model_.meta()->kv_defaults();
+  if (name.empty()) name = kv ? kv_policy_name(static_cast<KvPolicyKind>(kv->policy())) : "full";
+  if (!parse_kv_policy(name.c_str(), policy_.kind)) {
+    error = "--kv-policy expects full, window, streaming, snapkv or snapstream, got '" + name + "'";
+    return false;
+  }
+  policy_.sinks = opts_.sinks;
+  policy_.window = opts_.window;
+  policy_.snap_window = opts_.snap_window;
+  policy_.snap_kernel = opts_.snap_kernel;
+  return true;
+}
+
+uint32_t Session::default_budget() const {
+  const fb::KvDefaults* kv = model_.meta()->kv_defaults();
+  return kv && kv->budget_tokens() ? kv->budget_tokens() : 1024;
+}
+
 bool Session::start(uint32_t budget, std::string& error) {
   RuntimeConfig cfg;
+  cfg.kv = policy_;
+  cfg.plan.snap_window = kv_policy_uses_snapkv(policy_.kind) ? policy_.snap_window : 0;
   if (opts_.backend == "auto") cfg.backend = BackendKind::Auto;
   else if (opts_.backend == "ref") cfg.backend = BackendKind::Ref;
   else if (opts_.backend == "native") cfg.backend = BackendKind::Native;
@@ -69,6 +98,7 @@ bool Session::start(uint32_t budget, std::string& error) {
   cfg.plan.chunk_tokens = opts_.chunk;
   cfg.plan.threads = threads_;
   cfg.plan.logit_rows = opts_.logit_rows < opts_.chunk ? opts_.logit_rows : opts_.chunk;
+  if (!port::reserve_backend_bytes(model_, cfg, error)) return false;
   const MemoryPlan p = Runtime::plan(model_, cfg.plan);
   persistent_.reset(static_cast<uint8_t*>(aligned_alloc(64, align_up(p.persistent_bytes, 64))));
   scratch_.reset(static_cast<uint8_t*>(aligned_alloc(64, align_up(p.scratch_bytes, 64))));

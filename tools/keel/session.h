@@ -18,8 +18,12 @@ struct SessionOptions {
   std::string model_path;
   uint32_t threads = 0;        // 0 = all cores
   std::string backend = "auto";
-  std::string kv_policy = "full";
+  std::string kv_policy;       // empty = the command's default
   uint32_t kv_budget = 0;      // 0 = the command's default
+  uint32_t sinks = 4;
+  uint32_t window = 0;         // snapstream recent window, 0 = budget / 4
+  uint32_t snap_window = 32;
+  uint32_t snap_kernel = 7;
   uint32_t chunk = 64;
   uint32_t logit_rows = 1;
 };
@@ -33,6 +37,11 @@ class Session {
  public:
   // Loads and verifies the model (mapped, never copied).
   bool load(const SessionOptions& o, std::string& error);
+  // The policy in force: --kv-policy, else `fallback` (a command's default), else the model's.
+  bool resolve_policy(const char* fallback, std::string& error);
+  KvPolicyKind policy() const { return policy_.kind; }
+  // The model's default budget (from the file), 1024 if it has none.
+  uint32_t default_budget() const;
   // Plans for `budget` tokens and initializes the runtime.
   bool start(uint32_t budget, std::string& error);
 
@@ -50,6 +59,7 @@ class Session {
   port::MappedFile file_;
   Model model_;
   uint32_t threads_ = 1;
+  KvPolicyConfig policy_;
   std::unique_ptr<port::LinuxThreadPool> pool_;
   std::unique_ptr<uint8_t, Free> persistent_, scratch_;
   Runtime runtime_;

@@ -9,6 +9,7 @@
 
 #include "convert/keel_writer.h"
 #include "llm/runtime.h"
+#include "ports/linux/backend_plan.h"
 #include "ports/linux/mapped_file.h"
 #include "ports/linux/thread_pool.h"
 #include "support/alloc_counter.h"
@@ -61,6 +62,8 @@ void run_case(const Case& c) {
   rc.plan.kv_budget_tokens = c.decode_steps + 64;
   rc.plan.chunk_tokens = 16;
   rc.plan.threads = c.threads;
+  std::string err;
+  if (select_backend(c.backend).ok()) ASSERT_TRUE(port::reserve_backend_bytes(l->model, rc, err)) << err;
   const MemoryPlan p = Runtime::plan(l->model, rc.plan);
   struct Free {
     void operator()(uint8_t* x) const { free(x); }

@@ -1,0 +1,75 @@
+#include "kv/kv_policy.h"
+
+#include <cstring>
+
+#include "core/check.h"
+
+namespace keel {
+
+const char* kv_policy_name(KvPolicyKind k) {
+  switch (k) {
+    case KvPolicyKind::Full: return "full";
+    case KvPolicyKind::Window: return "window";
+    case KvPolicyKind::Streaming: return "streaming";
+    case KvPolicyKind::SnapKV: return "snapkv";
+    case KvPolicyKind::SnapStream: return "snapstream";
+  }
+  return "?";
+}
+
+bool parse_kv_policy(const char* name, KvPolicyKind& out) {
+  const KvPolicyKind all[] = {KvPolicyKind::Full, KvPolicyKind::Window, KvPolicyKind::Streaming, KvPolicyKind::SnapKV,
+                              KvPolicyKind::SnapStream};
+  for (KvPolicyKind k : all) {
+    if (strcmp(name, kv_policy_name(k)) == 0) {
+      out = k;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool kv_policy_uses_snapkv(KvPolicyKind k) { return k == KvPolicyKind::SnapKV || k == KvPolicyKind::SnapStream; }
+
+uint32_t snapstream_window(const KvPolicyConfig& c, uint32_t budget) { return c.window ? c.window : budget / 4; }
+
+uint32_t snapkv_decode_target(uint32_t budget, uint32_t chunk) {
+  uint32_t r = budget / 8 < chunk ? budget / 8 : chunk;
+  if (r == 0) r = 1;
+  return budget - r;
+}
+
+Error validate_kv_policy(const KvPolicyConfig& c, uint32_t budget, uint32_t chunk) {
+  KEEL_ENSURE(budget >= 1, Status::BudgetTooSmall, "KV budget of 0 tokens");
+  switch (c.kind) {
+    case KvPolicyKind::Full:
+    case KvPolicyKind::Window: return Error();
+    case KvPolicyKind::Streaming:
+      KEEL_ENSURE(budget > c.sinks, Status::BudgetTooSmall,
+                  "streaming needs a budget above its %u sinks; got %u tokens", c.sinks, budget);
+      return Error();
+    case KvPolicyKind::SnapKV: {
+      const uint32_t target = snapkv_decode_target(budget, chunk);
+      KEEL_ENSURE(target > c.snap_window && c.snap_window >= 1, Status::BudgetTooSmall,
+                  "snapkv keeps a %u-token observation window and recompresses to %u of the %u-token budget; the "
+                  "budget must exceed the window by at least a few tokens",
+                  c.snap_window, target, budget);
+      KEEL_ENSURE(c.snap_kernel == 0 || c.snap_kernel % 2 == 1, Status::InvalidArgument,
+                  "--snap-kernel %u; expected an odd size, or 0 for adaptive", c.snap_kernel);
+      return Error();
+    }
+    case KvPolicyKind::SnapStream: {
+      const uint32_t w = snapstream_window(c, budget);
+      KEEL_ENSURE(w >= 1 && budget > w + c.sinks + c.snap_window, Status::BudgetTooSmall,
+                  "snapstream keeps %u sinks + a %u-token observation window + a %u-token recent window; a budget "
+                  "of %u tokens leaves nothing for the prompt",
+                  c.sinks, c.snap_window, w, budget);
+      KEEL_ENSURE(c.snap_kernel == 0 || c.snap_kernel % 2 == 1, Status::InvalidArgument,
+                  "--snap-kernel %u; expected an odd size, or 0 for adaptive", c.snap_kernel);
+      return Error();
+    }
+  }
+  return Error(Status::InvalidArgument, "unknown KV policy %u", unsigned(c.kind));
+}
+
+}  // namespace keel

@@ -1,0 +1,35 @@
+// KV-cache policies (DESIGN.md section 5, docs/kv.md): what a slot's cache keeps between
+// forward passes when a sequence outgrows its budget.
+#pragma once
+
+#include <cstdint>
+
+#include "core/status.h"
+
+namespace keel {
+
+enum class KvPolicyKind : uint8_t { Full, Window, Streaming, SnapKV, SnapStream };
+
+struct KvPolicyConfig {
+  KvPolicyKind kind = KvPolicyKind::Full;
+  uint32_t sinks = 4;         // streaming, snapstream
+  uint32_t window = 0;        // snapstream: recent ring for generated tokens (0 = budget / 4)
+  uint32_t snap_window = 32;  // SnapKV observation window w
+  uint32_t snap_kernel = 7;   // SnapKV max-pool kernel (odd); 0 = adaptive
+};
+
+const char* kv_policy_name(KvPolicyKind k);
+// Parses "full", "window", "streaming", "snapkv", "snapstream".
+bool parse_kv_policy(const char* name, KvPolicyKind& out);
+bool kv_policy_uses_snapkv(KvPolicyKind k);
+
+// The recent ring snapstream keeps for generated tokens.
+uint32_t snapstream_window(const KvPolicyConfig& c, uint32_t budget);
+// Entries snapkv compresses down to while decoding (recompression every budget - this tokens).
+uint32_t snapkv_decode_target(uint32_t budget, uint32_t chunk);
+
+// BudgetTooSmall when the budget cannot hold what the policy must keep (sinks, the observation
+// window, at least one more token), with the numbers.
+Error validate_kv_policy(const KvPolicyConfig& c, uint32_t budget, uint32_t chunk);
+
+}  // namespace keel

@@ -1,0 +1,171 @@
+// The KV cache's ring, sink pinning and compaction bookkeeping, and SnapKV selection, on small
+// hand-checked cases.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "kv/kv_cache.h"
+#include "kv/kv_policy.h"
+#include "kv/snapkv.h"
+
+namespace keel {
+namespace {
+
+struct Cache {
+  std::vector<uint8_t> mem;
+  Arena arena;
+  KvCache kv;
+  explicit Cache(uint32_t budget, uint32_t chunk) : mem(1 << 20) {
+    arena.reset(mem.data() + (64 - reinterpret_cast<uintptr_t>(mem.data()) % 64) % 64, mem.size() - 64);
+    KvShape s{1, 1, 2, budget + chunk, budget, 2, 0};
+    EXPECT_TRUE(kv.init(s, arena).ok());
+  }
+  // Stages n tokens with consecutive positions (what the transformer writes), key = position.
+  void stage(uint32_t n) {
+    const int64_t p0 = kv.next_position();
+    for (uint32_t j = 0; j < n; ++j) {
+      const uint32_t at = kv.visible() + j;
+      kv.positions(0, 0)[at] = int32_t(p0 + j);
+      kv.keys(0, 0)[at * 2] = uint16_t(p0 + j);
+    }
+    kv.advance(n);
+  }
+  // Positions in logical order.
+  std::vector<int32_t> logical() const {
+    std::vector<int32_t> out;
+    for (uint32_t i = 0; i < kv.visible(); ++i) out.push_back(kv.positions(0, 0)[kv.physical(i)]);
+    return out;
+  }
+};
+
+std::vector<int32_t> range(int32_t a, int32_t b) {
+  std::vector<int32_t> v(size_t(b - a));
+  std::iota(v.begin(), v.end(), a);
+  return v;
+}
+
+TEST(KvCache, RingKeepsTheLastBudgetTokensInOrder) {
+  Cache c(8, 4);
+  c.stage(4);
+  c.kv.append_ring(4);
+  EXPECT_EQ(c.logical(), range(0, 4));
+  c.stage(4);
+  c.kv.append_ring(4);
+  EXPECT_EQ(c.logical(), range(0, 8));
+  EXPECT_EQ(c.kv.evicted(), 0u);
+  c.stage(3);
+  c.kv.append_ring(3);  // wraps
+  EXPECT_EQ(c.logical(), range(3, 11));
+  EXPECT_EQ(c.kv.evicted(), 3u);
+  for (int i = 0; i < 20; ++i) {
+    c.stage(1);
+    c.kv.append_ring(1);
+  }
+  EXPECT_EQ(c.logical(), range(23, 31));
+  EXPECT_EQ(c.kv.visible(), 8u);
+}
+
+TEST(KvCache, ChunkLargerThanFreeRoomOverwritesOldest) {
+  Cache c(8, 6);
+  c.stage(5);
+  c.kv.append_ring(5);
+  c.stage(6);  // 11 > 8: keeps positions 3..10
+  c.kv.append_ring(6);
+  EXPECT_EQ(c.logical(), range(3, 11));
+}
+
+TEST(KvCache, SinksStayWhileTheRestStreams) {
+  Cache c(8, 4);
+  c.stage(4);
+  c.kv.append_ring(4);
+  c.stage(4);
+  c.kv.append_ring(4);
+  c.stage(4);
+  c.kv.pin_sinks(2);  // at the first overflow
+  c.kv.append_ring(4);
+  std::vector<int32_t> want = {0, 1};
+  for (int32_t p : range(6, 12)) want.push_back(p);
+  EXPECT_EQ(c.logical(), want);
+  for (int i = 0; i < 13; ++i) {
+    c.stage(1);
+    c.kv.append_ring(1);
+  }
+  want = {0, 1};
+  for (int32_t p : range(19, 25)) want.push_back(p);
+  EXPECT_EQ(c.logical(), want);
+}
+
+void no_rotation(void*, uint16_t*, int64_t, int64_t) {}
+
+TEST(KvCache, CompactionKeepsTheChosenEntriesInOrder) {
+  Cache c(8, 4);
+  c.stage(4);
+  c.kv.append_ring(4);
+  c.stage(4);
+  c.kv.append_ring(4);
+  c.stage(3);  // staged, not yet in the ring: logical 8..10
+  const uint32_t keep[] = {0, 2, 5, 9, 10};
+  std::vector<uint8_t> scratch(c.kv.compact_scratch_bytes());
+  c.kv.compact_head(0, 0, keep, 5, 3, no_rotation, nullptr, scratch.data());
+  c.kv.finish_compact(5, 3);
+  EXPECT_EQ(c.kv.prefix(), 5u);
+  EXPECT_EQ(c.kv.ring_len(), 0u);
+  EXPECT_EQ(c.logical(), (std::vector<int32_t>{0, 2, 5, 9, 10}));
+  EXPECT_EQ(c.kv.evicted(), 6u);
+  // New tokens go to the ring behind the prefix.
+  c.stage(2);
+  c.kv.append_ring(2);
+  EXPECT_EQ(c.logical(), (std::vector<int32_t>{0, 2, 5, 9, 10, 11, 12}));
+}
+
+TEST(SnapKvSelect, PoolsThenKeepsTheTopInOriginalOrder) {
+  // scores: a peak at 2 and one at 9; kernel 3 widens each to its neighbours.
+  const float scores[] = {0.1f, 0.2f, 5.0f, 0.1f, 0.0f, 0.0f, 0.3f, 0.0f, 0.0f, 4.0f, 0.0f, 0.0f};
+  const uint32_t n = sizeof scores / sizeof scores[0];
+  float work[n];
+  uint32_t order[n], out[n];
+  ASSERT_EQ(snapkv_select(scores, n, 6, 3, work, order, out), 6u);
+  EXPECT_EQ(std::vector<uint32_t>(out, out + 6), (std::vector<uint32_t>{1, 2, 3, 8, 9, 10}));
+  // Kernel 1 is no pooling: the plain top 3.
+  ASSERT_EQ(snapkv_select(scores, n, 3, 1, work, order, out), 3u);
+  EXPECT_EQ(std::vector<uint32_t>(out, out + 3), (std::vector<uint32_t>{2, 6, 9}));
+  // Ties go to the earlier token; keep >= n keeps everything.
+  const float flat[] = {1, 1, 1, 1};
+  ASSERT_EQ(snapkv_select(flat, 4, 2, 1, work, order, out), 2u);
+  EXPECT_EQ(std::vector<uint32_t>(out, out + 2), (std::vector<uint32_t>{0, 1}));
+  ASSERT_EQ(snapkv_select(flat, 4, 9, 1, work, order, out), 4u);
+}
+
+TEST(SnapKvSelect, AdaptiveKernel) {
+  EXPECT_EQ(snapkv_kernel(7, 1000, 100), 7u);
+  EXPECT_EQ(snapkv_kernel(0, 1000, 100), 21u);   // 2 * 10 + 1
+  EXPECT_EQ(snapkv_kernel(0, 100, 100), 3u);     // clamped low
+  EXPECT_EQ(snapkv_kernel(0, 100000, 100), 31u); // clamped high
+}
+
+TEST(KvPolicy, BudgetsThatCannotHoldThePolicyAreRefused) {
+  KvPolicyConfig c;
+  c.kind = KvPolicyKind::Streaming;
+  c.sinks = 4;
+  EXPECT_EQ(validate_kv_policy(c, 4, 16).status(), Status::BudgetTooSmall);
+  EXPECT_TRUE(validate_kv_policy(c, 5, 16).ok());
+  c.kind = KvPolicyKind::SnapStream;
+  const Error e = validate_kv_policy(c, 48, 16);  // 4 sinks + 32 observed + 12 recent = 48
+  EXPECT_EQ(e.status(), Status::BudgetTooSmall);
+  EXPECT_NE(std::string(e.message()).find("leaves nothing for the prompt"), std::string::npos) << e.message();
+  EXPECT_TRUE(validate_kv_policy(c, 1024, 64).ok());
+  c.kind = KvPolicyKind::SnapKV;
+  EXPECT_EQ(validate_kv_policy(c, 32, 16).status(), Status::BudgetTooSmall);
+  c.snap_kernel = 4;
+  EXPECT_EQ(validate_kv_policy(c, 1024, 64).status(), Status::InvalidArgument);
+  KvPolicyKind k;
+  EXPECT_TRUE(parse_kv_policy("snapstream", k));
+  EXPECT_EQ(k, KvPolicyKind::SnapStream);
+  EXPECT_FALSE(parse_kv_policy("h2o", k));
+}
+
+}  // namespace
+}  // namespace keel
