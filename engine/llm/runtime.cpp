@@ -202,6 +202,7 @@ Error Runtime::score(uint32_t slot, Span<const int32_t> tokens, void (*fn)(void*
     done += n;
   }
   s.prefilled += tokens.size();
+  remember(s, tokens.data(), tokens.size());
   return Error();
 }
 

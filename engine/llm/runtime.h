@@ -78,7 +78,6 @@ class Runtime {
   const RuntimeConfig& config() const { return config_; }
   RuntimeStats stats() const;
   Arena& scratch() { return scratch_; }
-  // Scratch left after the transformer's buffers, for tokenization and sampling.
   uint32_t slots() const { return config_.plan.slots; }
 
  private:

@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "kernels/dequant.h"
+#include "llm/rope.h"
 #if defined(KEEL_HAVE_XNNPACK)
 #include "kernels/xnnpack/xnn_memory.h"
 #include "kernels/xnnpack/xnn_model_ops.h"
@@ -267,16 +268,9 @@ void Transformer::embed(const int32_t* tokens, uint32_t n) {
 }
 
 void Transformer::rope_tables(int64_t pos0, uint32_t n) {
-  // Angles in double: pos * inv_freq stays exact enough at positions of 10^7 and beyond,
-  // where a float product would be off by whole radians.
   const uint32_t half = rope_dim_ / 2;
   for (uint32_t t = 0; t < n; ++t) {
-    const double pos = double(pos0 + t);
-    for (uint32_t i = 0; i < half; ++i) {
-      const double a = pos * inv_freq_[i];
-      cos_[uint64_t(t) * half + i] = float(std::cos(a));
-      sin_[uint64_t(t) * half + i] = float(std::sin(a));
-    }
+    rope_angles(double(pos0 + t), inv_freq_, half, cos_ + uint64_t(t) * half, sin_ + uint64_t(t) * half);
   }
 }
 
@@ -380,11 +374,7 @@ Error Transformer::forward(KvCache& kv, const int32_t* tokens, uint32_t n, float
   rope_tables(pos0, n);
   if (kv.prefix() > 0) {
     // Cache index minus position is the same for every token of the chunk.
-    const double shift = double(int64_t(size_before) - pos0);
-    for (uint32_t i = 0; i < rope_dim_ / 2; ++i) {
-      shift_cos_[i] = float(std::cos(shift * inv_freq_[i]));
-      shift_sin_[i] = float(std::sin(shift * inv_freq_[i]));
-    }
+    rope_angles(double(int64_t(size_before) - pos0), inv_freq_, rope_dim_ / 2, shift_cos_, shift_sin_);
   }
   for (uint32_t l = 0; l < shape_.n_layers; ++l) {
     const LayerWeights w = layer_weights(*model_, l);

@@ -32,6 +32,7 @@
 #include "convert/source_model.h"
 #include "llm/runtime.h"
 #include "model/model.h"
+#include "ports/linux/backend_plan.h"
 #include "ports/linux/mapped_file.h"
 #include "ports/linux/thread_pool.h"
 #include "support/test_support.h"
@@ -166,6 +167,10 @@ std::unique_ptr<Engine> make_engine(uint32_t kv_budget) {
   cfg.plan.chunk_tokens = 64;
   cfg.plan.threads = kThreads;
   cfg.plan.logit_rows = kLogitRows;
+  if (!port::reserve_backend_bytes(e->model, cfg, err)) {
+    ADD_FAILURE() << err;
+    return nullptr;
+  }
   e->plan = Runtime::plan(e->model, cfg.plan);
   e->persistent = aligned_buffer(e->plan.persistent_bytes);
   e->scratch = aligned_buffer(e->plan.scratch_bytes);

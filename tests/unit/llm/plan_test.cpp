@@ -17,6 +17,7 @@
 #include "convert/source_model.h"
 #include "llm/runtime.h"
 #include "model/model.h"
+#include "ports/linux/backend_plan.h"
 #include "ports/linux/mapped_file.h"
 #include "ports/linux/thread_pool.h"
 #include "support/test_support.h"
@@ -139,37 +140,53 @@ void exercise(Runtime& rt, uint32_t slots, uint32_t budget) {
   EXPECT_EQ(rows, n_score);
 }
 
+// The backends this build offers (XNNPACK keeps operator state in the persistent arena, so it
+// is planned through its own measured block).
+std::vector<BackendKind> offered_backends() {
+  std::vector<BackendKind> kinds;
+  for (const BackendKind k : {BackendKind::Ref, BackendKind::Native, BackendKind::Xnnpack, BackendKind::Auto}) {
+    if (select_backend(k).ok()) kinds.push_back(k);
+  }
+  return kinds;
+}
+
 void check_plan_is_exact(const Converted& c, const char* model_name) {
-  for (const PlanConfig& pc : kConfigs) {
-    SCOPED_TRACE(std::string(model_name) + ": " + describe(pc));
-    const MemoryPlan plan = Runtime::plan(c.model, pc);
-    // What a firmware header computes from the converter's shape is what the engine plans.
-    const MemoryPlan from_source = plan_memory(c.source_shape, pc);
-    EXPECT_EQ(from_source.persistent_bytes, plan.persistent_bytes);
-    EXPECT_EQ(from_source.scratch_bytes, plan.scratch_bytes);
-    EXPECT_EQ(plan.persistent_bytes % kPlanAlign, 0u);
-    EXPECT_EQ(plan.scratch_bytes % kPlanAlign, 0u);
+  const std::vector<BackendKind> kinds = offered_backends();
+  ASSERT_GE(kinds.size(), 2u) << "ref and auto are always offered";
+  for (const BackendKind kind : kinds) {
+    for (const PlanConfig& pc : kConfigs) {
+      SCOPED_TRACE(std::string(model_name) + ", backend " + backend_name(kind) + ": " + describe(pc));
+      RuntimeConfig cfg;
+      cfg.plan = pc;
+      cfg.backend = kind;
+      std::string err;
+      ASSERT_TRUE(port::reserve_backend_bytes(c.model, cfg, err)) << err;
+      const MemoryPlan plan = Runtime::plan(c.model, cfg.plan);
+      // What a firmware header computes from the converter's shape is what the engine plans.
+      const MemoryPlan from_source = plan_memory(c.source_shape, cfg.plan);
+      EXPECT_EQ(from_source.persistent_bytes, plan.persistent_bytes);
+      EXPECT_EQ(from_source.scratch_bytes, plan.scratch_bytes);
+      EXPECT_EQ(plan.persistent_bytes % kPlanAlign, 0u);
+      EXPECT_EQ(plan.scratch_bytes % kPlanAlign, 0u);
 
-    Buffer persistent = aligned_buffer(plan.persistent_bytes), scratch = aligned_buffer(plan.scratch_bytes);
-    std::unique_ptr<port::LinuxThreadPool> pool;
-    if (pc.threads > 1) pool = std::make_unique<port::LinuxThreadPool>(pc.threads);
-    RuntimeConfig cfg;
-    cfg.plan = pc;
-    cfg.backend = BackendKind::Auto;
-    auto rt = std::make_unique<Runtime>();
-    const Error e = rt->init(c.model, cfg, Span<uint8_t>(persistent.get(), plan.persistent_bytes),
-                             Span<uint8_t>(scratch.get(), plan.scratch_bytes), pool ? pool->pool() : nullptr);
-    ASSERT_TRUE(e.ok()) << to_string(e.status()) << ": " << e.message();
-    RuntimeStats st = rt->stats();
-    EXPECT_EQ(st.persistent_used_bytes, plan.persistent_bytes);
-    EXPECT_EQ(st.persistent_planned_bytes, plan.persistent_bytes);
-    EXPECT_EQ(st.scratch_high_water_bytes, plan.scratch_bytes);
-    EXPECT_EQ(st.scratch_planned_bytes, plan.scratch_bytes);
+      Buffer persistent = aligned_buffer(plan.persistent_bytes), scratch = aligned_buffer(plan.scratch_bytes);
+      std::unique_ptr<port::LinuxThreadPool> pool;
+      if (pc.threads > 1) pool = std::make_unique<port::LinuxThreadPool>(pc.threads);
+      auto rt = std::make_unique<Runtime>();
+      const Error e = rt->init(c.model, cfg, Span<uint8_t>(persistent.get(), plan.persistent_bytes),
+                               Span<uint8_t>(scratch.get(), plan.scratch_bytes), pool ? pool->pool() : nullptr);
+      ASSERT_TRUE(e.ok()) << to_string(e.status()) << ": " << e.message();
+      RuntimeStats st = rt->stats();
+      EXPECT_EQ(st.persistent_used_bytes, plan.persistent_bytes);
+      EXPECT_EQ(st.persistent_planned_bytes, plan.persistent_bytes);
+      EXPECT_EQ(st.scratch_high_water_bytes, plan.scratch_bytes);
+      EXPECT_EQ(st.scratch_planned_bytes, plan.scratch_bytes);
 
-    exercise(*rt, pc.slots, pc.kv_budget_tokens);
-    st = rt->stats();
-    EXPECT_EQ(st.persistent_used_bytes, plan.persistent_bytes) << "persistent arena grew after init";
-    EXPECT_EQ(st.scratch_high_water_bytes, plan.scratch_bytes) << "scratch arena grew after init";
+      exercise(*rt, pc.slots, pc.kv_budget_tokens);
+      st = rt->stats();
+      EXPECT_EQ(st.persistent_used_bytes, plan.persistent_bytes) << "persistent arena grew after init";
+      EXPECT_EQ(st.scratch_high_water_bytes, plan.scratch_bytes) << "scratch arena grew after init";
+    }
   }
 }
 
@@ -197,6 +214,8 @@ void check_one_byte_short(const Converted& c, const char* model_name) {
   RuntimeConfig cfg;
   cfg.plan = PlanConfig{128, 1, 16, 1, 1};
   cfg.backend = BackendKind::Auto;
+  std::string err;
+  ASSERT_TRUE(port::reserve_backend_bytes(c.model, cfg, err)) << err;
   const MemoryPlan plan = Runtime::plan(c.model, cfg.plan);
   Buffer persistent = aligned_buffer(plan.persistent_bytes), scratch = aligned_buffer(plan.scratch_bytes);
   const Span<uint8_t> p_ok(persistent.get(), plan.persistent_bytes), s_ok(scratch.get(), plan.scratch_bytes);

@@ -51,6 +51,8 @@ struct Case {
   BackendKind backend;
   uint32_t threads;
   uint32_t decode_steps;
+  KvPolicyKind policy = KvPolicyKind::Full;
+  uint32_t budget = 0;  // 0: enough for the whole sequence
 };
 
 void run_case(const Case& c) {
@@ -59,7 +61,9 @@ void run_case(const Case& c) {
   ASSERT_TRUE(l->model.loaded());
   RuntimeConfig rc;
   rc.backend = c.backend;
-  rc.plan.kv_budget_tokens = c.decode_steps + 64;
+  rc.kv.kind = c.policy;
+  rc.plan.kv_budget_tokens = c.budget ? c.budget : c.decode_steps + 64;
+  rc.plan.snap_window = kv_policy_uses_snapkv(c.policy) ? 32 : 0;
   rc.plan.chunk_tokens = 16;
   rc.plan.threads = c.threads;
   std::string err;
@@ -145,11 +149,23 @@ TEST(RuntimeNoAlloc, StoriesQ8Native) {
 TEST(RuntimeNoAlloc, StoriesQ4Native) {
   run_case({"na_st_q4_nat", false, convert::QuantMode::Q4, BackendKind::Native, 2, 1000});
 }
+// Small budgets: eviction and SnapKV compaction run many times within the 1000 steps.
+TEST(RuntimeNoAlloc, StoriesStreamingEvicts) {
+  run_case({"na_st_stream", false, convert::QuantMode::Q8, BackendKind::Native, 2, 1000, KvPolicyKind::Streaming, 128});
+}
+TEST(RuntimeNoAlloc, StoriesSnapKvCompresses) {
+  run_case({"na_st_snapkv", false, convert::QuantMode::Q8, BackendKind::Native, 2, 1000, KvPolicyKind::SnapKV, 128});
+}
 TEST(RuntimeNoAlloc, StoriesF32Xnnpack) {
   run_case({"na_st_f32_xnn", false, convert::QuantMode::Keep, BackendKind::Xnnpack, 2, 1000});
 }
+// One thread: the stories cases cover the thread pool; a 2-thread SmolLM2 run takes minutes
+// whenever the shared host holds a core.
 TEST(RuntimeNoAlloc, SmolLM2Native) {
-  run_case({"na_sm_nat", true, convert::QuantMode::Keep, BackendKind::Native, 2, 1000});
+  run_case({"na_sm_nat", true, convert::QuantMode::Keep, BackendKind::Native, 1, 1000});
+}
+TEST(RuntimeNoAlloc, SmolLM2SnapStream) {
+  run_case({"na_sm_snap", true, convert::QuantMode::Keep, BackendKind::Native, 1, 1000, KvPolicyKind::SnapStream, 256});
 }
 
 }  // namespace

@@ -1,0 +1,145 @@
+// The public APIs end to end on stories260K: the C API inside one caller block, and the C++
+// Engine<> whose arenas are sized at compile time; both continue from BOS exactly as the
+// golden (llama.cpp) continuation does.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <vector>
+
+#include "convert/keel_writer.h"
+#include "keel.h"
+#include "keel.hpp"
+#include "ports/linux/mapped_file.h"
+#include "support/test_support.h"
+
+namespace {
+
+struct StoriesShape {
+  static constexpr uint32_t vocab_size = 512;
+  static constexpr uint32_t dim = 64;
+  static constexpr uint32_t n_layers = 5;
+  static constexpr uint32_t n_heads = 8;
+  static constexpr uint32_t n_kv_heads = 4;
+  static constexpr uint32_t head_dim = 8;
+  static constexpr uint32_t ffn_dim = 172;
+  static constexpr uint32_t context_length = 512;
+  static constexpr uint32_t tokenizer_bytes = 5140;  // pinned by the tokenizer tests
+};
+
+const std::string& stories_keel() {
+  static const std::string path = [] {
+    std::string err;
+    auto src = keel::convert::read_llama2c(
+        keel::test::require_file(keel::test::shared_path("models/stories260K/stories260K.bin")),
+        keel::test::require_file(keel::test::shared_path("models/stories260K/tok512.bin")), err);
+    EXPECT_TRUE(src.has_value()) << err;
+    const std::string p = keel::test::tmp_path("api_stories.keel");
+    keel::convert::WriteOptions wo;
+    keel::convert::WriteStats ws;
+    if (src) EXPECT_TRUE(keel::convert::write_keel(*src, wo, p, ws, err)) << err;
+    return p;
+  }();
+  return path;
+}
+
+std::vector<int32_t> golden_ids(size_t n) {
+  std::ifstream f(keel::test::require_file(keel::test::source_path("tests/golden/stories260K_greedy.json")));
+  const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+  std::vector<int32_t> ids;
+  if (j.is_discarded()) return ids;
+  for (const auto& v : j["ids"]) {
+    if (ids.size() == n) break;
+    ids.push_back(v.get<int32_t>());
+  }
+  return ids;
+}
+
+TEST(CApi, GreedyContinuationInOneCallerBlock) {
+  keel::port::MappedFile file;
+  std::string err;
+  ASSERT_TRUE(file.open(stories_keel(), err)) << err;
+  keel_config cfg{};
+  cfg.kv_budget_tokens = 256;
+  cfg.backend = KEEL_BACKEND_NATIVE;
+  keel_plan_info plan{};
+  ASSERT_EQ(keel_plan(file.data(), file.size(), &cfg, &plan), KEEL_OK);
+  EXPECT_GT(plan.total_bytes, plan.persistent_bytes + plan.scratch_bytes);
+  // Too small a block: a clean refusal naming the numbers.
+  std::vector<uint8_t> small(plan.total_bytes / 2);
+  keel_engine* e = nullptr;
+  char msg[300];
+  EXPECT_EQ(keel_init(small.data(), small.size(), file.data(), file.size(), &cfg, &e, msg, sizeof msg),
+            KEEL_ERR_OUT_OF_MEMORY);
+  EXPECT_EQ(e, nullptr);
+  EXPECT_NE(std::string(msg).find("the plan needs"), std::string::npos) << msg;
+  // Exactly the planned block, deliberately misaligned by one byte.
+  std::vector<uint8_t> block(plan.total_bytes + 1);
+  ASSERT_EQ(keel_init(block.data() + 1, plan.total_bytes, file.data(), file.size(), &cfg, &e, msg, sizeof msg), KEEL_OK)
+      << msg;
+  const int32_t bos = 1;
+  ASSERT_EQ(keel_prefill(e, 0, &bos, 1), KEEL_OK);
+  const std::vector<int32_t> want = golden_ids(100);
+  ASSERT_EQ(want.size(), 100u);
+  std::vector<int32_t> got;
+  for (size_t i = 0; i < want.size(); ++i) {
+    int32_t t = -1;
+    ASSERT_EQ(keel_sample(e, 0, &t), KEEL_OK) << keel_last_error(e);
+    got.push_back(t);
+    ASSERT_EQ(keel_decode(e, 0, t), KEEL_OK) << keel_last_error(e);
+  }
+  EXPECT_EQ(got, want);
+  // Errors leave the engine usable.
+  EXPECT_EQ(keel_decode(e, 0, 99999), KEEL_ERR_BAD_ARGUMENT);
+  EXPECT_NE(std::string(keel_last_error(e)).find("token id 99999"), std::string::npos);
+  EXPECT_EQ(keel_prefill(e, 7, &bos, 1), KEEL_ERR_BAD_ARGUMENT);
+  size_t n = 0;
+  int32_t ids[16];
+  ASSERT_EQ(keel_tokenize(e, "Once upon a time", 16, 1, 0, ids, 16, &n), KEEL_OK);
+  EXPECT_EQ(ids[0], 1);
+  char bytes[32];
+  ASSERT_EQ(keel_token_bytes(e, ids[1], bytes, sizeof bytes, &n), KEEL_OK);
+  keel_stats st{};
+  ASSERT_EQ(keel_get_stats(e, &st), KEEL_OK);
+  EXPECT_EQ(st.persistent_used_bytes, st.persistent_planned_bytes);
+  EXPECT_EQ(st.tokens_decoded, 100u);
+}
+
+// Static storage, as firmware declares it: the arenas are members sized by constexpr plans.
+keel::Engine<StoriesShape, 256> g_engine;
+struct WiderShape : StoriesShape {
+  static constexpr uint32_t dim = 128;
+};
+keel::Engine<WiderShape, 64> g_wrong_engine;
+static_assert(keel::Engine<StoriesShape, 256>::kPersistentBytes > 0);
+static_assert(sizeof(keel::Engine<StoriesShape, 256>) >=
+              keel::Engine<StoriesShape, 256>::kPersistentBytes + keel::Engine<StoriesShape, 256>::kScratchBytes);
+
+TEST(CppApi, CompileTimeEngineRunsTheModel) {
+  keel::port::MappedFile file;
+  std::string err;
+  ASSERT_TRUE(file.open(stories_keel(), err)) << err;
+  const keel::Error e = g_engine.init(file.data(), file.size(), keel::BackendKind::Native);
+  ASSERT_TRUE(e.ok()) << e.message();
+  keel::Runtime& rt = g_engine.runtime();
+  const int32_t bos = 1;
+  ASSERT_TRUE(rt.prefill(0, keel::Span<const int32_t>(&bos, 1)).ok());
+  const std::vector<int32_t> want = golden_ids(50);
+  std::vector<int32_t> got;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const keel::Result<int32_t> t = rt.sample(0);
+    ASSERT_TRUE(t.ok());
+    got.push_back(t.value());
+    ASSERT_TRUE(rt.decode(0, t.value()).ok());
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(rt.stats().persistent_used_bytes, (keel::Engine<StoriesShape, 256>::kPersistentBytes));
+  // A model of another shape than the one compiled in is refused, naming the shape.
+  const keel::Error wrong = g_wrong_engine.init(file.data(), file.size());
+  EXPECT_EQ(wrong.status(), keel::Status::ModelShapeMismatch);
+  EXPECT_NE(std::string(wrong.message()).find("compiled-in shape"), std::string::npos) << wrong.message();
+}
+
+}  // namespace
