@@ -9,7 +9,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // The loader requires an 8-byte aligned image (mmap and flash placement give that).
-  uint8_t* img = static_cast<uint8_t*>(aligned_alloc(64, size + 64));
+  uint8_t* img = static_cast<uint8_t*>(aligned_alloc(64, (size + 64) / 64 * 64 + 64));
   if (!img) return 0;
   if (size) memcpy(img, data, size);
   keel::Model m;

@@ -19,8 +19,9 @@ namespace {
 struct Image {
   std::unique_ptr<uint8_t[], void (*)(void*)> mem{nullptr, free};
   size_t size = 0;
-  explicit Image(const std::vector<uint8_t>& bytes) : mem(static_cast<uint8_t*>(aligned_alloc(64, bytes.size() + 64)), free), size(bytes.size()) {
-    memcpy(mem.get(), bytes.data(), bytes.size());
+  explicit Image(const std::vector<uint8_t>& bytes)
+      : mem(static_cast<uint8_t*>(aligned_alloc(64, (bytes.size() + 64) / 64 * 64 + 64)), free), size(bytes.size()) {
+    if (!bytes.empty()) memcpy(mem.get(), bytes.data(), bytes.size());
   }
   Span<const uint8_t> span() const { return Span<const uint8_t>(mem.get(), size); }
   fb::Model* meta() { return fb::GetMutableModel(mem.get()); }
