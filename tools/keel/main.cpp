@@ -19,6 +19,7 @@ const Command kCommands[] = {
     {"chat", keel::cli::cmd_chat, "chat with a ChatML model"},
     {"ppl", keel::cli::cmd_ppl, "perplexity of a text"},
     {"bench", keel::cli::cmd_bench, "prefill and decode throughput (llama-bench style)"},
+    {"passkey", keel::cli::cmd_passkey, "retrieval of a key hidden in long text, per KV policy"},
 };
 
 void usage(FILE* f) {
