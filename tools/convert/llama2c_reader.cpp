@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "convert/source_file.h"
 #include "convert/source_model.h"
 
 namespace keel::convert {
@@ -51,54 +52,6 @@ constexpr int32_t kMaxVocab = 1 << 22;
 constexpr int32_t kMaxSeqLen = 1 << 24;
 constexpr int32_t kMaxTokenBytes = 1 << 16;
 
-struct OpenFile {
-  int fd = -1;
-  uint64_t size = 0;
-  std::string path;
-  ~OpenFile() {
-    if (fd >= 0) close(fd);
-  }
-};
-
-std::shared_ptr<OpenFile> open_file(const std::string& path, std::string& error) {
-  auto f = std::make_shared<OpenFile>();
-  f->path = path;
-  f->fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (f->fd < 0) {
-    error = "cannot open '" + path + "': " + strerror(errno);
-    return nullptr;
-  }
-  struct stat st {};
-  if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    error = "'" + path + "' is not a regular file";
-    return nullptr;
-  }
-  f->size = static_cast<uint64_t>(st.st_size);
-  return f;
-}
-
-bool read_at(const OpenFile& f, void* dst, uint64_t n, uint64_t offset, std::string& error) {
-  if (offset > f.size || n > f.size - offset) {
-    error = "'" + f.path + "': read of " + std::to_string(n) + " bytes at offset " +
-            std::to_string(offset) + " passes the end of the file (" + std::to_string(f.size) +
-            " bytes)";
-    return false;
-  }
-  auto* p = static_cast<uint8_t*>(dst);
-  while (n > 0) {
-    ssize_t got = pread(f.fd, p, n, static_cast<off_t>(offset));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
-      error = "'" + f.path + "': read failed at offset " + std::to_string(offset) +
-              (got < 0 ? std::string(": ") + strerror(errno) : std::string(": unexpected end"));
-      return false;
-    }
-    p += got;
-    n -= static_cast<uint64_t>(got);
-    offset += static_cast<uint64_t>(got);
-  }
-  return true;
-}
 
 int32_t load_i32(const uint8_t* p) {
   int32_t v;
