@@ -115,8 +115,12 @@ int cmd_passkey(int argc, char** argv) {
   if (!encode_text(model, text, false, false, hay, error)) return fail("passkey", error);
   const std::string head_text = chat ? "<|im_start|>user\n" + intro : intro;
   // A chat model answers in its own words; small models read a pre-filled "The pass key is"
-  // as a definition to complete, so the assistant turn starts empty.
-  const std::string tail_text = chat ? "\n\nWhat is the pass key?<|im_end|>\n<|im_start|>assistant\n" : question;
+  // as a definition to complete, so the assistant turn starts empty and the question asks for
+  // the number itself.
+  const std::string tail_text =
+      chat ? "\n\nWhat is the pass key mentioned in the text above? Answer with the number only.<|im_end|>\n"
+             "<|im_start|>assistant\n"
+           : question;
   if (!encode_text(model, head_text, true, true, head, error) || !encode_text(model, tail_text, false, true, tail, error)) {
     return fail("passkey", error);
   }
