@@ -72,12 +72,7 @@ int cmd_chat(int argc, char** argv) {
   sc.min_p = 0.05f;
   sc.repetition_penalty = 1.1f;
   sc.seed = 42;
-  args.f32("--temp", nullptr, sc.temperature);
-  args.u32("--top-k", nullptr, sc.top_k);
-  args.f32("--top-p", nullptr, sc.top_p);
-  args.f32("--min-p", nullptr, sc.min_p);
-  args.f32("--repeat-penalty", nullptr, sc.repetition_penalty);
-  args.u64("--seed", nullptr, sc.seed);
+  parse_sampler_options(args, sc);
   const bool stats = args.flag("--stats");
   std::vector<std::string> pos;
   if (!args.finish(pos)) return usage_error("chat", args.error());

@@ -35,6 +35,15 @@ void parse_session_options(Args& args, SessionOptions& o) {
   args.u32("--chunk", nullptr, o.chunk);
 }
 
+void parse_sampler_options(Args& args, text::SamplerConfig& c) {
+  args.f32("--temp", nullptr, c.temperature);
+  args.u32("--top-k", nullptr, c.top_k);
+  args.f32("--top-p", nullptr, c.top_p);
+  args.f32("--min-p", nullptr, c.min_p);
+  args.f32("--repeat-penalty", nullptr, c.repetition_penalty);
+  args.u64("--seed", nullptr, c.seed);
+}
+
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }

@@ -31,6 +31,8 @@ struct SessionOptions {
 // Parses the options every model command takes: -m, -t, --backend, --kv-policy, --kv-budget,
 // --chunk. Returns false with args.error() set on a malformed value.
 void parse_session_options(Args& args, SessionOptions& o);
+// Parses --temp --top-k --top-p --min-p --repeat-penalty --seed over the command's defaults in `c`.
+void parse_sampler_options(Args& args, text::SamplerConfig& c);
 extern const char kSessionHelp[];
 
 class Session {
