@@ -19,13 +19,17 @@
 
 namespace keel {
 
-template <typename Shape, uint32_t KvBudget, uint32_t Slots = 1, uint32_t Chunk = 16>
+// `Policy` is the KV policy every slot runs (DESIGN.md section 5); SnapKV's buffers are planned
+// only for the policies that use them.
+template <typename Shape, uint32_t KvBudget, uint32_t Slots = 1, uint32_t Chunk = 16,
+          KvPolicyKind Policy = KvPolicyKind::SnapStream>
 class Engine {
  public:
   static constexpr PlanShape kShape{Shape::vocab_size, Shape::dim,     Shape::n_layers,
                                     Shape::n_heads,    Shape::n_kv_heads, Shape::head_dim,
                                     Shape::ffn_dim,    Shape::tokenizer_bytes};
-  static constexpr PlanConfig kConfig{KvBudget, Slots, Chunk, 1, 1};
+  static constexpr PlanConfig kConfig{KvBudget, Slots, Chunk, 1, 1,
+                                      Policy == KvPolicyKind::SnapKV || Policy == KvPolicyKind::SnapStream ? 32u : 0u};
   static constexpr MemoryPlan kPlan = plan_memory(kShape, kConfig);
   static constexpr uint64_t kPersistentBytes = kPlan.persistent_bytes;
   static constexpr uint64_t kScratchBytes = kPlan.scratch_bytes;
@@ -45,6 +49,7 @@ class Engine {
                 s.vocab_size, s.dim, s.n_layers, s.n_heads, s.n_kv_heads, s.head_dim, s.ffn_dim);
     RuntimeConfig rc;
     rc.plan = kConfig;
+    rc.kv.kind = Policy;
     rc.backend = backend;
     return runtime_.init(model_, rc, Span<uint8_t>(persistent_, kPersistentBytes), Span<uint8_t>(scratch_, kScratchBytes),
                          nullptr);

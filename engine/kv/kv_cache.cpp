@@ -16,8 +16,11 @@ Error KvCache::init(const KvShape& s, Arena& persistent) {
               (unsigned long long)need, (unsigned long long)avail);
   keys_ = persistent.allocate_array<uint16_t>(elems * 2);
   positions_ = persistent.allocate_array<int32_t>(uint64_t(s.n_layers) * s.n_kv_heads * s.capacity);
-  if (s.obs_window > 0) obs_ = persistent.allocate_array<float>(uint64_t(s.n_layers) * s.obs_window * s.q_dim);
-  KEEL_ENSURE(keys_ && positions_ && (s.obs_window == 0 || obs_), Status::ArenaTooSmall,
+  if (s.obs_window > 0) {
+    obs_ = persistent.allocate_array<float>(uint64_t(s.n_layers) * s.obs_window * s.q_dim);
+    look_ = persistent.allocate_array<float>(uint64_t(s.n_layers) * s.obs_window * s.q_dim);
+  }
+  KEEL_ENSURE(keys_ && positions_ && (s.obs_window == 0 || (obs_ && look_)), Status::ArenaTooSmall,
               "KV cache needs %llu bytes; persistent arena too small", (unsigned long long)need);
   values_ = keys_ + elems;
   shape_ = s;
@@ -31,6 +34,23 @@ void KvCache::clear() {
   ring_head_ = 0;
   evicted_ = 0;
   next_pos_ = 0;
+  look_count_ = 0;
+}
+
+void KvCache::begin_lookahead() {
+  float* t = obs_;
+  obs_ = look_;
+  look_ = t;
+  look_pos0_ = next_pos_;
+  look_count_ = 0;
+}
+
+void KvCache::end_lookahead(uint32_t n) {
+  float* t = obs_;
+  obs_ = look_;
+  look_ = t;
+  next_pos_ = look_pos0_;
+  look_count_ = n < shape_.obs_window ? n : shape_.obs_window;
 }
 
 uint32_t KvCache::physical(uint32_t logical) const {
@@ -88,8 +108,9 @@ void KvCache::pin_sinks(uint32_t sinks) {
   ring_len_ -= s;
 }
 
-void KvCache::compact_head(uint32_t l, uint32_t h, const uint32_t* keep, uint32_t n_keep, uint32_t staged,
-                           void (*rotate)(void*, uint16_t*, int64_t, int64_t), void* rotate_ctx, void* scratch) {
+void KvCache::compact_head(uint32_t l, uint32_t h, const uint32_t* keep, uint32_t n_keep, uint32_t n_ring,
+                           uint32_t staged, void (*rotate)(void*, uint16_t*, int64_t, int64_t), void* rotate_ctx,
+                           void* scratch) {
   const uint32_t hd = shape_.head_dim;
   const uint32_t total = visible() + staged;
   // Gather into scratch first: kept entries may sit anywhere (ring order wraps), so moving them
@@ -107,17 +128,18 @@ void KvCache::compact_head(uint32_t l, uint32_t h, const uint32_t* keep, uint32_
     memcpy(vbuf + uint64_t(i) * hd, v + uint64_t(from) * hd, hd * 2);
     pbuf[i] = p[from];
     const int64_t was = logical < prefix_ ? int64_t(logical) : int64_t(p[from]);
-    if (was != int64_t(i)) rotate(rotate_ctx, kbuf + uint64_t(i) * hd, was, i);
+    // Ring entries keep the rotation of their original position.
+    if (i < n_keep - n_ring && was != int64_t(i)) rotate(rotate_ctx, kbuf + uint64_t(i) * hd, was, i);
   }
   memcpy(k, kbuf, uint64_t(n_keep) * hd * 2);
   memcpy(v, vbuf, uint64_t(n_keep) * hd * 2);
   memcpy(p, pbuf, uint64_t(n_keep) * 4);
 }
 
-void KvCache::finish_compact(uint32_t n_keep, uint32_t staged) {
+void KvCache::finish_compact(uint32_t n_keep, uint32_t n_ring, uint32_t staged) {
   evicted_ += visible() + staged - n_keep;
-  prefix_ = n_keep;
-  ring_len_ = 0;
+  prefix_ = n_keep - n_ring;
+  ring_len_ = n_ring;
   ring_head_ = 0;
 }
 

@@ -35,8 +35,9 @@ constexpr uint64_t kv_cache_bytes(const KvShape& s) {
   const uint64_t heads = uint64_t(s.n_layers) * s.n_kv_heads;
   const uint64_t kv = heads * s.capacity * s.head_dim * 2 /* f16 */ * 2 /* K and V */;
   const uint64_t pos = heads * s.capacity * 4;
+  // The observation ring and the lookahead window (the prompt's last queries), same size.
   const uint64_t obs = uint64_t(s.n_layers) * s.obs_window * s.q_dim * 4;
-  return ((kv + 63) / 64) * 64 + ((pos + 63) / 64) * 64 + ((obs + 63) / 64) * 64;
+  return ((kv + 63) / 64) * 64 + ((pos + 63) / 64) * 64 + ((obs + 63) / 64) * 64 * 2;
 }
 
 class KvCache {
@@ -76,14 +77,15 @@ class KvCache {
   void pin_sinks(uint32_t sinks);
 
   // Compaction, one (layer, head) at a time, then finish_compact once: keeps the logical entries
-  // keep[0..n_keep) (increasing, over prefix + ring + the `staged` staged entries) as the new
-  // prefix, in that order; the ring becomes empty. `rotate(ctx, key, from, to)` re-rotates a
-  // half key from rotation position `from` to its new cache index `to`. `scratch` holds
-  // compact_scratch_bytes().
-  void compact_head(uint32_t layer, uint32_t head, const uint32_t* keep, uint32_t n_keep, uint32_t staged,
-                    void (*rotate)(void* ctx, uint16_t* key, int64_t from, int64_t to), void* rotate_ctx,
-                    void* scratch);
-  void finish_compact(uint32_t n_keep, uint32_t staged);
+  // keep[0..n_keep) (increasing, over prefix + ring + the `staged` staged entries), in that
+  // order. The first n_keep - n_ring become the new prefix; the last n_ring (which must be the
+  // newest n_ring logical entries, all from ring or staging) become the ring, oldest first,
+  // keeping their rotation. `rotate(ctx, key, from, to)` re-rotates a half key from rotation
+  // position `from` to its new cache index `to`. `scratch` holds compact_scratch_bytes().
+  void compact_head(uint32_t layer, uint32_t head, const uint32_t* keep, uint32_t n_keep, uint32_t n_ring,
+                    uint32_t staged, void (*rotate)(void* ctx, uint16_t* key, int64_t from, int64_t to),
+                    void* rotate_ctx, void* scratch);
+  void finish_compact(uint32_t n_keep, uint32_t n_ring, uint32_t staged);
   uint64_t compact_scratch_bytes() const { return uint64_t(shape_.capacity) * (uint64_t(shape_.head_dim) * 4 + 4); }
   // The rotation position of the key at logical index `logical` (prefix: its index; others:
   // their original position).
@@ -98,6 +100,21 @@ class KvCache {
   // Advances positions after `n` tokens went through the model.
   void advance(uint32_t n) { next_pos_ += n; }
 
+  // Lookahead (docs/kv.md, "Chunked prefill"): the observation queries of a prompt's last
+  // tokens, computed before the prompt is prefilled so that every chunk's compression can
+  // already ask what the end of the prompt (the question) will attend to. Between
+  // begin_lookahead and end_lookahead a forward pass of `n` tokens (n <= obs_window) writes its
+  // queries here instead of into the observation ring; end_lookahead discards its staged keys
+  // and values and its positions, leaving the cache as it was.
+  void begin_lookahead();
+  void end_lookahead(uint32_t n);
+  uint32_t lookahead_count() const { return look_count_; }
+  void drop_lookahead() { look_count_ = 0; }
+  // The unrotated query of lookahead token i (0 = earliest) in layer `layer`.
+  const float* lookahead(uint32_t layer, uint32_t i) const {
+    return look_ + (uint64_t(layer) * shape_.obs_window + uint64_t((look_pos0_ + i) % shape_.obs_window)) * shape_.q_dim;
+  }
+
  private:
   uint64_t slab(uint32_t layer, uint32_t head) const {
     return (uint64_t(layer) * shape_.n_kv_heads + head) * shape_.capacity;
@@ -108,7 +125,10 @@ class KvCache {
   uint16_t* keys_ = nullptr;
   uint16_t* values_ = nullptr;
   int32_t* positions_ = nullptr;
-  float* obs_ = nullptr;  // [layers][obs_window][q_dim]
+  float* obs_ = nullptr;   // [layers][obs_window][q_dim]
+  float* look_ = nullptr;  // [layers][obs_window][q_dim], indexed like obs_ by position
+  int64_t look_pos0_ = 0;
+  uint32_t look_count_ = 0;
   uint32_t prefix_ = 0;
   uint32_t ring_len_ = 0;
   uint32_t ring_head_ = 0;  // ring index of the oldest entry; 0 whenever the ring is not full

@@ -60,6 +60,8 @@ Error validate_kv_policy(const KvPolicyConfig& c, uint32_t budget, uint32_t chun
     }
     case KvPolicyKind::SnapStream: {
       const uint32_t w = snapstream_window(c, budget);
+      KEEL_ENSURE(c.snap_window >= 1, Status::InvalidArgument,
+                  "snapstream needs a SnapKV observation window of at least 1 token; got %u", c.snap_window);
       KEEL_ENSURE(w >= 1 && budget > w + c.sinks + c.snap_window, Status::BudgetTooSmall,
                   "snapstream keeps %u sinks + a %u-token observation window + a %u-token recent window; a budget "
                   "of %u tokens leaves nothing for the prompt",

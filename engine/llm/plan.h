@@ -61,12 +61,12 @@ struct MemoryPlan {
 
 constexpr uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
-// Bytes of one slot's KV cache: keys+values, positions, and the unrotated queries of the
-// last `snap_window` tokens (SnapKV's observation window).
+// Bytes of one slot's KV cache: keys+values, positions, and twice the unrotated queries of
+// `snap_window` tokens: SnapKV's observation window and the lookahead (the prompt's end).
 constexpr uint64_t plan_kv_slot_bytes(const PlanShape& s, uint64_t capacity, uint64_t snap_window) {
   const uint64_t heads = uint64_t(s.n_layers) * s.n_kv_heads;
   return plan_align(heads * capacity * s.head_dim * 2 * 2) + plan_align(heads * capacity * 4) +
-         plan_align(uint64_t(s.n_layers) * snap_window * s.n_heads * s.head_dim * 4);
+         plan_align(uint64_t(s.n_layers) * snap_window * s.n_heads * s.head_dim * 4) * 2;
 }
 
 constexpr MemoryPlan plan_memory(const PlanShape& s, const PlanConfig& c) {
@@ -97,13 +97,15 @@ constexpr MemoryPlan plan_memory(const PlanShape& s, const PlanConfig& c) {
                        plan_align(chunk * act_block_count(widest_in) * kActBlockBytes) +
                        plan_align(chunk * uint64_t(s.head_dim / 2) * 4) * 2;
   // One probability row over the whole cache and one re-rotated query per worker, the RoPE
-  // table of the chunk's cache-position shift; with SnapKV: a score row, the summed scores,
-  // their pooled copy, the selection order and kept indices, and the compaction buffer.
+  // table of the chunk's cache-position shift; with SnapKV, per worker: a score row, the summed
+  // scores, their pooled copy, the selection order and kept indices, and the compaction buffer.
   const uint64_t cap = p.kv_capacity_tokens;
   p.attention_bytes = plan_align(threads * cap * 4) + plan_align(threads * uint64_t(s.head_dim) * 4) +
                       plan_align(uint64_t(s.head_dim / 2) * 4) * 2;
   if (c.snap_window > 0) {
-    p.attention_bytes += plan_align(cap * 4) * 5 + plan_align(cap * (uint64_t(s.head_dim) * 4 + 4));
+    // Per worker; and the cos/sin of the observation and lookahead queries.
+    p.attention_bytes += plan_align(threads * cap * 4) * 5 + plan_align(threads * cap * (uint64_t(s.head_dim) * 4 + 4)) +
+                         plan_align(uint64_t(c.snap_window) * 2 * 4 * (s.head_dim / 2) * 4);
   }
   p.logit_rows_bytes = plan_align(logit_rows * s.vocab_size * 4);
   // Sampler: (logit, id) candidates over the vocabulary and a bitmap of seen tokens.

@@ -110,7 +110,7 @@ Error Runtime::make_room(Slot& s, uint32_t n) {
   return Error();
 }
 
-Error Runtime::settle(Slot& s, uint32_t n, bool prefill) {
+Error Runtime::settle(Slot& s, uint32_t n, bool prefill, bool lookahead) {
   const KvPolicyConfig& p = config_.kv;
   const uint32_t budget = config_.plan.kv_budget_tokens;
   KvCache& kv = s.kv;
@@ -130,13 +130,14 @@ Error Runtime::settle(Slot& s, uint32_t n, bool prefill) {
         return Error();
       }
       return transformer_.compress_snapkv(kv, n, prefill ? budget : snapkv_decode_target(budget, config_.plan.chunk_tokens),
-                                          0, p.snap_window, p.snap_kernel);
+                                          0, p.snap_window, p.snap_kernel, lookahead);
     case KvPolicyKind::SnapStream: {
       const uint32_t ring = snapstream_window(p, budget);
-      // Prompt chunks (and a first overflow while decoding) are compressed by SnapKV into the
-      // prefix; afterwards generated tokens cycle through the recent ring.
+      // Prompt chunks (and a first overflow while decoding) are compressed by SnapKV: the newest
+      // `ring` tokens stay whole in the recent ring, the older ones compete for the prefix.
+      // Afterwards generated tokens cycle through the ring, pushing out the prompt's tail.
       if (overflow && (prefill || kv.prefix() == 0)) {
-        return transformer_.compress_snapkv(kv, n, budget - ring, p.sinks, p.snap_window, p.snap_kernel);
+        return transformer_.compress_snapkv(kv, n, budget, p.sinks, p.snap_window, p.snap_kernel, lookahead, ring);
       }
       kv.append_ring(n);
       return Error();
@@ -157,16 +158,44 @@ Error Runtime::prefill(uint32_t slot, Span<const int32_t> tokens) {
   KEEL_ENSURE(tokens.size() <= 0xffffffffu, Status::PromptTooLong, "prompt of %zu tokens", tokens.size());
   KEEL_TRY(make_room(s, uint32_t(tokens.size())));
   const uint32_t chunk = config_.plan.chunk_tokens;
+  // SnapKV scores each chunk's compression also by the prompt's last queries, computed first:
+  // otherwise a chunk is judged only by its own end, before the question at the prompt's end
+  // exists, and what the question asks for may already be gone (docs/kv.md).
+  const bool ahead = kv_policy_uses_snapkv(config_.kv.kind) &&
+                     uint64_t(s.kv.visible()) + tokens.size() > config_.plan.kv_budget_tokens &&
+                     tokens.size() > chunk;
+  if (ahead) KEEL_TRY(capture_lookahead(s, tokens));
   for (size_t done = 0; done < tokens.size();) {
     const uint32_t n = uint32_t(tokens.size() - done < chunk ? tokens.size() - done : chunk);
     const bool last = done + n == tokens.size();
-    KEEL_TRY(transformer_.forward(s.kv, tokens.data() + done, n, last ? s.logits : nullptr, last ? 1 : 0));
-    KEEL_TRY(settle(s, n, true));
+    Error e = transformer_.forward(s.kv, tokens.data() + done, n, last ? s.logits : nullptr, last ? 1 : 0);
+    // The last chunk holds the real end of the prompt: its own queries are the lookahead.
+    if (e.ok()) e = settle(s, n, true, ahead && !last);
+    if (!e.ok()) {
+      // A prompt refused half-way leaves no half of it behind: the slot starts over.
+      s.kv.clear();
+      s.prefilled = s.decoded = 0;
+      s.recent_count = 0;
+      return e;
+    }
     done += n;
   }
+  s.kv.drop_lookahead();
   s.prefilled += tokens.size();
   remember(s, tokens.data(), tokens.size());
   return Error();
+}
+
+Error Runtime::capture_lookahead(Slot& s, Span<const int32_t> tokens) {
+  uint32_t n = s.kv.shape().obs_window;
+  if (n > config_.plan.chunk_tokens) n = config_.plan.chunk_tokens;
+  if (n > config_.kv.snap_window) n = config_.kv.snap_window;
+  if (n > tokens.size()) n = uint32_t(tokens.size());
+  if (n == 0) return Error();
+  s.kv.begin_lookahead();
+  const Error e = transformer_.forward(s.kv, tokens.data() + (tokens.size() - n), n, nullptr, 0);
+  s.kv.end_lookahead(e.ok() ? n : 0);
+  return e;
 }
 
 Error Runtime::decode(uint32_t slot, int32_t token) {

@@ -96,7 +96,12 @@ class Runtime {
   Error make_room(Slot& s, uint32_t n);
   // After a forward pass staged `n` entries: the policy turns them into ring entries, evicting
   // or compressing as it must, so the cache is back within the budget.
-  Error settle(Slot& s, uint32_t n, bool prefill);
+  // Applies the KV policy after a forward pass of `n` tokens. `lookahead`: the cache holds the
+  // queries of the prompt's end, which SnapKV compressions use as well.
+  Error settle(Slot& s, uint32_t n, bool prefill, bool lookahead = false);
+  // Before a prompt that will overflow the budget under a SnapKV policy: runs its last tokens
+  // once to keep their queries (KvCache lookahead). Leaves the cache as it was.
+  Error capture_lookahead(Slot& s, Span<const int32_t> tokens);
   Slot& slot_at(uint32_t i) const;
 
   const Model* model_ = nullptr;

@@ -1,25 +1,30 @@
 // SnapKV compression of a slot's cache (docs/kv.md): score every cached entry by the attention
-// the last `window` queries give it, per KV head (summed over the query heads of its GQA
-// group), keep sinks + window + the best-scored others, compact them into the prefix.
+// the last `window` queries give it (and, during a chunked prefill, the prompt's own last
+// queries computed ahead), per KV head (summed over the query heads of its GQA group), keep
+// sinks + the newest tokens + the best-scored others, compact them into the prefix.
+//
+// (layer, KV head) pairs are independent: they run on the thread pool, each worker with its
+// own score rows and compaction buffer from the plan. The query rotations depend only on the
+// query, so their cos/sin are formed once per compression, not once per head.
 #include <cmath>
 #include <cstring>
 
 #include "core/check.h"
 #include "core/f16.h"
 #include "kv/snapkv.h"
+#include "llm/rope.h"
 #include "llm/transformer.h"
 
 namespace keel {
 namespace {
 
-void rotate_pairs(float* v, uint32_t pairs, bool halves, const double* inv_freq, double delta) {
+// v' = R(angle) v for each rotated pair, cos/sin given ([pairs] each).
+void rotate_with(float* v, uint32_t pairs, bool halves, const float* cs, const float* sn) {
   for (uint32_t i = 0; i < pairs; ++i) {
-    const double a = delta * inv_freq[i];
-    const float c = float(std::cos(a)), s = float(std::sin(a));
     const uint32_t x = halves ? i : 2 * i, y = halves ? i + pairs : 2 * i + 1;
     const float v0 = v[x], v1 = v[y];
-    v[x] = v0 * c - v1 * s;
-    v[y] = v0 * s + v1 * c;
+    v[x] = v0 * cs[i] - v1 * sn[i];
+    v[y] = v0 * sn[i] + v1 * cs[i];
   }
 }
 
@@ -30,15 +35,85 @@ void rotate_key_trampoline(void* self, uint16_t* key, int64_t from, int64_t to) 
 }  // namespace
 
 void Transformer::rotate_key(uint16_t* key, int64_t from, int64_t to) const {
-  float tmp[kMaxHeadDim];
-  const uint32_t hd = shape_.head_dim;
+  float tmp[kMaxHeadDim], cs[kMaxHeadDim / 2], sn[kMaxHeadDim / 2];
+  const uint32_t hd = shape_.head_dim, pairs = rope_dim_ / 2;
   for (uint32_t i = 0; i < hd; ++i) tmp[i] = f16_to_f32(key[i]);
-  rotate_pairs(tmp, rope_dim_ / 2, rope_halves_, inv_freq_, double(to - from));
+  rope_angles(double(to - from), inv_freq_, pairs, cs, sn);
+  rotate_with(tmp, pairs, rope_halves_, cs, sn);
   for (uint32_t i = 0; i < hd; ++i) key[i] = f32_to_f16(tmp[i]);
 }
 
+struct Transformer::SnapJob {
+  Transformer* self;
+  KvCache* kv;
+  uint32_t total, staged, w, look, s, tail, ring_keep, candidates, keep_c, pool_kernel, tasks;
+  int64_t last;
+};
+
+void Transformer::snap_task(void* ctx, size_t worker) {
+  const SnapJob& j = *static_cast<const SnapJob*>(ctx);
+  const uint32_t pairs_total = j.self->shape_.n_layers * j.self->shape_.n_kv_heads;
+  for (uint32_t i = uint32_t(worker); i < pairs_total; i += j.tasks) {
+    j.self->snap_head(j, uint32_t(worker), i / j.self->shape_.n_kv_heads, i % j.self->shape_.n_kv_heads);
+  }
+}
+
+void Transformer::snap_head(const SnapJob& j, uint32_t worker, uint32_t l, uint32_t h) {
+  KvCache& kv = *j.kv;
+  const uint32_t hd = shape_.head_dim, pairs = rope_dim_ / 2, group = shape_.n_heads / shape_.n_kv_heads;
+  const uint32_t total = j.total, prefix = kv.prefix();
+  const uint64_t cap = capacity_;
+  float* row = snap_row_ + worker * cap;
+  float* acc = snap_acc_ + worker * cap;
+  float* pooled = snap_pool_ + worker * cap;
+  uint32_t* order = snap_order_ + worker * cap;
+  uint32_t* keep = snap_keep_ + worker * cap;
+  void* compact = static_cast<uint8_t*>(snap_compact_) + worker * cap * (uint64_t(hd) * 4 + 4);
+  const VectorKernels& vk = *backend_.vector;
+  const uint16_t* keys = kv.keys(l, h);
+  const int32_t* pos = kv.positions(l, h);
+  const float scale = 1.0f / std::sqrt(float(hd));
+  float qt[kMaxHeadDim], qc[kMaxHeadDim];
+  for (uint32_t p = 0; p < total; ++p) acc[p] = 0.0f;
+
+  // One query row: rotated at `t` against ring and staging (original positions) and at cache
+  // index `c` against the prefix; entries after `t` are masked (causal; only ring and staging
+  // can be). Rows are softmaxed, so every query carries the same weight. Scores accumulate in
+  // physical order and are put in logical order (where neighbours are neighbours) at the end.
+  auto add_query = [&](const float* q, int64_t t, const float* rope_t, const float* rope_c) {
+    memcpy(qt, q, hd * 4);
+    memcpy(qc, q, hd * 4);
+    rotate_with(qt, pairs, rope_halves_, rope_t, rope_t + pairs);
+    rotate_with(qc, pairs, rope_halves_, rope_c, rope_c + pairs);
+    if (prefix > 0) backend_.attention->scores(qc, keys, prefix, hd, scale, row);
+    backend_.attention->scores(qt, keys + uint64_t(prefix) * hd, total - prefix, hd, scale, row + prefix);
+    for (uint32_t p = prefix; p < total; ++p) {
+      if (pos[p] > t) row[p] = -INFINITY;
+    }
+    vk.softmax(row, total);
+    vk.add(acc, row, total, acc);
+  };
+  const uint64_t rope_row = uint64_t(pairs) * 4;  // cos and sin at t, then at c
+  for (uint32_t i = 0; i < j.w + j.look; ++i) {
+    const bool own = i < j.w;
+    const float* q_all = own ? kv.observation(l, j.last - (j.w - 1 - i)) : kv.lookahead(l, i - j.w);
+    const int64_t t = own ? j.last - (j.w - 1 - i) : j.last + 1 + (i - j.w);
+    const float* r = snap_rope_ + i * rope_row;
+    for (uint32_t g = 0; g < group; ++g) add_query(q_all + uint64_t(h * group + g) * hd, t, r, r + 2 * pairs);
+  }
+  for (uint32_t i = 0; i < total; ++i) row[i] = acc[kv.physical(i)];
+
+  // Keep sinks, the best candidates, the tail; all in logical (= original) order.
+  const uint32_t s = j.s;
+  for (uint32_t i = 0; i < s; ++i) keep[i] = i;
+  const uint32_t got = snapkv_select(row + s, j.candidates, j.keep_c, j.pool_kernel, pooled, order, keep + s);
+  for (uint32_t i = 0; i < got; ++i) keep[s + i] += s;
+  for (uint32_t i = 0; i < j.tail; ++i) keep[s + got + i] = total - j.tail + i;
+  kv.compact_head(l, h, keep, s + got + j.tail, j.ring_keep, j.staged, rotate_key_trampoline, this, compact);
+}
+
 Error Transformer::compress_snapkv(KvCache& kv, uint32_t staged, uint32_t target, uint32_t sinks, uint32_t window,
-                                   uint32_t kernel) {
+                                   uint32_t kernel, bool lookahead, uint32_t recent) {
   KEEL_ENSURE(snap_row_ != nullptr, Status::InvalidArgument, "SnapKV compression without SnapKV buffers in the plan");
   const uint32_t total = kv.visible() + staged;
   if (total <= target) return Error();
@@ -49,67 +124,49 @@ Error Transformer::compress_snapkv(KvCache& kv, uint32_t staged, uint32_t target
   uint32_t w = window < obs ? window : obs;
   if (int64_t(w) > last + 1) w = uint32_t(last + 1);
   if (w > total) w = total;
-  const uint32_t s = sinks < total - w ? sinks : total - w;
-  KEEL_ENSURE(target >= s + w, Status::BudgetTooSmall,
-              "SnapKV target of %u entries cannot hold %u sinks and a %u-token window", target, s, w);
-  const uint32_t candidates = total - w - s;
-  const uint32_t keep_c = target - s - w;
-  const uint32_t pool_kernel = snapkv_kernel(kernel, candidates, keep_c);
-  const uint32_t hd = shape_.head_dim, pairs = rope_dim_ / 2, group = shape_.n_heads / shape_.n_kv_heads;
-  const uint32_t prefix = kv.prefix(), ring = kv.ring_len(), cap_ring = kv.ring_capacity();
-  const float scale = 1.0f / std::sqrt(float(hd));
-  float qt[kMaxHeadDim], qc[kMaxHeadDim];
-  // Physical order is prefix, ring slots, staging; logical order is prefix, ring oldest
-  // first, staging. Scores are accumulated by logical index, where neighbours are neighbours.
-  auto logical_of = [&](uint32_t phys) -> uint32_t {
-    if (phys < prefix || phys >= prefix + ring) return phys;
-    const uint32_t head = kv.physical(prefix) - prefix;  // ring slot of the oldest entry
-    return prefix + (phys - prefix + cap_ring - head) % cap_ring;
-  };
+  // The newest `tail` entries are kept whole: the observation window, and the recent ring
+  // (snapstream) when it is longer; the ring part stays a ring.
+  const uint32_t ring_keep = recent < kv.ring_len() + staged ? recent : kv.ring_len() + staged;
+  const uint32_t tail = ring_keep > w ? ring_keep : w;
+  const uint32_t s = sinks < total - tail ? sinks : total - tail;
+  const uint32_t look = lookahead ? kv.lookahead_count() : 0;
+  KEEL_ENSURE(target >= s + tail, Status::BudgetTooSmall,
+              "SnapKV target of %u entries cannot hold %u sinks and the last %u tokens", target, s, tail);
+  KEEL_ENSURE(w + look <= 2 * obs, Status::Internal, "%u observation queries; the plan holds %u", w + look, 2 * obs);
 
-  for (uint32_t l = 0; l < shape_.n_layers; ++l) {
-    for (uint32_t h = 0; h < shape_.n_kv_heads; ++h) {
-      const uint16_t* keys = kv.keys(l, h);
-      const int32_t* pos = kv.positions(l, h);
-      for (uint32_t i = 0; i < total; ++i) snap_acc_[i] = 0.0f;
-      for (uint32_t i = 0; i < w; ++i) {
-        const int64_t t = last - (w - 1 - i);
-        const uint32_t c = total - w + i;  // the query's own cache index
-        const float* q_all = kv.observation(l, t);
-        for (uint32_t g = 0; g < group; ++g) {
-          const float* q = q_all + uint64_t(h * group + g) * hd;
-          memcpy(qt, q, hd * 4);
-          memcpy(qc, q, hd * 4);
-          rotate_pairs(qt, pairs, rope_halves_, inv_freq_, double(t));
-          rotate_pairs(qc, pairs, rope_halves_, inv_freq_, double(c));
-          // Causal: the query sees entries with positions <= t, i.e. logical indices <= c.
-          if (prefix > 0) backend_.attention->scores(qc, keys, prefix, hd, scale, snap_row_);
-          backend_.attention->scores(qt, keys + uint64_t(prefix) * hd, total - prefix, hd, scale, snap_row_ + prefix);
-          float mx = -INFINITY;
-          for (uint32_t p = 0; p < total; ++p) {
-            if (pos[p] > t) snap_row_[p] = -INFINITY;
-            mx = snap_row_[p] > mx ? snap_row_[p] : mx;
-          }
-          double sum = 0;
-          for (uint32_t p = 0; p < total; ++p) {
-            const float e = snap_row_[p] == -INFINITY ? 0.0f : std::exp(snap_row_[p] - mx);
-            snap_row_[p] = e;
-            sum += e;
-          }
-          const float inv = float(1.0 / sum);
-          for (uint32_t p = 0; p < total; ++p) snap_acc_[logical_of(p)] += snap_row_[p] * inv;
-        }
-      }
-      // Keep sinks, the best candidates, the window; all in logical (= original) order.
-      uint32_t* keep = snap_keep_;
-      for (uint32_t i = 0; i < s; ++i) keep[i] = i;
-      const uint32_t got = snapkv_select(snap_acc_ + s, candidates, keep_c, pool_kernel, snap_pool_, snap_order_, keep + s);
-      for (uint32_t i = 0; i < got; ++i) keep[s + i] += s;
-      for (uint32_t i = 0; i < w; ++i) keep[s + got + i] = total - w + i;
-      kv.compact_head(l, h, keep, s + got + w, staged, rotate_key_trampoline, this, snap_compact_);
-    }
+  // Rotations of every observation query: at its position t (against ring and staging) and at
+  // its cache index c (against the prefix). The window's own queries sit at their cache
+  // indices total - w + i; the lookahead queries are placed right behind the cache, where they
+  // will be, at cache distance, when the end of the prompt arrives.
+  const uint32_t pairs = rope_dim_ / 2;
+  for (uint32_t i = 0; i < w + look; ++i) {
+    const bool own = i < w;
+    const int64_t t = own ? last - (w - 1 - i) : last + 1 + (i - w);
+    const int64_t c = own ? int64_t(total - w + i) : int64_t(total) + (i - w);
+    float* r = snap_rope_ + uint64_t(i) * pairs * 4;
+    rope_angles(double(t), inv_freq_, pairs, r, r + pairs);
+    rope_angles(double(c), inv_freq_, pairs, r + 2 * pairs, r + 3 * pairs);
   }
-  kv.finish_compact(target, staged);
+
+  SnapJob j{};
+  j.self = this;
+  j.kv = &kv;
+  j.total = total;
+  j.staged = staged;
+  j.w = w;
+  j.look = look;
+  j.s = s;
+  j.tail = tail;
+  j.ring_keep = ring_keep;
+  j.candidates = total - tail - s;
+  j.keep_c = target - s - tail;
+  j.pool_kernel = snapkv_kernel(kernel, j.candidates, j.keep_c);
+  j.last = last;
+  const uint32_t heads = shape_.n_layers * shape_.n_kv_heads;
+  const uint32_t threads = pool_ ? uint32_t(pool_->threads) : 1;
+  j.tasks = heads < threads ? heads : threads;
+  parallel_for(pool_, j.tasks, snap_task, &j);
+  kv.finish_compact(target, ring_keep, staged);
   return Error();
 }
 

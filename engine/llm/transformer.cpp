@@ -242,14 +242,21 @@ Error Transformer::init(const Model& model, const Backend& backend, const PlanCo
   qrot_ = scratch.allocate_array<float>(uint64_t(config.threads) * shape_.head_dim);
   shift_cos_ = scratch.allocate_array<float>(shape_.head_dim / 2);
   shift_sin_ = scratch.allocate_array<float>(shape_.head_dim / 2);
+  // A runtime may be initialised again with another plan: nothing may point into old arenas.
+  snap_row_ = snap_acc_ = snap_pool_ = nullptr;
+  snap_order_ = snap_keep_ = nullptr;
+  snap_compact_ = nullptr;
+  snap_rope_ = nullptr;
   if (config.snap_window > 0) {
-    snap_row_ = scratch.allocate_array<float>(capacity_);
-    snap_acc_ = scratch.allocate_array<float>(capacity_);
-    snap_pool_ = scratch.allocate_array<float>(capacity_);
-    snap_order_ = scratch.allocate_array<uint32_t>(capacity_);
-    snap_keep_ = scratch.allocate_array<uint32_t>(capacity_);
-    snap_compact_ = scratch.allocate(uint64_t(capacity_) * (uint64_t(shape_.head_dim) * 4 + 4));
-    KEEL_ENSURE(snap_row_ && snap_acc_ && snap_pool_ && snap_order_ && snap_keep_ && snap_compact_,
+    const uint64_t per = uint64_t(config.threads) * capacity_;
+    snap_row_ = scratch.allocate_array<float>(per);
+    snap_acc_ = scratch.allocate_array<float>(per);
+    snap_pool_ = scratch.allocate_array<float>(per);
+    snap_order_ = scratch.allocate_array<uint32_t>(per);
+    snap_keep_ = scratch.allocate_array<uint32_t>(per);
+    snap_compact_ = scratch.allocate(per * (uint64_t(shape_.head_dim) * 4 + 4));
+    snap_rope_ = scratch.allocate_array<float>(uint64_t(config.snap_window) * 2 * 4 * (shape_.head_dim / 2));
+    KEEL_ENSURE(snap_row_ && snap_acc_ && snap_pool_ && snap_order_ && snap_keep_ && snap_compact_ && snap_rope_,
                 Status::ArenaTooSmall, "scratch arena too small for SnapKV buffers");
   }
   logit_rows_ = scratch.allocate_array<float>(uint64_t(config.logit_rows) * shape_.vocab_size);

@@ -39,9 +39,11 @@ class Transformer {
 
   // SnapKV: keeps `target` entries of prefix + ring + `staged` per (layer, KV head): the first
   // `sinks`, the last `window` (the observation window) and the best-scored others (docs/kv.md).
-  // `kernel` 0 = adaptive pooling.
+  // `kernel` 0 = adaptive pooling. With `lookahead` the cache's lookahead queries (the end of
+  // the prompt being prefilled) score the entries as well. The newest `recent` entries stay
+  // whole as the ring (snapstream's recent window); the rest of the target is the prefix.
   Error compress_snapkv(KvCache& kv, uint32_t staged, uint32_t target, uint32_t sinks, uint32_t window,
-                        uint32_t kernel);
+                        uint32_t kernel, bool lookahead = false, uint32_t recent = 0);
   // Re-rotates a half key from rotation position `from` to `to` (RoPE composes by addition).
   void rotate_key(uint16_t* key, int64_t from, int64_t to) const;
 
@@ -60,6 +62,9 @@ class Transformer {
               uint32_t y_stride);
   bool quantize_input(const float* x, uint32_t n, uint32_t cols, uint32_t x_stride);
   void attention(KvCache& kv, uint32_t layer, uint32_t n);
+  struct SnapJob;
+  static void snap_task(void* ctx, size_t worker);
+  void snap_head(const SnapJob& job, uint32_t worker, uint32_t layer, uint32_t head);
 
   ModelShape shape_;
   PlanConfig config_;
@@ -81,9 +86,10 @@ class Transformer {
   float* att_rows_ = nullptr;     // [threads][capacity]
   float* qrot_ = nullptr;         // [threads][head_dim]
   float *shift_cos_ = nullptr, *shift_sin_ = nullptr;  // [rope_dim / 2]
-  float *snap_row_ = nullptr, *snap_acc_ = nullptr, *snap_pool_ = nullptr;  // [capacity]
-  uint32_t *snap_order_ = nullptr, *snap_keep_ = nullptr;                    // [capacity]
-  void* snap_compact_ = nullptr;
+  float *snap_row_ = nullptr, *snap_acc_ = nullptr, *snap_pool_ = nullptr;  // [threads][capacity]
+  uint32_t *snap_order_ = nullptr, *snap_keep_ = nullptr;                    // [threads][capacity]
+  void* snap_compact_ = nullptr;                                             // [threads][compact bytes]
+  float* snap_rope_ = nullptr;  // [2 * snap_window][cos t, sin t, cos c, sin c][rope_dim / 2]
   float* logit_rows_ = nullptr;   // [logit_rows][vocab]
   xnn::ModelOps* xnn_ = nullptr;  // XNNPACK operators (backend.xnnpack_ops), in the backend block
 };

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "core/threads.h"
 
@@ -20,9 +21,11 @@ class LinuxThreadPool {
   const ThreadPool* pool() const { return &pool_; }
   pthreadpool_t handle() const { return handle_; }
   size_t threads() const { return pool_.threads; }
+  uint32_t flags() const { return flags_; }
 
  private:
   pthreadpool_t handle_ = nullptr;
+  uint32_t flags_ = 0;  // pthreadpool flags for every parallel call
   ThreadPool pool_;
 };
 

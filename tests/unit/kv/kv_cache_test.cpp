@@ -109,8 +109,8 @@ TEST(KvCache, CompactionKeepsTheChosenEntriesInOrder) {
   c.stage(3);  // staged, not yet in the ring: logical 8..10
   const uint32_t keep[] = {0, 2, 5, 9, 10};
   std::vector<uint8_t> scratch(c.kv.compact_scratch_bytes());
-  c.kv.compact_head(0, 0, keep, 5, 3, no_rotation, nullptr, scratch.data());
-  c.kv.finish_compact(5, 3);
+  c.kv.compact_head(0, 0, keep, 5, 0, 3, no_rotation, nullptr, scratch.data());
+  c.kv.finish_compact(5, 0, 3);
   EXPECT_EQ(c.kv.prefix(), 5u);
   EXPECT_EQ(c.kv.ring_len(), 0u);
   EXPECT_EQ(c.logical(), (std::vector<int32_t>{0, 2, 5, 9, 10}));
