@@ -3,6 +3,7 @@
 #include <new>
 
 #include "core/check.h"
+#include "core/format.h"
 #include "keel.h"
 #include "llm/runtime.h"
 
@@ -31,7 +32,7 @@ keel_status record(keel_engine* e, const keel::Error& err) {
     if (err.ok()) {
       e->last_error[0] = '\0';
     } else {
-      snprintf(e->last_error, sizeof e->last_error, "%s: %s", keel::to_string(err.status()), err.message());
+      keel::format(e->last_error, sizeof e->last_error, "%s: %s", keel::to_string(err.status()), err.message());
     }
   }
   return to_c(err.status());
@@ -72,7 +73,9 @@ keel_status keel_plan(const void* model, size_t model_bytes, const keel_config* 
 keel_status keel_init(void* memory, size_t memory_bytes, const void* model, size_t model_bytes,
                       const keel_config* config, keel_engine** out, char* error, size_t error_capacity) {
   auto fail = [&](const keel::Error& err) {
-    if (error && error_capacity) snprintf(error, error_capacity, "%s: %s", keel::to_string(err.status()), err.message());
+    if (error && error_capacity) {
+      keel::format(error, error_capacity, "%s: %s", keel::to_string(err.status()), err.message());
+    }
     return to_c(err.status());
   };
   if (!out) return fail(keel::Error(keel::Status::InvalidArgument, "out is NULL"));

@@ -9,6 +9,13 @@ DEBIAN_PACKAGES=(
   libflatbuffers-dev flatbuffers-compiler
   libxnnpack-dev libpthreadpool-dev
   libmimalloc-dev libgtest-dev nlohmann-json3-dev
+  # Cortex-M33 cross build (scripts/freestanding.sh): compiler, newlib, and libstdc++'s headers
+  # plus the static libraries the g++ driver links against
+  gcc-arm-none-eabi libnewlib-arm-none-eabi libstdc++-arm-none-eabi-newlib
+  # runs that firmware on an emulated Cortex-M33 board (mps2-an505)
+  qemu-system-arm
+  # the King James Bible, the second long text of docs/results.md (bench/kjv_text.sh)
+  bible-kjv
 )
 
 missing=()

@@ -1,7 +1,8 @@
 #include "core/status.h"
 
 #include <cstdarg>
-#include <cstdio>
+
+#include "core/format.h"
 
 namespace keel {
 
@@ -49,7 +50,7 @@ const char* to_string(Status s) {
 Error::Error(Status s, const char* fmt, ...) : status_(s) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(message_, kMessageCapacity, fmt, ap);
+  vformat(message_, kMessageCapacity, fmt, ap);
   va_end(ap);
 }
 

@@ -1,9 +1,9 @@
 #include "model/model.h"
 
-#include <cstdio>
 #include <cstring>
 
 #include "core/check.h"
+#include "core/format.h"
 #include "flatbuffers/flatbuffers.h"
 #include "model/weight_format.h"
 
@@ -163,9 +163,9 @@ bool role_is_per_layer(TensorRole r) {
 
 const char* canonical_tensor_name(TensorRole role, int layer, char* buf, size_t cap) {
   if (role_is_per_layer(role)) {
-    snprintf(buf, cap, "blk.%d.%s", layer, role_suffix(role));
+    format(buf, cap, "blk.%d.%s", layer, role_suffix(role));
   } else {
-    snprintf(buf, cap, "%s", role_suffix(role));
+    format(buf, cap, "%s", role_suffix(role));
   }
   return buf;
 }
@@ -212,6 +212,13 @@ Error Model::load(Span<const uint8_t> image) {
   ModelShape s;
   KEEL_TRY(check_hyper(m, s));
   KEEL_TRY(check_tokenizer(m, s));
+  // The default KV policy is applied by whoever runs the model without choosing one (the CLI):
+  // like every enum of the format, a value this engine does not know is refused here.
+  if (const fb::KvDefaults* kv = m->kv_defaults()) {
+    KEEL_ENSURE(static_cast<unsigned>(kv->policy()) <= static_cast<unsigned>(fb::KvPolicy::SnapStream),
+                Status::ModelBadHyper, "kv_defaults.policy = %u is unknown; expected 0..%u",
+                unsigned(kv->policy()), unsigned(fb::KvPolicy::SnapStream));
+  }
   const bool tied = m->arch()->tied_output();
   const bool qkv_bias = m->arch()->qkv_bias();
 

@@ -3,11 +3,10 @@
 namespace keel {
 
 const AttentionKernels* attention_kernels_x86_avx2_table();
+bool cpu_has_avx2();  // kernels/x86/dispatch.cpp
 
 const AttentionKernels* attention_kernels_x86() {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                         __builtin_cpu_supports("f16c");
-  return ok ? attention_kernels_x86_avx2_table() : nullptr;
+  return cpu_has_avx2() ? attention_kernels_x86_avx2_table() : nullptr;
 }
 
 }  // namespace keel

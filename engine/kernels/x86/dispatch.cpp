@@ -1,17 +1,27 @@
 // Run-time choice of the x86 kernels by CPU feature. Compiled without ISA flags: nothing here
 // executes an instruction the CPU may lack. __builtin_cpu_supports also checks that the OS
 // saves the wider register state (XCR0), so a feature reported here is usable.
+#include <cpuid.h>
+
 #include "kernels/kernels.h"
 #include "kernels/x86/x86_tables.h"
 
 namespace keel {
 
-namespace {
+// F16C: CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports does not know "f16c"). Every
+// CPU with AVX2 has it in practice, but a hypervisor may hide it. The OS-state check comes
+// with the AVX2 test.
+static bool cpu_has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
+}
 
 bool cpu_has_avx2() {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
 }
+
+namespace {
 
 bool cpu_has_avx512vnni() {
   __builtin_cpu_init();
