@@ -20,6 +20,7 @@ const Command kCommands[] = {
     {"ppl", keel::cli::cmd_ppl, "perplexity of a text"},
     {"bench", keel::cli::cmd_bench, "prefill and decode throughput (llama-bench style)"},
     {"passkey", keel::cli::cmd_passkey, "retrieval of a key hidden in long text, per KV policy"},
+    {"memcheck", keel::cli::cmd_memcheck, "prove bounded memory: no allocation after init, flat RSS"},
 };
 
 void usage(FILE* f) {
