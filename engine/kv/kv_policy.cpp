@@ -31,6 +31,11 @@ bool parse_kv_policy(const char* name, KvPolicyKind& out) {
 
 bool kv_policy_uses_snapkv(KvPolicyKind k) { return k == KvPolicyKind::SnapKV || k == KvPolicyKind::SnapStream; }
 
+uint32_t snap_kernel_of(const KvPolicyConfig& c) {
+  if (c.snap_kernel != kSnapKernelPolicyDefault) return c.snap_kernel;
+  return c.kind == KvPolicyKind::SnapStream ? 31 : 7;
+}
+
 uint32_t snapstream_window(const KvPolicyConfig& c, uint32_t budget) { return c.window ? c.window : budget / 4; }
 
 uint32_t snapkv_decode_target(uint32_t budget, uint32_t chunk) {
@@ -54,8 +59,8 @@ Error validate_kv_policy(const KvPolicyConfig& c, uint32_t budget, uint32_t chun
                   "snapkv keeps a %u-token observation window and recompresses to %u of the %u-token budget; the "
                   "budget must exceed the window by at least a few tokens",
                   c.snap_window, target, budget);
-      KEEL_ENSURE(c.snap_kernel == 0 || c.snap_kernel % 2 == 1, Status::InvalidArgument,
-                  "--snap-kernel %u; expected an odd size, or 0 for adaptive", c.snap_kernel);
+      KEEL_ENSURE(snap_kernel_of(c) == 0 || snap_kernel_of(c) % 2 == 1, Status::InvalidArgument,
+                  "--snap-kernel %u; expected an odd size, or 0 for adaptive", snap_kernel_of(c));
       return Error();
     }
     case KvPolicyKind::SnapStream: {
@@ -66,8 +71,8 @@ Error validate_kv_policy(const KvPolicyConfig& c, uint32_t budget, uint32_t chun
                   "snapstream keeps %u sinks + a %u-token observation window + a %u-token recent window; a budget "
                   "of %u tokens leaves nothing for the prompt",
                   c.sinks, c.snap_window, w, budget);
-      KEEL_ENSURE(c.snap_kernel == 0 || c.snap_kernel % 2 == 1, Status::InvalidArgument,
-                  "--snap-kernel %u; expected an odd size, or 0 for adaptive", c.snap_kernel);
+      KEEL_ENSURE(snap_kernel_of(c) == 0 || snap_kernel_of(c) % 2 == 1, Status::InvalidArgument,
+                  "--snap-kernel %u; expected an odd size, or 0 for adaptive", snap_kernel_of(c));
       return Error();
     }
   }

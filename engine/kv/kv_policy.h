@@ -15,8 +15,14 @@ struct KvPolicyConfig {
   uint32_t sinks = 4;         // streaming, snapstream
   uint32_t window = 0;        // snapstream: recent ring for generated tokens (0 = budget / 4)
   uint32_t snap_window = 32;  // SnapKV observation window w
-  uint32_t snap_kernel = 7;   // SnapKV max-pool kernel (odd); 0 = adaptive
+  uint32_t snap_kernel = 0xffffffffu;  // SnapKV max-pool kernel (odd); 0 = adaptive; default: per policy
 };
+
+// The max-pool kernel a policy uses when none is given: 7 for snapkv (the SnapKV paper); 31 for
+// snapstream, whose prompt goes through a compression after every chunk: a kept token must carry
+// its neighbourhood, or a multi-token fact (a number, a name) survives in pieces (docs/kv.md).
+constexpr uint32_t kSnapKernelPolicyDefault = 0xffffffffu;
+uint32_t snap_kernel_of(const KvPolicyConfig& c);
 
 const char* kv_policy_name(KvPolicyKind k);
 // Parses "full", "window", "streaming", "snapkv", "snapstream".

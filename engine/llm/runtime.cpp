@@ -130,14 +130,14 @@ Error Runtime::settle(Slot& s, uint32_t n, bool prefill, bool lookahead) {
         return Error();
       }
       return transformer_.compress_snapkv(kv, n, prefill ? budget : snapkv_decode_target(budget, config_.plan.chunk_tokens),
-                                          0, p.snap_window, p.snap_kernel, lookahead);
+                                          0, p.snap_window, snap_kernel_of(p), lookahead);
     case KvPolicyKind::SnapStream: {
       const uint32_t ring = snapstream_window(p, budget);
       // Prompt chunks (and a first overflow while decoding) are compressed by SnapKV: the newest
       // `ring` tokens stay whole in the recent ring, the older ones compete for the prefix.
       // Afterwards generated tokens cycle through the ring, pushing out the prompt's tail.
       if (overflow && (prefill || kv.prefix() == 0)) {
-        return transformer_.compress_snapkv(kv, n, budget, p.sinks, p.snap_window, p.snap_kernel, lookahead, ring);
+        return transformer_.compress_snapkv(kv, n, budget, p.sinks, p.snap_window, snap_kernel_of(p), lookahead, ring);
       }
       kv.append_ring(n);
       return Error();

@@ -19,7 +19,8 @@ const char kSessionHelp[] =
     "  --sinks N              attention sinks kept by streaming and snapstream (default 4)\n"
     "  --window N             snapstream's recent window for generated tokens (default budget/4)\n"
     "  --snap-window N        SnapKV observation window (default 32)\n"
-    "  --snap-kernel N        SnapKV max-pool kernel, odd; 0 = adaptive (default 7)\n"
+    "  --snap-kernel N        SnapKV max-pool kernel, odd; 0 = adaptive (default: 7 for snapkv,\n"
+    "                         31 for snapstream)\n"
     "  --chunk N              prefill chunk in tokens (default 64)\n";
 
 void parse_session_options(Args& args, SessionOptions& o) {

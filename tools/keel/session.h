@@ -23,7 +23,7 @@ struct SessionOptions {
   uint32_t sinks = 4;
   uint32_t window = 0;         // snapstream recent window, 0 = budget / 4
   uint32_t snap_window = 32;
-  uint32_t snap_kernel = 7;
+  uint32_t snap_kernel = kSnapKernelPolicyDefault;
   uint32_t chunk = 64;
   uint32_t logit_rows = 1;
 };
