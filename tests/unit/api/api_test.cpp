@@ -39,7 +39,9 @@ const std::string& stories_keel() {
     const std::string p = keel::test::tmp_path("api_stories.keel");
     keel::convert::WriteOptions wo;
     keel::convert::WriteStats ws;
-    if (src) EXPECT_TRUE(keel::convert::write_keel(*src, wo, p, ws, err)) << err;
+    if (src) {
+      EXPECT_TRUE(keel::convert::write_keel(*src, wo, p, ws, err)) << err;
+    }
     return p;
   }();
   return path;

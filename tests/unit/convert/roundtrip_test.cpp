@@ -115,7 +115,9 @@ TEST(Roundtrip, StoriesRequantizedWithinBound) {
     double worst = 0;
     for (const auto& st : src->tensors) {
       const Diff d = compare_tensor(st, c->model);
-      if (k.bound == 0.0) EXPECT_EQ(d.mismatches, 0u) << st.name;
+      if (k.bound == 0.0) {
+        EXPECT_EQ(d.mismatches, 0u) << st.name;
+      }
       worst = std::max(worst, d.worst_block_rel);
     }
     EXPECT_LE(worst, k.bound) << k.name;

@@ -67,7 +67,9 @@ void run_case(const Case& c) {
   rc.plan.chunk_tokens = 16;
   rc.plan.threads = c.threads;
   std::string err;
-  if (select_backend(c.backend).ok()) ASSERT_TRUE(port::reserve_backend_bytes(l->model, rc, err)) << err;
+  if (select_backend(c.backend).ok()) {
+    ASSERT_TRUE(port::reserve_backend_bytes(l->model, rc, err)) << err;
+  }
   const MemoryPlan p = Runtime::plan(l->model, rc.plan);
   struct Free {
     void operator()(uint8_t* x) const { free(x); }
