@@ -29,13 +29,19 @@ void quantize_act_ref(const float* x, uint32_t cols, ActBlock* out) {
     const uint32_t c0 = b * kQuantBlock;
     const uint32_t n = cols - c0 < kQuantBlock ? cols - c0 : kQuantBlock;
     float amax = 0.0f;
+    bool finite = true;
     for (uint32_t i = 0; i < n; ++i) {
       const float a = abs_f(x[c0 + i]);
+      finite = finite && a <= 3.4028235e38f;  // false for inf and NaN
       amax = a > amax ? a : amax;
     }
     ActBlock& blk = out[b];
     float d = 0.0f, id = 0.0f;
-    if (amax >= 1e-30f) {
+    if (!finite) {
+      // Non-finite activations (a corrupted model): no integer conversion of them (undefined);
+      // a NaN scale carries the damage to the outputs instead.
+      d = __builtin_nanf("");
+    } else if (amax >= 1e-30f) {
       d = amax / 127.0f;
       id = 1.0f / d;
     }

@@ -82,8 +82,15 @@ void quantize_act_avx2(const float* x, uint32_t cols, ActBlock* out) {
     const __m256 m01 = _mm256_max_ps(_mm256_and_ps(v[0], abs_mask), _mm256_and_ps(v[1], abs_mask));
     const __m256 m23 = _mm256_max_ps(_mm256_and_ps(v[2], abs_mask), _mm256_and_ps(v[3], abs_mask));
     const float amax = hmax8(_mm256_max_ps(m01, m23));
+    // Non-finite activations (a corrupted model) are not converted: zeros and a NaN scale.
+    const __m256 big = _mm256_set1_ps(3.4028235e38f);
+    int finite = 0xff;
+    for (int k = 0; k < 4; ++k) finite &= _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(v[k], abs_mask), big, _CMP_LE_OQ));
     float d = 0.0f, id = 0.0f;
-    if (amax >= 1e-30f) {
+    if (finite != 0xff) {
+      d = __builtin_nanf("");
+      for (int k = 0; k < 4; ++k) v[k] = _mm256_setzero_ps();
+    } else if (amax >= 1e-30f) {
       d = amax / 127.0f;
       id = 1.0f / d;
     }

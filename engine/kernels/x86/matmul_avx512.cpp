@@ -57,11 +57,18 @@ void quantize_act_avx512(const float* x, uint32_t cols, ActBlock* out) {
     const __mmask16 m1 = n >= 32  ? __mmask16(0xffff)
                          : n > 16 ? __mmask16((1u << (n - 16)) - 1)
                                   : __mmask16(0);
-    const __m512 v0 = _mm512_maskz_loadu_ps(m0, x + c0);
-    const __m512 v1 = _mm512_maskz_loadu_ps(m1, x + c0 + 16);
+    __m512 v0 = _mm512_maskz_loadu_ps(m0, x + c0);
+    __m512 v1 = _mm512_maskz_loadu_ps(m1, x + c0 + 16);
     const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    // Non-finite activations (a corrupted model) are not converted: zeros and a NaN scale.
+    const __m512 big = _mm512_set1_ps(3.4028235e38f);
+    const bool finite = _mm512_cmp_ps_mask(_mm512_abs_ps(v0), big, _CMP_LE_OQ) == 0xffff &&
+                        _mm512_cmp_ps_mask(_mm512_abs_ps(v1), big, _CMP_LE_OQ) == 0xffff;
     float d = 0.0f, id = 0.0f;
-    if (amax >= 1e-30f) {
+    if (!finite) {
+      d = __builtin_nanf("");
+      v0 = v1 = _mm512_setzero_ps();
+    } else if (amax >= 1e-30f) {
       d = amax / 127.0f;
       id = 1.0f / d;
     }
