@@ -18,7 +18,7 @@ step() { echo; echo "== proofs: $* ($(date +%H:%M:%S))"; }
 
 step "whole suite under ASan + UBSan (build-asan)"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKEEL_SANITIZE="address;undefined" >/dev/null
-cmake --build build-asan -j "$JOBS" >build-asan.log 2>&1 || { tail -40 build-asan.log >&2; exit 1; }
+cmake --build build-asan -j "$JOBS" >build-asan/build.log 2>&1 || { tail -40 build-asan/build.log >&2; exit 1; }
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j "$JOBS"
@@ -27,7 +27,7 @@ step "loader fuzzer, ${FUZZ_SECONDS} s (build-fuzz, clang libFuzzer + ASan + UBS
 # The engine is instrumented too (fuzzer-no-link), so the fuzzer sees the loader's coverage.
 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined" -DKEEL_BUILD_FUZZ=ON -DKEEL_WITH_XNNPACK=OFF >/dev/null
-cmake --build build-fuzz -j "$JOBS" --target fuzz_loader >build-fuzz.log 2>&1 || { tail -40 build-fuzz.log >&2; exit 1; }
+cmake --build build-fuzz -j "$JOBS" --target fuzz_loader >build-fuzz/build.log 2>&1 || { tail -40 build-fuzz/build.log >&2; exit 1; }
 FUZZ_DIR=build-fuzz/fuzz-run
 rm -rf "$FUZZ_DIR" && mkdir -p "$FUZZ_DIR/seeds" "$FUZZ_DIR/new" "$FUZZ_DIR/crashes"
 bash tests/fuzz/make_corpus.sh "$KEEL" ../shared "$FUZZ_DIR/seeds" >/dev/null
