@@ -173,9 +173,7 @@ Error Runtime::prefill(uint32_t slot, Span<const int32_t> tokens) {
     if (e.ok()) e = settle(s, n, true, ahead && !last);
     if (!e.ok()) {
       // A prompt refused half-way leaves no half of it behind: the slot starts over.
-      s.kv.clear();
-      s.prefilled = s.decoded = 0;
-      s.recent_count = 0;
+      clear_slot(s);
       return e;
     }
     done += n;
@@ -274,12 +272,15 @@ Span<const float> Runtime::logits(uint32_t slot) const {
 
 Error Runtime::reset(uint32_t slot) {
   KEEL_TRY(check_slot(slot));
-  Slot& s = slot_at(slot);
+  clear_slot(slot_at(slot));
+  return Error();
+}
+
+void Runtime::clear_slot(Slot& s) {
   s.kv.clear();
   s.prefilled = 0;
   s.decoded = 0;
   s.recent_count = 0;
-  return Error();
 }
 
 uint64_t Runtime::sequence_length(uint32_t slot) const {

@@ -102,6 +102,8 @@ class Runtime {
   // Before a prompt that will overflow the budget under a SnapKV policy: runs its last tokens
   // once to keep their queries (KvCache lookahead). Leaves the cache as it was.
   Error capture_lookahead(Slot& s, Span<const int32_t> tokens);
+  // Empties a slot: cache, counters, recent tokens (reset, and a prefill refused half-way).
+  void clear_slot(Slot& s);
   Slot& slot_at(uint32_t i) const;
 
   const Model* model_ = nullptr;
