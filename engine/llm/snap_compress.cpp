@@ -1,6 +1,6 @@
 // SnapKV compression of a slot's cache (docs/kv.md): score every cached entry by the attention
-// the last `window` queries give it (and, during a chunked prefill, the prompt's own last
-// queries computed ahead), per KV head (summed over the query heads of its GQA group), keep
+// the last `window` queries give it (during a chunked prefill: the prompt's own last queries,
+// computed ahead, instead), per KV head (summed over the query heads of its GQA group), keep
 // sinks + the newest tokens + the best-scored others, compact them into the prefix.
 //
 // (layer, KV head) pairs are independent: they run on the thread pool, each worker with its
@@ -46,7 +46,7 @@ void Transformer::rotate_key(uint16_t* key, int64_t from, int64_t to) const {
 struct Transformer::SnapJob {
   Transformer* self;
   KvCache* kv;
-  uint32_t total, staged, w, look, s, tail, ring_keep, candidates, keep_c, pool_kernel, tasks;
+  uint32_t total, staged, w, first, look, s, tail, ring_keep, candidates, keep_c, pool_kernel, tasks;
   int64_t last;
 };
 
@@ -94,7 +94,7 @@ void Transformer::snap_head(const SnapJob& j, uint32_t worker, uint32_t l, uint3
     vk.add(acc, row, total, acc);
   };
   const uint64_t rope_row = uint64_t(pairs) * 4;  // cos and sin at t, then at c
-  for (uint32_t i = 0; i < j.w + j.look; ++i) {
+  for (uint32_t i = j.first; i < j.w + j.look; ++i) {
     const bool own = i < j.w;
     const float* q_all = own ? kv.observation(l, j.last - (j.w - 1 - i)) : kv.lookahead(l, i - j.w);
     const int64_t t = own ? j.last - (j.w - 1 - i) : j.last + 1 + (i - j.w);
@@ -134,12 +134,16 @@ Error Transformer::compress_snapkv(KvCache& kv, uint32_t staged, uint32_t target
               "SnapKV target of %u entries cannot hold %u sinks and the last %u tokens", target, s, tail);
   KEEL_ENSURE(w + look <= 2 * obs, Status::Internal, "%u observation queries; the plan holds %u", w + look, 2 * obs);
 
+  // The observers: the prompt's last queries when they were computed ahead (the chunk's own
+  // window only stays whole), else the window's own queries, as SnapKV defines them.
+  const uint32_t first = look > 0 ? w : 0;
+
   // Rotations of every observation query: at its position t (against ring and staging) and at
   // its cache index c (against the prefix). The window's own queries sit at their cache
   // indices total - w + i; the lookahead queries are placed right behind the cache, where they
   // will be, at cache distance, when the end of the prompt arrives.
   const uint32_t pairs = rope_dim_ / 2;
-  for (uint32_t i = 0; i < w + look; ++i) {
+  for (uint32_t i = first; i < w + look; ++i) {
     const bool own = i < w;
     const int64_t t = own ? last - (w - 1 - i) : last + 1 + (i - w);
     const int64_t c = own ? int64_t(total - w + i) : int64_t(total) + (i - w);
@@ -154,6 +158,7 @@ Error Transformer::compress_snapkv(KvCache& kv, uint32_t staged, uint32_t target
   j.total = total;
   j.staged = staged;
   j.w = w;
+  j.first = first;
   j.look = look;
   j.s = s;
   j.tail = tail;
