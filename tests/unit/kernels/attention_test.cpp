@@ -1,0 +1,100 @@
+// Attention kernels (ref and, where the CPU has them, x86) against double-precision arithmetic
+// over head dims 1..130 (8-wide heads like stories260K's, 64 like SmolLM2's, and sizes with a
+// scalar tail) and 0..41 keys (whole and partial blocks of eight).
+//
+// Tolerances, u = 2^-24: both kernels compute f32 sums of exact products of halves with floats
+// in some order, so each is within (terms + 2) u S of the exact value, S = sum |products|.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/f16.h"
+#include "kernels/attention.h"
+
+namespace keel {
+namespace {
+
+constexpr double kU = 1.0 / 16777216.0;
+
+std::vector<const AttentionKernels*> tables() {
+  std::vector<const AttentionKernels*> t{&attention_kernels_ref()};
+  if (attention_kernels_x86() != nullptr) t.push_back(attention_kernels_x86());
+  return t;
+}
+
+TEST(AttentionKernels, ScoresMatchDoubleArithmetic) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.5f);
+  for (const AttentionKernels* k : tables()) {
+    for (uint32_t hd : {1u, 3u, 8u, 16u, 24u, 40u, 64u, 72u, 128u, 130u}) {
+      for (uint32_t n : {0u, 1u, 7u, 8u, 9u, 15u, 16u, 17u, 41u}) {
+        std::vector<float> q(hd);
+        std::vector<uint16_t> keys(uint64_t(n) * hd);
+        for (float& x : q) x = nd(rng);
+        for (uint16_t& x : keys) x = f32_to_f16(nd(rng));
+        const float scale = 1.0f / std::sqrt(float(hd));
+        std::vector<float> got(n + 1, -7.0f);
+        k->scores(q.data(), keys.data(), n, hd, scale, got.data());
+        for (uint32_t j = 0; j < n; ++j) {
+          double exact = 0.0, mag = 0.0;
+          for (uint32_t i = 0; i < hd; ++i) {
+            const double p = double(q[i]) * f16_to_f32(keys[uint64_t(j) * hd + i]);
+            exact += p;
+            mag += std::fabs(p);
+          }
+          const double tol = (hd + 3) * kU * mag * scale + 1e-30;
+          EXPECT_NEAR(got[j], exact * scale, tol) << k->name << " hd " << hd << " n " << n << " key " << j;
+        }
+        EXPECT_EQ(got[n], -7.0f) << k->name << " wrote past " << n << " scores";
+      }
+    }
+  }
+}
+
+TEST(AttentionKernels, WeightedSumMatchesDoubleArithmetic) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_real_distribution<float> ud(0.0f, 1.0f);
+  for (const AttentionKernels* k : tables()) {
+    for (uint32_t hd : {1u, 3u, 8u, 16u, 24u, 64u, 130u}) {
+      for (uint32_t n : {0u, 1u, 3u, 4u, 5u, 8u, 17u, 41u}) {
+        std::vector<float> p(n);
+        std::vector<uint16_t> values(uint64_t(n) * hd);
+        for (float& x : p) x = ud(rng);
+        for (uint16_t& x : values) x = f32_to_f16(nd(rng));
+        std::vector<float> got(hd + 1, -7.0f);
+        k->weighted_sum(p.data(), values.data(), n, hd, got.data());
+        for (uint32_t i = 0; i < hd; ++i) {
+          double exact = 0.0, mag = 0.0;
+          for (uint32_t j = 0; j < n; ++j) {
+            const double t = double(p[j]) * f16_to_f32(values[uint64_t(j) * hd + i]);
+            exact += t;
+            mag += std::fabs(t);
+          }
+          EXPECT_NEAR(got[i], exact, (n + 3) * kU * mag + 1e-30) << k->name << " hd " << hd << " n " << n << " lane " << i;
+        }
+        EXPECT_EQ(got[hd], -7.0f) << k->name << " wrote past " << hd << " lanes";
+      }
+    }
+  }
+}
+
+TEST(AttentionKernels, ToHalfRoundsToNearestEven) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> nd(0.0f, 100.0f);
+  std::vector<float> x(1000);
+  for (float& v : x) v = nd(rng);
+  x[0] = 65504.0f;
+  x[1] = 1e-8f;
+  x[2] = -0.0f;
+  for (const AttentionKernels* k : tables()) {
+    std::vector<uint16_t> got(x.size());
+    k->to_half(x.data(), uint32_t(x.size()), got.data());
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(got[i], f32_to_f16(x[i])) << k->name << " at " << i << ": " << x[i];
+  }
+}
+
+}  // namespace
+}  // namespace keel
