@@ -17,7 +17,7 @@ namespace {
 
 const char kHelp[] =
     "usage: keel passkey -m MODEL.keel [--lengths 1024,2048,4096,8192,16384] [--depths 0,0.25,0.5,0.75,1]\n"
-    "                    [--trials N] [--kv-policy P] [--kv-budget B] [--haystack PATH] [--seed S] [--json]\n"
+    "                    [--trials N] [--kv-policy P] [--kv-budget B] [--haystack PATH] [--seed S] [--json] [-q]\n"
     "\n"
     "Hides a random 5-7 digit pass key at each depth (0 = start, 1 = end) of essay text cut to each\n"
     "length in tokens, asks for it after the text, and checks the greedy answer. ChatML models get\n"
@@ -30,7 +30,9 @@ const char kHelp[] =
     "  --haystack PATH        a text file or a directory of .txt files (default: the essays in\n"
     "                         ../shared/data/paul_graham_essays)\n"
     "  --seed S               key generator seed (default 1)\n"
-    "  --json                 print {accuracy, results: [{length, depth, trial, expected, answer, correct}]}\n"
+    "  --json                 print {accuracy, policy, budget, results: [{length, depth, trial, expected,\n"
+    "                         answer, correct, seconds}]}\n"
+    "  -q, --quiet            no progress line on stderr after each prompt\n"
     "%s"
     "\n"
     "With --kv-policy full the budget defaults to the longest prompt; bounded policies default to\n"
@@ -90,6 +92,7 @@ int cmd_passkey(int argc, char** argv) {
   args.u32("--trials", nullptr, trials);
   args.u64("--seed", nullptr, seed);
   const bool json = args.flag("--json");
+  const bool quiet = args.flag("--quiet", "-q");
   std::vector<std::string> pos;
   if (!args.finish(pos)) return usage_error("passkey", args.error());
   if (!pos.empty()) return usage_error("passkey", "unexpected argument '" + pos[0] + "'");
@@ -136,6 +139,7 @@ int cmd_passkey(int argc, char** argv) {
   Runtime& rt = session.runtime();
   std::mt19937_64 rng(seed);
   size_t correct = 0, total = 0;
+  const size_t prompts = lengths.size() * depths.size() * trials;
   std::string results;
   if (!json) printf("| length | depth | correct |\n| ---: | ---: | ---: |\n");
   for (uint32_t len : lengths) {
@@ -161,6 +165,7 @@ int cmd_passkey(int argc, char** argv) {
         ids.insert(ids.end(), hay.begin() + at, hay.begin() + filler);
         ids.insert(ids.end(), tail.begin(), tail.end());
         if (full && ids.size() > budget) return fail("passkey", "prompt exceeds the KV budget (policy full)");
+        const double t0 = now_seconds();
         Error e = rt.reset(0);
         if (e.ok()) e = rt.set_sampler(0, text::SamplerConfig{});
         if (e.ok()) e = rt.prefill(0, Span<const int32_t>(ids.data(), ids.size()));
@@ -176,12 +181,21 @@ int cmd_passkey(int argc, char** argv) {
           else if (!answer.empty()) break;
         }
         const bool hit = answer == key;
+        const double seconds = now_seconds() - t0;
         ok_here += hit;
         correct += hit;
         ++total;
-        char buf[256];
-        snprintf(buf, sizeof buf, "%s{\"length\":%zu,\"depth\":%g,\"trial\":%u,\"expected\":\"%s\",\"answer\":\"%s\",\"correct\":%s}",
-                 results.empty() ? "" : ",", ids.size(), depth, trial, key.c_str(), answer.c_str(), hit ? "true" : "false");
+        if (!quiet) {
+          fprintf(stderr, "passkey: %zu/%zu  length %zu  depth %.2f  trial %u  %s (answer '%s')  %.1f s  %zu/%zu found\n",
+                  total, prompts, ids.size(), depth, trial, hit ? "found" : "missed", answer.c_str(), seconds, correct,
+                  total);
+        }
+        char buf[512];  // the answer is digits from 24 generated tokens: well inside
+        snprintf(buf, sizeof buf,
+                 "%s{\"length\":%zu,\"depth\":%g,\"trial\":%u,\"expected\":\"%s\",\"answer\":\"%s\",\"correct\":%s,"
+                 "\"seconds\":%.3f}",
+                 results.empty() ? "" : ",", ids.size(), depth, trial, key.c_str(), answer.c_str(), hit ? "true" : "false",
+                 seconds);
         results += buf;
       }
       if (!json) printf("| %u | %.2f | %zu/%u |\n", len, depth, ok_here, trials);

@@ -81,8 +81,15 @@ TEST(Commands, BenchAndPasskeyPrintTheirJson) {
   for (const auto& r : jp["results"]) {
     EXPECT_GE(r["expected"].get<std::string>().size(), 5u);
     EXPECT_TRUE(r.contains("answer") && r.contains("correct") && r.contains("length") && r.contains("depth"));
+    EXPECT_GT(r["seconds"].get<double>(), 0.0);
   }
   EXPECT_GE(jp["accuracy"].get<double>(), 0.0);
+  // One progress line per prompt on stderr, silenced by -q.
+  EXPECT_NE(p.out.find("passkey: 2/2  length"), std::string::npos) << p.out;
+  const auto pq = run_cli("passkey -m " + q(smollm2()) + " --lengths 300 --depths 1 -q -t 1 --haystack " +
+                          q(test::shared_path("data/paul_graham_essays")) + " --json");
+  ASSERT_EQ(pq.exit_code, 0) << pq.out;
+  EXPECT_EQ(pq.out.find("passkey: "), std::string::npos) << pq.out;
 }
 
 // The small CI run of the passkey evaluation (docs/results.md has the full one): 2k-token
@@ -103,7 +110,9 @@ TEST(Commands, SnapStreamKeepsPassKeysThatStreamingLoses) {
     for (const auto& x : j["results"]) {
       found[i] += x["correct"].get<bool>();
       // A key before the recent window cannot be found by streaming.
-      if (i == 1 && x["depth"].get<double>() < 0.5) EXPECT_FALSE(x["correct"].get<bool>()) << x;
+      if (i == 1 && x["depth"].get<double>() < 0.5) {
+        EXPECT_FALSE(x["correct"].get<bool>()) << x;
+      }
     }
   }
   EXPECT_GE(found[0], 2u) << "snapstream found " << found[0] << " of 4 keys";
