@@ -26,6 +26,17 @@ typedef enum keel_status {
 
 typedef enum keel_backend { KEEL_BACKEND_AUTO = 0, KEEL_BACKEND_REF = 1, KEEL_BACKEND_NATIVE = 2, KEEL_BACKEND_XNNPACK = 3 } keel_backend;
 
+/* What a slot's KV cache keeps when a sequence outgrows its budget (docs/kv.md). */
+typedef enum keel_kv_policy {
+  KEEL_KV_MODEL_DEFAULT = 0, /* the policy the model file names (converted models: snapstream) */
+  KEEL_KV_FULL = 1,          /* everything; a longer sequence fails with KEEL_ERR_OUT_OF_MEMORY */
+  KEEL_KV_WINDOW = 2,        /* the last budget tokens */
+  KEEL_KV_STREAMING = 3,     /* attention sinks + the recent tokens */
+  KEEL_KV_SNAPKV = 4,        /* tokens chosen by observation-window attention + the window */
+  KEEL_KV_SNAPSTREAM = 5     /* sinks + SnapKV-chosen prompt + a recent ring */
+} keel_kv_policy;
+
+/* A zeroed keel_config means: the model's defaults, one slot, the caller's thread. */
 typedef struct keel_config {
   uint32_t kv_budget_tokens; /* per slot; 0 = the model's default */
   uint32_t slots;            /* concurrent sequences; 0 = 1 */
@@ -33,6 +44,12 @@ typedef struct keel_config {
   uint32_t threads;          /* workers of `thread_pool`; 0 or 1 = the caller's thread only */
   keel_backend backend;
   const void* thread_pool;   /* a keel::ThreadPool (core/threads.h) or NULL */
+  keel_kv_policy kv_policy;
+  uint32_t kv_sinks;         /* streaming, snapstream: attention sinks; 0 = 4 */
+  uint32_t kv_window;        /* snapstream: recent ring; 0 = budget / 4 */
+  uint32_t snap_window;      /* snapkv, snapstream: observation window; 0 = 32 */
+  int32_t snap_kernel;       /* max-pool kernel (odd); 0 = the policy's (7 snapkv, 31 snapstream),
+                                -1 = adaptive */
 } keel_config;
 
 typedef struct keel_plan_info {

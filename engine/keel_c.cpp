@@ -38,14 +38,39 @@ keel_status record(keel_engine* e, const keel::Error& err) {
   return to_c(err.status());
 }
 
-keel::PlanConfig plan_config(const keel::Model& m, const keel_config* c) {
-  keel::PlanConfig pc;
+static_assert(int(keel::KvPolicyKind::Full) == KEEL_KV_FULL - 1 && int(keel::KvPolicyKind::SnapStream) == KEEL_KV_SNAPSTREAM - 1 &&
+              int(keel::fb::KvPolicy::SnapStream) == int(keel::KvPolicyKind::SnapStream),
+              "keel_kv_policy, KvPolicyKind and the file's KvPolicy name the policies in one order");
+
+// The runtime configuration a keel_config asks for: zero fields take the model's defaults (policy,
+// budget) or the engine's (everything else), as the keel tool does.
+keel::Error runtime_config(const keel::Model& m, const keel_config* c, keel::RuntimeConfig& rc) {
   const keel::fb::KvDefaults* kv = m.meta()->kv_defaults();
+  keel::PlanConfig& pc = rc.plan;
   pc.kv_budget_tokens = c && c->kv_budget_tokens ? c->kv_budget_tokens : (kv ? kv->budget_tokens() : 1024);
   pc.slots = c && c->slots ? c->slots : 1;
   pc.chunk_tokens = c && c->chunk_tokens ? c->chunk_tokens : 64;
   pc.threads = c && c->threads ? c->threads : 1;
-  return pc;
+  rc.backend = c ? static_cast<keel::BackendKind>(c->backend) : keel::BackendKind::Auto;
+  KEEL_ENSURE(!c || (c->backend >= KEEL_BACKEND_AUTO && c->backend <= KEEL_BACKEND_XNNPACK), keel::Status::InvalidArgument,
+              "backend %d; expected 0..3", int(c->backend));
+  const int policy = c ? int(c->kv_policy) : 0;
+  KEEL_ENSURE(policy >= KEEL_KV_MODEL_DEFAULT && policy <= KEEL_KV_SNAPSTREAM, keel::Status::InvalidArgument,
+              "kv_policy %d; expected 0 (the model's) .. 5 (snapstream)", policy);
+  keel::KvPolicyConfig& p = rc.kv;
+  if (policy == KEEL_KV_MODEL_DEFAULT) {
+    p.kind = kv ? static_cast<keel::KvPolicyKind>(kv->policy()) : keel::KvPolicyKind::Full;
+  } else {
+    p.kind = static_cast<keel::KvPolicyKind>(policy - 1);
+  }
+  p.sinks = c && c->kv_sinks ? c->kv_sinks : 4;
+  p.window = c ? c->kv_window : 0;
+  p.snap_window = c && c->snap_window ? c->snap_window : 32;
+  const int32_t kernel = c ? c->snap_kernel : 0;
+  KEEL_ENSURE(kernel >= -1, keel::Status::InvalidArgument, "snap_kernel %d; expected -1 (adaptive), 0 or odd", int(kernel));
+  p.snap_kernel = kernel == 0 ? keel::kSnapKernelPolicyDefault : kernel == -1 ? 0u : uint32_t(kernel);
+  pc.snap_window = keel::kv_policy_uses_snapkv(p.kind) ? p.snap_window : 0;
+  return keel::validate_kv_policy(p, pc.kv_budget_tokens, pc.chunk_tokens);
 }
 
 constexpr uint64_t engine_block_bytes() { return keel::plan_align(sizeof(keel_engine)); }
@@ -59,9 +84,12 @@ keel_status keel_plan(const void* model, size_t model_bytes, const keel_config* 
   // The Model view is large (its tensor index); keep it off small embedded stacks. Not
   // reentrant: callers plan from one thread at a time.
   static keel::Model m;
-  const keel::Error e = m.load(keel::Span<const uint8_t>(static_cast<const uint8_t*>(model), model_bytes));
+  keel::Error e = m.load(keel::Span<const uint8_t>(static_cast<const uint8_t*>(model), model_bytes));
   if (!e.ok()) return to_c(e.status());
-  const keel::MemoryPlan p = keel::Runtime::plan(m, plan_config(m, config));
+  keel::RuntimeConfig rc;
+  e = runtime_config(m, config, rc);
+  if (!e.ok()) return to_c(e.status());
+  const keel::MemoryPlan p = keel::Runtime::plan(m, rc.plan);
   out->weights_bytes = model_bytes;
   out->persistent_bytes = p.persistent_bytes;
   out->scratch_bytes = p.scratch_bytes;
@@ -92,8 +120,8 @@ keel_status keel_init(void* memory, size_t memory_bytes, const void* model, size
   keel::Error err = e->model.load(keel::Span<const uint8_t>(static_cast<const uint8_t*>(model), model_bytes));
   if (!err.ok()) return fail(err);
   keel::RuntimeConfig rc;
-  rc.plan = plan_config(e->model, config);
-  rc.backend = config ? static_cast<keel::BackendKind>(config->backend) : keel::BackendKind::Auto;
+  err = runtime_config(e->model, config, rc);
+  if (!err.ok()) return fail(err);
   const keel::MemoryPlan p = keel::Runtime::plan(e->model, rc.plan);
   uint8_t* persistent = base + pad + engine_block_bytes();
   const uint64_t need = pad + engine_block_bytes() + p.persistent_bytes + p.scratch_bytes;

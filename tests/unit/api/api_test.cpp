@@ -109,6 +109,81 @@ TEST(CApi, GreedyContinuationInOneCallerBlock) {
   EXPECT_EQ(st.tokens_decoded, 100u);
 }
 
+// The KV policy through the C API: a prompt three times the budget runs under every bounded
+// policy in the planned block, `full` refuses it and stays usable, and a zeroed config takes
+// the model's default policy (snapstream for converted models).
+TEST(CApi, KvPoliciesBoundAPromptLongerThanTheBudget) {
+  keel::port::MappedFile file;
+  std::string err;
+  ASSERT_TRUE(file.open(stories_keel(), err)) << err;
+  std::vector<int32_t> prompt(1, 1);
+  for (int i = 0; prompt.size() < 400; ++i) prompt.push_back(int32_t(3 + (i * 37 + i / 7) % 500));
+  auto run = [&](keel_kv_policy policy, std::vector<int32_t>& out) -> keel_status {
+    keel_config cfg{};
+    cfg.kv_budget_tokens = 128;
+    cfg.chunk_tokens = 32;
+    cfg.kv_policy = policy;
+    keel_plan_info plan{};
+    keel_status st = keel_plan(file.data(), file.size(), &cfg, &plan);
+    if (st != KEEL_OK) return st;
+    std::vector<uint8_t> block(plan.total_bytes);
+    keel_engine* e = nullptr;
+    char msg[300] = "";
+    st = keel_init(block.data(), block.size(), file.data(), file.size(), &cfg, &e, msg, sizeof msg);
+    EXPECT_EQ(st, KEEL_OK) << msg;
+    if (st != KEEL_OK) return st;
+    st = keel_prefill(e, 0, prompt.data(), prompt.size());
+    if (st != KEEL_OK) {
+      EXPECT_NE(std::string(keel_last_error(e)).find("exceeds the KV budget of 128"), std::string::npos)
+          << keel_last_error(e);
+      // Still usable: a prompt inside the budget runs.
+      EXPECT_EQ(keel_prefill(e, 0, prompt.data(), 100), KEEL_OK) << keel_last_error(e);
+      return st;
+    }
+    for (int i = 0; i < 30; ++i) {
+      int32_t t = -1;
+      EXPECT_EQ(keel_sample(e, 0, &t), KEEL_OK) << keel_last_error(e);
+      out.push_back(t);
+      EXPECT_EQ(keel_decode(e, 0, t), KEEL_OK) << keel_last_error(e);
+    }
+    keel_stats stats{};
+    EXPECT_EQ(keel_get_stats(e, &stats), KEEL_OK);
+    EXPECT_LE(stats.persistent_used_bytes, stats.persistent_planned_bytes);
+    EXPECT_LE(stats.scratch_used_bytes, stats.scratch_planned_bytes);
+    return KEEL_OK;
+  };
+  std::vector<int32_t> got[6];
+  EXPECT_EQ(run(KEEL_KV_FULL, got[KEEL_KV_FULL]), KEEL_ERR_OUT_OF_MEMORY);
+  for (keel_kv_policy p : {KEEL_KV_WINDOW, KEEL_KV_STREAMING, KEEL_KV_SNAPKV, KEEL_KV_SNAPSTREAM, KEEL_KV_MODEL_DEFAULT}) {
+    EXPECT_EQ(run(p, got[p]), KEEL_OK) << "policy " << int(p);
+    EXPECT_EQ(got[p].size(), 30u) << "policy " << int(p);
+  }
+  EXPECT_EQ(got[KEEL_KV_MODEL_DEFAULT], got[KEEL_KV_SNAPSTREAM]);
+  EXPECT_NE(got[KEEL_KV_WINDOW], got[KEEL_KV_SNAPSTREAM]);
+
+  // Options the engine cannot honour are refused by keel_plan and by keel_init, with the reason.
+  keel_config bad{};
+  bad.kv_policy = static_cast<keel_kv_policy>(9);
+  keel_plan_info plan{};
+  EXPECT_EQ(keel_plan(file.data(), file.size(), &bad, &plan), KEEL_ERR_BAD_ARGUMENT);
+  std::vector<uint8_t> block(1 << 22);
+  keel_engine* e = nullptr;
+  char msg[300] = "";
+  EXPECT_EQ(keel_init(block.data(), block.size(), file.data(), file.size(), &bad, &e, msg, sizeof msg),
+            KEEL_ERR_BAD_ARGUMENT);
+  EXPECT_NE(std::string(msg).find("kv_policy 9"), std::string::npos) << msg;
+  keel_config tiny{};
+  tiny.kv_policy = KEEL_KV_SNAPSTREAM;
+  tiny.kv_budget_tokens = 16;
+  EXPECT_EQ(keel_plan(file.data(), file.size(), &tiny, &plan), KEEL_ERR_BAD_ARGUMENT);
+  EXPECT_EQ(keel_init(block.data(), block.size(), file.data(), file.size(), &tiny, &e, msg, sizeof msg),
+            KEEL_ERR_BAD_ARGUMENT);
+  EXPECT_NE(std::string(msg).find("budget"), std::string::npos) << msg;
+  keel_config kernel{};
+  kernel.snap_kernel = -3;
+  EXPECT_EQ(keel_plan(file.data(), file.size(), &kernel, &plan), KEEL_ERR_BAD_ARGUMENT);
+}
+
 // Static storage, as firmware declares it: the arenas are members sized by constexpr plans.
 keel::Engine<StoriesShape, 256> g_engine;
 struct WiderShape : StoriesShape {
