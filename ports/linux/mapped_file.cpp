@@ -46,8 +46,8 @@ bool MappedFile::open(const std::string& path, std::string& error) {
   return true;
 }
 
-static uint64_t read_status_kb(const char* key) {
-  FILE* f = fopen("/proc/self/status", "r");
+static uint64_t read_kb(const char* file, const char* key) {
+  FILE* f = fopen(file, "r");
   if (!f) return 0;
   char line[256];
   uint64_t kb = 0;
@@ -62,7 +62,8 @@ static uint64_t read_status_kb(const char* key) {
   return kb * 1024;
 }
 
-uint64_t peak_rss_bytes() { return read_status_kb("VmHWM:"); }
-uint64_t current_rss_bytes() { return read_status_kb("VmRSS:"); }
+uint64_t peak_rss_bytes() { return read_kb("/proc/self/status", "VmHWM:"); }
+uint64_t current_rss_bytes() { return read_kb("/proc/self/status", "VmRSS:"); }
+uint64_t available_memory_bytes() { return read_kb("/proc/meminfo", "MemAvailable:"); }
 
 }  // namespace keel::port

@@ -30,5 +30,7 @@ class MappedFile {
 uint64_t peak_rss_bytes();
 // Current resident set size in bytes (VmRSS), 0 if unknown.
 uint64_t current_rss_bytes();
+// Memory the kernel can give this process without swapping (MemAvailable), 0 if unknown.
+uint64_t available_memory_bytes();
 
 }  // namespace keel::port

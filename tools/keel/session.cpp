@@ -1,6 +1,8 @@
 #include "keel/session.h"
 
+#include "keel/cli_util.h"
 #include "ports/linux/backend_plan.h"
+#include "ports/linux/mapped_file.h"
 
 #include <unistd.h>
 
@@ -110,6 +112,14 @@ bool Session::start(uint32_t budget, std::string& error) {
   cfg.plan.logit_rows = opts_.logit_rows < opts_.chunk ? opts_.logit_rows : opts_.chunk;
   if (!port::reserve_backend_bytes(model_, cfg, error)) return false;
   const MemoryPlan p = Runtime::plan(model_, cfg.plan);
+  // The arenas are touched below; a plan larger than the machine's free memory would end in the
+  // OOM killer instead of an error.
+  const uint64_t need = p.persistent_bytes + p.scratch_bytes, avail = port::available_memory_bytes();
+  if (avail != 0 && need > avail) {
+    error = "the plan needs " + human_bytes(need) + " of arenas (KV budget " + std::to_string(budget) +
+            " tokens); this machine has " + human_bytes(avail) + " available (lower --kv-budget)";
+    return false;
+  }
   persistent_.reset(static_cast<uint8_t*>(aligned_alloc(64, align_up(p.persistent_bytes, 64))));
   scratch_.reset(static_cast<uint8_t*>(aligned_alloc(64, align_up(p.scratch_bytes, 64))));
   if (!persistent_ || !scratch_) {

@@ -151,6 +151,10 @@ TEST(CliRobust, BudgetBelowWhatThePolicyKeeps) {
   expect_one_line_error(keel_cli("run -m " + q(stories()) + " -p 'Once upon a time there was a dog' --kv-policy full "
                                  "--kv-budget 3 -t 1"),
                         "run", "exceeds the KV budget of 3 tokens");
+  // A budget whose arenas exceed the machine's memory is refused before anything is touched
+  // (4e9 tokens of stories260K's KV: 2.7 TiB), not left to the OOM killer.
+  expect_one_line_error(keel_cli("run -m " + q(stories()) + " -p hi --kv-policy full --kv-budget 4000000000 -t 1"),
+                        "run", "of arenas (KV budget 4000000000 tokens); this machine has");
   // chat needs a ChatML model; stories260K is not one.
   expect_one_line_error(keel_cli("chat -m " + q(stories()) + " -p hi -t 1"), "chat", "needs a ChatML model");
 }
