@@ -10,6 +10,7 @@
 // Engine holds all of the engine's RAM; nothing is allocated, ever.
 #pragma once
 
+#include <cinttypes>
 #include <cstdint>
 
 #include "core/check.h"
@@ -44,8 +45,8 @@ class Engine {
                     s.n_heads == Shape::n_heads && s.n_kv_heads == Shape::n_kv_heads && s.head_dim == Shape::head_dim &&
                     s.ffn_dim == Shape::ffn_dim,
                 Status::ModelShapeMismatch,
-                "model shape (vocab %u, dim %u, layers %u, heads %u/%u, head dim %u, ffn %u) differs from the "
-                "compiled-in shape",
+                "model shape (vocab %" PRIu32 ", dim %" PRIu32 ", layers %" PRIu32 ", heads %" PRIu32 "/%" PRIu32
+                ", head dim %" PRIu32 ", ffn %" PRIu32 ") differs from the compiled-in shape",
                 s.vocab_size, s.dim, s.n_layers, s.n_heads, s.n_kv_heads, s.head_dim, s.ffn_dim);
     RuntimeConfig rc;
     rc.plan = kConfig;

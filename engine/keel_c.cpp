@@ -1,4 +1,5 @@
 // The C API over keel::Model and keel::Runtime, living entirely inside the caller's block.
+#include <cinttypes>
 #include <cstring>
 #include <new>
 
@@ -188,7 +189,8 @@ keel_status keel_token_bytes(keel_engine* e, int32_t token, char* out, size_t ca
   if (!e || !n) return KEEL_ERR_BAD_ARGUMENT;
   const keel::text::Tokenizer& t = e->runtime.tokenizer();
   if (token < 0 || uint32_t(token) >= t.vocab_size()) {
-    return record(e, keel::Error(keel::Status::InvalidArgument, "token id %d; expected 0..%u", token, t.vocab_size() - 1));
+    return record(e, keel::Error(keel::Status::InvalidArgument, "token id %" PRId32 "; expected 0..%" PRIu32, token,
+                                 t.vocab_size() - 1));
   }
   size_t count = 0;
   t.for_each_token_byte(token, [&](uint8_t b) {
@@ -197,8 +199,8 @@ keel_status keel_token_bytes(keel_engine* e, int32_t token, char* out, size_t ca
   });
   *n = count;
   if (count > capacity) {
-    return record(e, keel::Error(keel::Status::InvalidArgument, "token %d has %zu bytes; buffer holds %zu", token, count,
-                                 capacity));
+    return record(e, keel::Error(keel::Status::InvalidArgument, "token %" PRId32 " has %zu bytes; buffer holds %zu",
+                                 token, count, capacity));
   }
   return record(e, keel::Error());
 }

@@ -1,5 +1,6 @@
 #include "kv/kv_cache.h"
 
+#include <cinttypes>
 #include <cstring>
 
 #include "core/check.h"
@@ -8,7 +9,7 @@ namespace keel {
 
 Error KvCache::init(const KvShape& s, Arena& persistent) {
   KEEL_ENSURE(s.budget >= 1 && s.budget <= s.capacity, Status::InvalidArgument,
-              "KV budget %u; expected 1..capacity %u", s.budget, s.capacity);
+              "KV budget %" PRIu32 "; expected 1..capacity %" PRIu32, s.budget, s.capacity);
   const uint64_t elems = uint64_t(s.n_layers) * s.n_kv_heads * s.capacity * s.head_dim;
   const uint64_t need = kv_cache_bytes(s);
   const uint64_t avail = persistent.capacity() - persistent.used();

@@ -1,5 +1,6 @@
 #include "kv/kv_policy.h"
 
+#include <cinttypes>
 #include <cstring>
 
 #include "core/check.h"
@@ -51,28 +52,28 @@ Error validate_kv_policy(const KvPolicyConfig& c, uint32_t budget, uint32_t chun
     case KvPolicyKind::Window: return Error();
     case KvPolicyKind::Streaming:
       KEEL_ENSURE(budget > c.sinks, Status::BudgetTooSmall,
-                  "streaming needs a budget above its %u sinks; got %u tokens", c.sinks, budget);
+                  "streaming needs a budget above its %" PRIu32 " sinks; got %" PRIu32 " tokens", c.sinks, budget);
       return Error();
     case KvPolicyKind::SnapKV: {
       const uint32_t target = snapkv_decode_target(budget, chunk);
       KEEL_ENSURE(target > c.snap_window && c.snap_window >= 1, Status::BudgetTooSmall,
-                  "snapkv keeps a %u-token observation window and recompresses to %u of the %u-token budget; the "
-                  "budget must exceed the window by at least a few tokens",
+                  "snapkv keeps a %" PRIu32 "-token observation window and recompresses to %" PRIu32 " of the %" PRIu32
+                  "-token budget; the budget must exceed the window by at least a few tokens",
                   c.snap_window, target, budget);
       KEEL_ENSURE(snap_kernel_of(c) == 0 || snap_kernel_of(c) % 2 == 1, Status::InvalidArgument,
-                  "--snap-kernel %u; expected an odd size, or 0 for adaptive", snap_kernel_of(c));
+                  "--snap-kernel %" PRIu32 "; expected an odd size, or 0 for adaptive", snap_kernel_of(c));
       return Error();
     }
     case KvPolicyKind::SnapStream: {
       const uint32_t w = snapstream_window(c, budget);
       KEEL_ENSURE(c.snap_window >= 1, Status::InvalidArgument,
-                  "snapstream needs a SnapKV observation window of at least 1 token; got %u", c.snap_window);
+                  "snapstream needs a SnapKV observation window of at least 1 token; got %" PRIu32, c.snap_window);
       KEEL_ENSURE(w >= 1 && budget > w + c.sinks + c.snap_window, Status::BudgetTooSmall,
-                  "snapstream keeps %u sinks + a %u-token observation window + a %u-token recent window; a budget "
-                  "of %u tokens leaves nothing for the prompt",
+                  "snapstream keeps %" PRIu32 " sinks + a %" PRIu32 "-token observation window + a %" PRIu32
+                  "-token recent window; a budget of %" PRIu32 " tokens leaves nothing for the prompt",
                   c.sinks, c.snap_window, w, budget);
       KEEL_ENSURE(snap_kernel_of(c) == 0 || snap_kernel_of(c) % 2 == 1, Status::InvalidArgument,
-                  "--snap-kernel %u; expected an odd size, or 0 for adaptive", snap_kernel_of(c));
+                  "--snap-kernel %" PRIu32 "; expected an odd size, or 0 for adaptive", snap_kernel_of(c));
       return Error();
     }
   }

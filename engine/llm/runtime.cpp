@@ -1,5 +1,6 @@
 #include "llm/runtime.h"
 
+#include <cinttypes>
 #include <cstring>
 #include <new>
 
@@ -18,10 +19,11 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
   KEEL_ENSURE(model.loaded(), Status::InvalidArgument, "model is not loaded");
   const PlanConfig& pc = config.plan;
   KEEL_ENSURE(pc.slots >= 1 && pc.chunk_tokens >= 1 && pc.kv_budget_tokens >= 1 && pc.threads >= 1,
-              Status::InvalidArgument, "slots %u, chunk %u, budget %u, threads %u; each must be at least 1", pc.slots,
-              pc.chunk_tokens, pc.kv_budget_tokens, pc.threads);
+              Status::InvalidArgument,
+              "slots %" PRIu32 ", chunk %" PRIu32 ", budget %" PRIu32 ", threads %" PRIu32 "; each must be at least 1",
+              pc.slots, pc.chunk_tokens, pc.kv_budget_tokens, pc.threads);
   KEEL_ENSURE(pool == nullptr || pool->threads <= pc.threads, Status::InvalidArgument,
-              "thread pool has %zu threads but the plan was made for %u", pool ? pool->threads : 0, pc.threads);
+              "thread pool has %zu threads but the plan was made for %" PRIu32, pool ? pool->threads : 0, pc.threads);
   KEEL_ENSURE(reinterpret_cast<uintptr_t>(persistent.data()) % kPlanAlign == 0 &&
                   reinterpret_cast<uintptr_t>(scratch.data()) % kPlanAlign == 0,
               Status::InvalidArgument, "arenas must be %llu-byte aligned", (unsigned long long)kPlanAlign);
@@ -33,7 +35,8 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
               "scratch arena is %zu bytes; the plan needs %llu", scratch.size(), (unsigned long long)p.scratch_bytes);
   KEEL_TRY(validate_kv_policy(config.kv, pc.kv_budget_tokens, pc.chunk_tokens));
   KEEL_ENSURE(!kv_policy_uses_snapkv(config.kv.kind) || (pc.snap_window >= config.kv.snap_window),
-              Status::InvalidArgument, "policy %s needs a plan with a SnapKV observation window of %u (plan has %u)",
+              Status::InvalidArgument,
+              "policy %s needs a plan with a SnapKV observation window of %" PRIu32 " (plan has %" PRIu32 ")",
               kv_policy_name(config.kv.kind), config.kv.snap_window, pc.snap_window);
   Result<Backend> b = select_backend(config.backend);
   if (!b.ok()) return b.error();
@@ -68,14 +71,14 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
   // Slot records: one block of kSlotStateBytes per slot, then each slot's cache and logits.
   static_assert(sizeof(Slot) <= kSlotStateBytes, "slot record exceeds its planned bytes");
   uint8_t* records = static_cast<uint8_t*>(persistent_.allocate(uint64_t(pc.slots) * kSlotStateBytes));
-  KEEL_ENSURE(records, Status::ArenaTooSmall, "persistent arena too small for %u slot records", pc.slots);
+  KEEL_ENSURE(records, Status::ArenaTooSmall, "persistent arena too small for %" PRIu32 " slot records", pc.slots);
   slot_stride_ = kSlotStateBytes;
   slots_ = records;
   for (uint32_t i = 0; i < pc.slots; ++i) {
     Slot* s = new (records + uint64_t(i) * kSlotStateBytes) Slot();
     KEEL_TRY(s->kv.init(kvs, persistent_));
     s->logits = persistent_.allocate_array<float>(model.shape().vocab_size);
-    KEEL_ENSURE(s->logits, Status::ArenaTooSmall, "persistent arena too small for the logits of slot %u", i);
+    KEEL_ENSURE(s->logits, Status::ArenaTooSmall, "persistent arena too small for the logits of slot %" PRIu32, i);
     Arena sampler_arena(sampler_mem_, p.sampler_bytes);
     KEEL_TRY(s->sampler.init(text::SamplerConfig{}, model.shape().vocab_size, sampler_arena));
   }
@@ -91,7 +94,7 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
 
 Error Runtime::check_slot(uint32_t slot) const {
   KEEL_ENSURE(model_ != nullptr, Status::InvalidArgument, "engine is not initialized");
-  KEEL_ENSURE(slot < config_.plan.slots, Status::InvalidArgument, "slot %u; the engine has %u", slot,
+  KEEL_ENSURE(slot < config_.plan.slots, Status::InvalidArgument, "slot %" PRIu32 "; the engine has %" PRIu32, slot,
               config_.plan.slots);
   return Error();
 }
@@ -105,8 +108,8 @@ Error Runtime::make_room(Slot& s, uint32_t n) {
   if (config_.kv.kind != KvPolicyKind::Full) return Error();
   const uint64_t budget = config_.plan.kv_budget_tokens;
   KEEL_ENSURE(s.kv.visible() + uint64_t(n) <= budget, Status::KvFull,
-              "sequence of %u tokens + %u new exceeds the KV budget of %llu tokens (policy full)", s.kv.visible(), n,
-              (unsigned long long)budget);
+              "sequence of %" PRIu32 " tokens + %" PRIu32 " new exceeds the KV budget of %llu tokens (policy full)",
+              s.kv.visible(), n, (unsigned long long)budget);
   return Error();
 }
 
@@ -153,7 +156,7 @@ Error Runtime::prefill(uint32_t slot, Span<const int32_t> tokens) {
   const uint32_t vocab = model_->shape().vocab_size;
   for (size_t i = 0; i < tokens.size(); ++i) {
     KEEL_ENSURE(tokens[i] >= 0 && uint32_t(tokens[i]) < vocab, Status::InvalidArgument,
-                "token id %d at %zu; expected 0..%u", tokens[i], i, vocab - 1);
+                "token id %" PRId32 " at %zu; expected 0..%" PRIu32, tokens[i], i, vocab - 1);
   }
   KEEL_ENSURE(tokens.size() <= 0xffffffffu, Status::PromptTooLong, "prompt of %zu tokens", tokens.size());
   KEEL_TRY(make_room(s, uint32_t(tokens.size())));
@@ -200,7 +203,7 @@ Error Runtime::decode(uint32_t slot, int32_t token) {
   KEEL_TRY(check_slot(slot));
   Slot& s = slot_at(slot);
   KEEL_ENSURE(token >= 0 && uint32_t(token) < model_->shape().vocab_size, Status::InvalidArgument,
-              "token id %d; expected 0..%u", token, model_->shape().vocab_size - 1);
+              "token id %" PRId32 "; expected 0..%" PRIu32, token, model_->shape().vocab_size - 1);
   KEEL_TRY(make_room(s, 1));
   KEEL_TRY(transformer_.forward(s.kv, &token, 1, s.logits, 1));
   KEEL_TRY(settle(s, 1, false));
@@ -215,7 +218,7 @@ Error Runtime::score(uint32_t slot, Span<const int32_t> tokens, void (*fn)(void*
   const uint32_t vocab = model_->shape().vocab_size;
   for (size_t i = 0; i < tokens.size(); ++i) {
     KEEL_ENSURE(tokens[i] >= 0 && uint32_t(tokens[i]) < vocab, Status::InvalidArgument,
-                "token id %d at %zu; expected 0..%u", tokens[i], i, vocab - 1);
+                "token id %" PRId32 " at %zu; expected 0..%" PRIu32, tokens[i], i, vocab - 1);
   }
   KEEL_TRY(make_room(s, uint32_t(tokens.size() > 0xffffffffu ? 0xffffffffu : tokens.size())));
   const uint32_t step = config_.plan.logit_rows < config_.plan.chunk_tokens ? config_.plan.logit_rows
@@ -258,7 +261,8 @@ Error Runtime::set_sampler(uint32_t slot, const text::SamplerConfig& config) {
 Result<int32_t> Runtime::sample(uint32_t slot) {
   KEEL_TRY(check_slot(slot));
   Slot& s = slot_at(slot);
-  KEEL_ENSURE(s.prefilled + s.decoded > 0, Status::InvalidArgument, "slot %u has no logits yet: prefill first", slot);
+  KEEL_ENSURE(s.prefilled + s.decoded > 0, Status::InvalidArgument,
+              "slot %" PRIu32 " has no logits yet: prefill first", slot);
   const int32_t id = s.sampler.sample(Span<float>(s.logits, model_->shape().vocab_size),
                                       Span<const int32_t>(s.recent, size_t(s.recent_count)));
   KEEL_ENSURE(id >= 0, Status::Internal, "sampler found no valid logit (all NaN?)");

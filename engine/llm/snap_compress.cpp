@@ -6,6 +6,7 @@
 // (layer, KV head) pairs are independent: they run on the thread pool, each worker with its
 // own score rows and compaction buffer from the plan. The query rotations depend only on the
 // query, so their cos/sin are formed once per compression, not once per head.
+#include <cinttypes>
 #include <cmath>
 #include <cstring>
 
@@ -131,8 +132,10 @@ Error Transformer::compress_snapkv(KvCache& kv, uint32_t staged, uint32_t target
   const uint32_t s = sinks < total - tail ? sinks : total - tail;
   const uint32_t look = lookahead ? kv.lookahead_count() : 0;
   KEEL_ENSURE(target >= s + tail, Status::BudgetTooSmall,
-              "SnapKV target of %u entries cannot hold %u sinks and the last %u tokens", target, s, tail);
-  KEEL_ENSURE(w + look <= 2 * obs, Status::Internal, "%u observation queries; the plan holds %u", w + look, 2 * obs);
+              "SnapKV target of %" PRIu32 " entries cannot hold %" PRIu32 " sinks and the last %" PRIu32 " tokens",
+              target, s, tail);
+  KEEL_ENSURE(w + look <= 2 * obs, Status::Internal, "%" PRIu32 " observation queries; the plan holds %" PRIu32,
+              w + look, 2 * obs);
 
   // The observers: the prompt's last queries when they were computed ahead (the chunk's own
   // window only stays whole), else the window's own queries, as SnapKV defines them.

@@ -1,5 +1,6 @@
 #include "llm/transformer.h"
 
+#include <cinttypes>
 #include <cmath>
 #include <cstring>
 
@@ -159,8 +160,10 @@ Error Transformer::init(const Model& model, const Backend& backend, const PlanCo
   KEEL_ENSURE(backend.matmul && backend.vector && backend.attention, Status::InvalidArgument, "backend is incomplete");
   KEEL_ENSURE(config.chunk_tokens >= 1 && config.threads >= 1 && config.logit_rows >= 1 &&
                   config.logit_rows <= config.chunk_tokens,
-              Status::InvalidArgument, "plan config: chunk %u, threads %u, logit rows %u; expected all >= 1 and "
-              "logit rows <= chunk", config.chunk_tokens, config.threads, config.logit_rows);
+              Status::InvalidArgument,
+              "plan config: chunk %" PRIu32 ", threads %" PRIu32 ", logit rows %" PRIu32
+              "; expected all >= 1 and logit rows <= chunk",
+              config.chunk_tokens, config.threads, config.logit_rows);
   model_ = &model;
   shape_ = model.shape();
   config_ = config;
@@ -262,7 +265,7 @@ Error Transformer::init(const Model& model, const Backend& backend, const PlanCo
   logit_rows_ = scratch.allocate_array<float>(uint64_t(config.logit_rows) * shape_.vocab_size);
   KEEL_ENSURE(x_ && xb_ && q_ && k_ && v_ && att_ && hb_ && hb2_ && xq_ && cos_ && sin_ && att_rows_ && qrot_ &&
                   shift_cos_ && shift_sin_ && logit_rows_,
-              Status::ArenaTooSmall, "scratch arena of %zu bytes is too small for chunk %u", scratch.capacity(),
+              Status::ArenaTooSmall, "scratch arena of %zu bytes is too small for chunk %" PRIu32, scratch.capacity(),
               config.chunk_tokens);
   return Error();
 }
@@ -360,15 +363,16 @@ void Transformer::attention(KvCache& kv, uint32_t layer, uint32_t n) {
 }
 
 Error Transformer::forward(KvCache& kv, const int32_t* tokens, uint32_t n, float* logits, uint32_t n_logits) {
-  KEEL_ENSURE(n >= 1 && n <= config_.chunk_tokens, Status::InvalidArgument, "chunk of %u tokens; expected 1..%u", n,
-              config_.chunk_tokens);
+  KEEL_ENSURE(n >= 1 && n <= config_.chunk_tokens, Status::InvalidArgument,
+              "chunk of %" PRIu32 " tokens; expected 1..%" PRIu32, n, config_.chunk_tokens);
   KEEL_ENSURE(kv.visible() + n <= kv.shape().capacity, Status::KvFull,
-              "KV cache shows %u of %u entries; %u more do not fit", kv.visible(), kv.shape().capacity, n);
+              "KV cache shows %" PRIu32 " of %" PRIu32 " entries; %" PRIu32 " more do not fit", kv.visible(),
+              kv.shape().capacity, n);
   KEEL_ENSURE(n_logits <= n && n_logits <= config_.logit_rows, Status::InvalidArgument,
-              "%u logit rows requested; expected <= %u", n_logits, config_.logit_rows);
+              "%" PRIu32 " logit rows requested; expected <= %" PRIu32, n_logits, config_.logit_rows);
   for (uint32_t t = 0; t < n; ++t) {
     KEEL_ENSURE(tokens[t] >= 0 && uint32_t(tokens[t]) < shape_.vocab_size, Status::InvalidArgument,
-                "token id %d at %u; expected 0..%u", tokens[t], t, shape_.vocab_size - 1);
+                "token id %" PRId32 " at %" PRIu32 "; expected 0..%" PRIu32, tokens[t], t, shape_.vocab_size - 1);
   }
   const VectorKernels& vk = *backend_.vector;
   const uint32_t dim = shape_.dim, hd = shape_.head_dim, ffn = shape_.ffn_dim;

@@ -1,5 +1,6 @@
 #include "model/model.h"
 
+#include <cinttypes>
 #include <cstring>
 
 #include "core/check.h"
@@ -88,13 +89,13 @@ Error check_hyper(const fb::Model* m, ModelShape& s) {
   };
   for (const Bound& b : bounds) {
     KEEL_ENSURE(b.v >= 1 && b.v <= b.max, Status::ModelBadHyper,
-                "hyper-parameter %s = %u; expected 1..%u", b.name, b.v, b.max);
+                "hyper-parameter %s = %" PRIu32 "; expected 1..%" PRIu32, b.name, b.v, b.max);
   }
   KEEL_ENSURE(s.n_heads % s.n_kv_heads == 0, Status::ModelBadHyper,
-              "n_heads = %u is not a multiple of n_kv_heads = %u", s.n_heads, s.n_kv_heads);
-  KEEL_ENSURE(s.head_dim % 2 == 0, Status::ModelBadHyper, "head_dim = %u; expected even", s.head_dim);
+              "n_heads = %" PRIu32 " is not a multiple of n_kv_heads = %" PRIu32, s.n_heads, s.n_kv_heads);
+  KEEL_ENSURE(s.head_dim % 2 == 0, Status::ModelBadHyper, "head_dim = %" PRIu32 "; expected even", s.head_dim);
   KEEL_ENSURE(h->rope_dim() <= s.head_dim && h->rope_dim() % 2 == 0, Status::ModelBadHyper,
-              "rope_dim = %u; expected even and <= head_dim = %u", h->rope_dim(), s.head_dim);
+              "rope_dim = %" PRIu32 "; expected even and <= head_dim = %" PRIu32, h->rope_dim(), s.head_dim);
   KEEL_ENSURE(static_cast<unsigned>(h->rope_style()) <= 1, Status::ModelBadHyper,
               "rope_style = %u is unknown", unsigned(h->rope_style()));
   KEEL_ENSURE(h->rope_theta() > 0.0f && h->rope_theta() < 1e12f, Status::ModelBadHyper,
@@ -119,30 +120,30 @@ Error check_tokenizer(const fb::Model* m, const ModelShape& s) {
               "pre-tokenizer %u is unknown", unsigned(t->pre()));
   const uint32_t n = t->tokens() ? t->tokens()->size() : 0;
   KEEL_ENSURE(n == s.vocab_size, Status::ModelBadTokenizer,
-              "tokenizer has %u tokens; expected vocab_size = %u", n, s.vocab_size);
+              "tokenizer has %" PRIu32 " tokens; expected vocab_size = %" PRIu32, n, s.vocab_size);
   if (t->scores()) {
     KEEL_ENSURE(t->scores()->size() == n, Status::ModelBadTokenizer,
-                "tokenizer has %u scores; expected %u", t->scores()->size(), n);
+                "tokenizer has %" PRIu32 " scores; expected %" PRIu32, t->scores()->size(), n);
   }
   if (t->token_types()) {
     KEEL_ENSURE(t->token_types()->size() == n, Status::ModelBadTokenizer,
-                "tokenizer has %u token types; expected %u", t->token_types()->size(), n);
+                "tokenizer has %" PRIu32 " token types; expected %" PRIu32, t->token_types()->size(), n);
     for (uint32_t i = 0; i < n; ++i) {
       KEEL_ENSURE(static_cast<unsigned>(t->token_types()->Get(i)) <= 6, Status::ModelBadTokenizer,
-                  "token %u has unknown type %u", i, unsigned(t->token_types()->Get(i)));
+                  "token %" PRIu32 " has unknown type %u", i, unsigned(t->token_types()->Get(i)));
     }
   }
   if (t->kind() == fb::TokenizerKind::SentencePieceBpe) {
     KEEL_ENSURE(t->scores() != nullptr, Status::ModelBadTokenizer,
                 "SentencePiece tokenizer has no scores");
     KEEL_ENSURE(t->merges() == nullptr || t->merges()->size() == 0, Status::ModelBadTokenizer,
-                "SentencePiece tokenizer carries %u merges; expected none", t->merges()->size());
+                "SentencePiece tokenizer carries %" PRIu32 " merges; expected none", t->merges()->size());
   } else {
     KEEL_ENSURE(t->merges() != nullptr && t->merges()->size() > 0, Status::ModelBadTokenizer,
                 "byte-level BPE tokenizer has no merges");
   }
   for (uint32_t i = 0; i < n; ++i) {
-    KEEL_ENSURE(t->tokens()->Get(i) != nullptr, Status::ModelBadTokenizer, "token %u is null", i);
+    KEEL_ENSURE(t->tokens()->Get(i) != nullptr, Status::ModelBadTokenizer, "token %" PRIu32 " is null", i);
   }
   struct Id { const char* name; int32_t v; } ids[] = {
       {"bos_id", t->bos_id()},     {"eos_id", t->eos_id()},           {"pad_id", t->pad_id()},
@@ -150,7 +151,7 @@ Error check_tokenizer(const fb::Model* m, const ModelShape& s) {
   };
   for (const Id& id : ids) {
     KEEL_ENSURE(id.v >= -1 && id.v < int64_t(n), Status::ModelBadTokenizer,
-                "tokenizer %s = %d; expected -1 or 0..%u", id.name, id.v, n - 1);
+                "tokenizer %s = %" PRId32 "; expected -1 or 0..%" PRIu32, id.name, id.v, n - 1);
   }
   return Error();
 }
@@ -192,7 +193,7 @@ Error Model::load(Span<const uint8_t> image) {
   }
   const fb::Model* m = fb::GetModel(p);
   KEEL_ENSURE(m->format_version() == kFormatVersion, Status::ModelBadVersion,
-              "format version %u; this engine reads version %u", m->format_version(), kFormatVersion);
+              "format version %" PRIu32 "; this engine reads version %" PRIu32, m->format_version(), kFormatVersion);
   const uint64_t doff = m->data_offset(), dsize = m->data_size();
   KEEL_ENSURE(doff % 64 == 0 && doff >= 8, Status::ModelMisaligned,
               "data section offset %llu; expected a non-zero multiple of 64", (unsigned long long)doff);
@@ -235,13 +236,13 @@ Error Model::load(Span<const uint8_t> image) {
     const int layer = t->layer();
     if (role_is_per_layer(role)) {
       KEEL_ENSURE(layer >= 0 && uint32_t(layer) < s.n_layers, Status::ModelShapeMismatch,
-                  "tensor %s has layer %d; expected 0..%u", name, layer, s.n_layers - 1);
+                  "tensor %s has layer %d; expected 0..%" PRIu32, name, layer, s.n_layers - 1);
     } else {
       KEEL_ENSURE(layer == -1, Status::ModelShapeMismatch, "tensor %s has layer %d; expected -1", name, layer);
     }
     canonical_tensor_name(role, layer, want, sizeof want);
     KEEL_ENSURE(strcmp(name, want) == 0, Status::ModelShapeMismatch,
-                "tensor %u is named '%s' but its role and layer make it '%s'", i, name, want);
+                "tensor %" PRIu32 " is named '%s' but its role and layer make it '%s'", i, name, want);
     KEEL_ENSURE(dtype_known(t->dtype()), Status::ModelBadDType, "tensor %s has unknown dtype %u",
                 name, unsigned(t->dtype()));
     KEEL_ENSURE(t->layout() == layout_for(t->dtype()), Status::ModelBadDType,
@@ -249,7 +250,7 @@ Error Model::load(Span<const uint8_t> image) {
                 fb::EnumNameDType(t->dtype()), fb::EnumNameLayout(layout_for(t->dtype())));
     if (is_quantized(t->dtype())) {
       KEEL_ENSURE(t->block_size() == kQuantBlock, Status::ModelBadDType,
-                  "tensor %s has block size %u; expected %u", name, t->block_size(), kQuantBlock);
+                  "tensor %s has block size %" PRIu32 "; expected %" PRIu32, name, t->block_size(), kQuantBlock);
     }
     if (role_is_vector(role)) {
       KEEL_ENSURE(t->dtype() == DType::F32, Status::ModelBadDType, "tensor %s is %s; norms and biases are F32",
@@ -270,7 +271,7 @@ Error Model::load(Span<const uint8_t> image) {
     const bool shape_ok = vec ? (rank == 1 && shape->Get(0) == cols)
                               : (rank == 2 && shape->Get(0) == rows && shape->Get(1) == cols);
     KEEL_ENSURE(shape_ok, Status::ModelShapeMismatch,
-                "tensor %s has shape [%u%s%u]; hyper-parameters require [%llu%s%llu]", name,
+                "tensor %s has shape [%" PRIu32 "%s%" PRIu32 "]; hyper-parameters require [%llu%s%llu]", name,
                 rank > 0 ? shape->Get(0) : 0, rank > 1 ? ", " : "", rank > 1 ? shape->Get(1) : 0,
                 vec ? (unsigned long long)cols : (unsigned long long)rows, vec ? "" : ", ",
                 vec ? 0ull : (unsigned long long)cols);
@@ -293,7 +294,7 @@ Error Model::load(Span<const uint8_t> image) {
 
     uint16_t& slot = index_[role_is_per_layer(role) ? layer : kMaxLayers][role_v];
     KEEL_ENSURE(slot == 0, Status::ModelDuplicateTensor, "tensor %s appears twice", name);
-    KEEL_ENSURE(i < 0xffff, Status::ModelBadHyper, "too many tensors (%u)", tensors->size());
+    KEEL_ENSURE(i < 0xffff, Status::ModelBadHyper, "too many tensors (%" PRIu32 ")", tensors->size());
     slot = uint16_t(i + 1);
   }
 

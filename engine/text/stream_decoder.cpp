@@ -1,5 +1,7 @@
 #include "text/stream_decoder.h"
 
+#include <cinttypes>
+
 #include "core/check.h"
 #include "text/utf8.h"
 
@@ -68,7 +70,7 @@ Error StreamDecoder::push(int32_t id, Span<char> out, size_t* n_written) {
   if (n_written) *n_written = 0;
   KEEL_ENSURE(tok_ != nullptr, Status::InvalidArgument, "stream decoder has no tokenizer");
   KEEL_ENSURE(id >= 0 && uint32_t(id) < tok_->vocab_size(), Status::InvalidArgument,
-              "token id %d outside the vocabulary of %u", id, tok_->vocab_size());
+              "token id %" PRId32 " outside the vocabulary of %" PRIu32, id, tok_->vocab_size());
   // Snapshot so that a token that does not fit leaves the stream unchanged.
   uint8_t saved_pending[4];
   for (int i = 0; i < 4; ++i) saved_pending[i] = pending_[i];
@@ -104,7 +106,7 @@ Error StreamDecoder::push(int32_t id, Span<char> out, size_t* n_written) {
     n_pending_ = saved_n;
     need_ = saved_need;
     strip_space_ = saved_strip;
-    return Error(Status::InvalidArgument, "token %d needs more than the %zu output bytes given",
+    return Error(Status::InvalidArgument, "token %" PRId32 " needs more than the %zu output bytes given",
                  id, out.size());
   }
   if (n_written) *n_written = w.n;

@@ -1,5 +1,6 @@
 #include "text/tokenizer.h"
 
+#include <cinttypes>
 #include <cstring>
 
 #include "core/check.h"
@@ -71,7 +72,7 @@ bool piece_joins_across_space(const flatbuffers::String* s) {
 
 Error check_id(const char* what, int32_t id, uint32_t n) {
   KEEL_ENSURE(id >= -1 && (id < 0 || uint32_t(id) < n), Status::ModelBadTokenizer,
-              "tokenizer %s: expected -1 or an id below %u, found %d", what, n, id);
+              "tokenizer %s: expected -1 or an id below %" PRIu32 ", found %" PRId32, what, n, id);
   return Error();
 }
 
@@ -99,19 +100,19 @@ Error Tokenizer::init(const fb::Tokenizer* t, Arena& arena) {
   KEEL_ENSURE(t != nullptr, Status::ModelMissingField, "model has no tokenizer table");
   const TokenStrings* tokens = t->tokens();
   KEEL_ENSURE(tokens && tokens->size() > 0, Status::ModelBadTokenizer,
-              "tokenizer: expected a non-empty token list, found %u tokens",
+              "tokenizer: expected a non-empty token list, found %" PRIu32 " tokens",
               tokens ? tokens->size() : 0u);
   const uint32_t n = tokens->size();
-  KEEL_ENSURE(n < (1u << 30), Status::ModelBadTokenizer, "tokenizer: %u tokens is too many", n);
+  KEEL_ENSURE(n < (1u << 30), Status::ModelBadTokenizer, "tokenizer: %" PRIu32 " tokens is too many", n);
   KEEL_ENSURE(t->kind() == fb::TokenizerKind::ByteLevelBpe ||
                   t->kind() == fb::TokenizerKind::SentencePieceBpe,
               Status::ModelBadTokenizer, "tokenizer: unknown kind %d", int(t->kind()));
   KEEL_ENSURE(t->pre() >= fb::PreTokenizer::MIN && t->pre() <= fb::PreTokenizer::MAX,
               Status::ModelBadTokenizer, "tokenizer: unknown pre-tokenizer %d", int(t->pre()));
   KEEL_ENSURE(!t->scores() || t->scores()->size() == n, Status::ModelBadTokenizer,
-              "tokenizer: expected %u scores, found %u", n, t->scores()->size());
+              "tokenizer: expected %" PRIu32 " scores, found %" PRIu32, n, t->scores()->size());
   KEEL_ENSURE(!t->token_types() || t->token_types()->size() == n, Status::ModelBadTokenizer,
-              "tokenizer: expected %u token types, found %u", n, t->token_types()->size());
+              "tokenizer: expected %" PRIu32 " token types, found %" PRIu32, n, t->token_types()->size());
   KEEL_TRY(check_id("bos_id", t->bos_id(), n));
   KEEL_TRY(check_id("eos_id", t->eos_id(), n));
   KEEL_TRY(check_id("pad_id", t->pad_id(), n));
