@@ -17,9 +17,9 @@ extern "C" {
 
 typedef enum keel_status {
   KEEL_OK = 0,
-  KEEL_ERR_BAD_ARGUMENT = 1,  /* caller's input: ids, slots, sizes, options */
+  KEEL_ERR_BAD_ARGUMENT = 1,  /* caller's input: ids, slots, sizes, options (a KV budget the policy cannot use) */
   KEEL_ERR_BAD_MODEL = 2,     /* the model image failed verification */
-  KEEL_ERR_OUT_OF_MEMORY = 3, /* the memory block or the KV budget is too small */
+  KEEL_ERR_OUT_OF_MEMORY = 3, /* the memory block is too small, or a sequence outgrew a `full` KV budget */
   KEEL_ERR_UNSUPPORTED = 4,   /* dtype, architecture or backend not available */
   KEEL_ERR_INTERNAL = 5
 } keel_status;
