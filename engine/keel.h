@@ -44,7 +44,7 @@ typedef struct keel_config {
   uint32_t threads;          /* workers of `thread_pool`; 0 or 1 = the caller's thread only */
   keel_backend backend;
   const void* thread_pool;   /* a keel::ThreadPool (core/threads.h) or NULL */
-  keel_kv_policy kv_policy;
+  uint32_t kv_policy;         /* a keel_kv_policy (a fixed-size field: any value is checked) */
   uint32_t kv_sinks;         /* streaming, snapstream: attention sinks; 0 = 4 */
   uint32_t kv_window;        /* snapstream: recent ring; 0 = budget / 4 */
   uint32_t snap_window;      /* snapkv, snapstream: observation window; 0 = 32 */

@@ -52,12 +52,17 @@ keel::Error runtime_config(const keel::Model& m, const keel_config* c, keel::Run
   pc.slots = c && c->slots ? c->slots : 1;
   pc.chunk_tokens = c && c->chunk_tokens ? c->chunk_tokens : 64;
   pc.threads = c && c->threads ? c->threads : 1;
-  rc.backend = c ? static_cast<keel::BackendKind>(c->backend) : keel::BackendKind::Auto;
-  KEEL_ENSURE(!c || (c->backend >= KEEL_BACKEND_AUTO && c->backend <= KEEL_BACKEND_XNNPACK), keel::Status::InvalidArgument,
-              "backend %d; expected 0..3", int(c->backend));
-  const int policy = c ? int(c->kv_policy) : 0;
-  KEEL_ENSURE(policy >= KEEL_KV_MODEL_DEFAULT && policy <= KEEL_KV_SNAPSTREAM, keel::Status::InvalidArgument,
-              "kv_policy %d; expected 0 (the model's) .. 5 (snapstream)", policy);
+  // A C caller may store any integer in an enum field; in C++ reading one outside the
+  // enumerators is undefined, so the bytes are read as the integer they are.
+  int backend = KEEL_BACKEND_AUTO;
+  static_assert(sizeof backend == sizeof(keel_backend), "keel_backend is an int");
+  if (c) memcpy(&backend, &c->backend, sizeof backend);
+  KEEL_ENSURE(backend >= KEEL_BACKEND_AUTO && backend <= KEEL_BACKEND_XNNPACK, keel::Status::InvalidArgument,
+              "backend %d; expected 0..3", backend);
+  rc.backend = static_cast<keel::BackendKind>(backend);
+  const uint32_t policy = c ? c->kv_policy : 0;
+  KEEL_ENSURE(policy <= KEEL_KV_SNAPSTREAM, keel::Status::InvalidArgument,
+              "kv_policy %" PRIu32 "; expected 0 (the model's) .. 5 (snapstream)", policy);
   keel::KvPolicyConfig& p = rc.kv;
   if (policy == KEEL_KV_MODEL_DEFAULT) {
     p.kind = kv ? static_cast<keel::KvPolicyKind>(kv->policy()) : keel::KvPolicyKind::Full;

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <vector>
@@ -118,7 +119,7 @@ TEST(CApi, KvPoliciesBoundAPromptLongerThanTheBudget) {
   ASSERT_TRUE(file.open(stories_keel(), err)) << err;
   std::vector<int32_t> prompt(1, 1);
   for (int i = 0; prompt.size() < 400; ++i) prompt.push_back(int32_t(3 + (i * 37 + i / 7) % 500));
-  auto run = [&](keel_kv_policy policy, std::vector<int32_t>& out) -> keel_status {
+  auto run = [&](uint32_t policy, std::vector<int32_t>& out) -> keel_status {
     keel_config cfg{};
     cfg.kv_budget_tokens = 128;
     cfg.chunk_tokens = 32;
@@ -163,7 +164,7 @@ TEST(CApi, KvPoliciesBoundAPromptLongerThanTheBudget) {
 
   // Options the engine cannot honour are refused by keel_plan and by keel_init, with the reason.
   keel_config bad{};
-  bad.kv_policy = static_cast<keel_kv_policy>(9);
+  bad.kv_policy = 9;
   keel_plan_info plan{};
   EXPECT_EQ(keel_plan(file.data(), file.size(), &bad, &plan), KEEL_ERR_BAD_ARGUMENT);
   std::vector<uint8_t> block(1 << 22);
@@ -179,6 +180,10 @@ TEST(CApi, KvPoliciesBoundAPromptLongerThanTheBudget) {
   EXPECT_EQ(keel_init(block.data(), block.size(), file.data(), file.size(), &tiny, &e, msg, sizeof msg),
             KEEL_ERR_BAD_ARGUMENT);
   EXPECT_NE(std::string(msg).find("budget"), std::string::npos) << msg;
+  keel_config backend{};
+  const int seven = 7;  // what a C caller can store in the enum field
+  memcpy(&backend.backend, &seven, sizeof seven);
+  EXPECT_EQ(keel_plan(file.data(), file.size(), &backend, &plan), KEEL_ERR_BAD_ARGUMENT);
   keel_config kernel{};
   kernel.snap_kernel = -3;
   EXPECT_EQ(keel_plan(file.data(), file.size(), &kernel, &plan), KEEL_ERR_BAD_ARGUMENT);
