@@ -2,6 +2,7 @@
 #include <cinttypes>
 #include <cstring>
 #include <new>
+#include <type_traits>
 
 #include "core/check.h"
 #include "core/format.h"
@@ -54,9 +55,11 @@ keel::Error runtime_config(const keel::Model& m, const keel_config* c, keel::Run
   pc.threads = c && c->threads ? c->threads : 1;
   // A C caller may store any integer in an enum field; in C++ reading one outside the
   // enumerators is undefined, so the bytes are read as the integer they are.
-  int backend = KEEL_BACKEND_AUTO;
-  static_assert(sizeof backend == sizeof(keel_backend), "keel_backend is an int");
-  if (c) memcpy(&backend, &c->backend, sizeof backend);
+  // (Its size is the ABI's: an int on x86-64, one byte with ARM EABI's short enums.)
+  std::underlying_type_t<keel_backend> raw = KEEL_BACKEND_AUTO;
+  static_assert(sizeof raw == sizeof(keel_backend), "the enum's bytes are its underlying type's");
+  if (c) memcpy(&raw, &c->backend, sizeof raw);
+  const int backend = int(raw);
   KEEL_ENSURE(backend >= KEEL_BACKEND_AUTO && backend <= KEEL_BACKEND_XNNPACK, keel::Status::InvalidArgument,
               "backend %d; expected 0..3", backend);
   rc.backend = static_cast<keel::BackendKind>(backend);

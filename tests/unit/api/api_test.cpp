@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "convert/keel_writer.h"
@@ -181,7 +182,7 @@ TEST(CApi, KvPoliciesBoundAPromptLongerThanTheBudget) {
             KEEL_ERR_BAD_ARGUMENT);
   EXPECT_NE(std::string(msg).find("budget"), std::string::npos) << msg;
   keel_config backend{};
-  const int seven = 7;  // what a C caller can store in the enum field
+  const std::underlying_type_t<keel_backend> seven = 7;  // what a C caller can store in the enum field
   memcpy(&backend.backend, &seven, sizeof seven);
   EXPECT_EQ(keel_plan(file.data(), file.size(), &backend, &plan), KEEL_ERR_BAD_ARGUMENT);
   keel_config kernel{};
