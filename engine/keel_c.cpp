@@ -72,12 +72,13 @@ keel::Error runtime_config(const keel::Model& m, const keel_config* c, keel::Run
   } else {
     p.kind = static_cast<keel::KvPolicyKind>(policy - 1);
   }
-  p.sinks = c && c->kv_sinks ? c->kv_sinks : 4;
-  p.window = c ? c->kv_window : 0;
-  p.snap_window = c && c->snap_window ? c->snap_window : 32;
+  // Zero fields keep KvPolicyConfig's own defaults.
+  if (c && c->kv_sinks) p.sinks = c->kv_sinks;
+  if (c && c->kv_window) p.window = c->kv_window;
+  if (c && c->snap_window) p.snap_window = c->snap_window;
   const int32_t kernel = c ? c->snap_kernel : 0;
   KEEL_ENSURE(kernel >= -1, keel::Status::InvalidArgument, "snap_kernel %d; expected -1 (adaptive), 0 or odd", int(kernel));
-  p.snap_kernel = kernel == 0 ? keel::kSnapKernelPolicyDefault : kernel == -1 ? 0u : uint32_t(kernel);
+  if (kernel != 0) p.snap_kernel = kernel == -1 ? 0u : uint32_t(kernel);
   pc.snap_window = keel::kv_policy_uses_snapkv(p.kind) ? p.snap_window : 0;
   return keel::validate_kv_policy(p, pc.kv_budget_tokens, pc.chunk_tokens);
 }
