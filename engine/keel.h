@@ -47,7 +47,7 @@ typedef struct keel_config {
   uint32_t kv_policy;         /* a keel_kv_policy (a fixed-size field: any value is checked) */
   uint32_t kv_sinks;         /* streaming, snapstream: attention sinks; 0 = 4 */
   uint32_t kv_window;        /* snapstream: recent ring; 0 = budget / 4 */
-  uint32_t snap_window;      /* snapkv, snapstream: observation window; 0 = 32 */
+  uint32_t obs_window;      /* snapkv, snapstream: observation window; 0 = 32 */
   int32_t snap_kernel;       /* max-pool kernel (odd); 0 = the policy's (7 snapkv, 31 snapstream),
                                 -1 = adaptive */
 } keel_config;

@@ -75,11 +75,11 @@ keel::Error runtime_config(const keel::Model& m, const keel_config* c, keel::Run
   // Zero fields keep KvPolicyConfig's own defaults.
   if (c && c->kv_sinks) p.sinks = c->kv_sinks;
   if (c && c->kv_window) p.window = c->kv_window;
-  if (c && c->snap_window) p.snap_window = c->snap_window;
+  if (c && c->obs_window) p.obs_window = c->obs_window;
   const int32_t kernel = c ? c->snap_kernel : 0;
   KEEL_ENSURE(kernel >= -1, keel::Status::InvalidArgument, "snap_kernel %d; expected -1 (adaptive), 0 or odd", int(kernel));
   if (kernel != 0) p.snap_kernel = kernel == -1 ? 0u : uint32_t(kernel);
-  pc.snap_window = keel::kv_policy_uses_snapkv(p.kind) ? p.snap_window : 0;
+  pc.obs_window = keel::kv_policy_uses_snapkv(p.kind) ? p.obs_window : 0;
   return keel::validate_kv_policy(p, pc.kv_budget_tokens, pc.chunk_tokens);
 }
 

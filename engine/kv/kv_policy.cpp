@@ -56,22 +56,22 @@ Error validate_kv_policy(const KvPolicyConfig& c, uint32_t budget, uint32_t chun
       return Error();
     case KvPolicyKind::SnapKV: {
       const uint32_t target = snapkv_decode_target(budget, chunk);
-      KEEL_ENSURE(target > c.snap_window && c.snap_window >= 1, Status::BudgetTooSmall,
+      KEEL_ENSURE(target > c.obs_window && c.obs_window >= 1, Status::BudgetTooSmall,
                   "snapkv keeps a %" PRIu32 "-token observation window and recompresses to %" PRIu32 " of the %" PRIu32
                   "-token budget; the budget must exceed the window by at least a few tokens",
-                  c.snap_window, target, budget);
+                  c.obs_window, target, budget);
       KEEL_ENSURE(snap_kernel_of(c) == 0 || snap_kernel_of(c) % 2 == 1, Status::InvalidArgument,
                   "--snap-kernel %" PRIu32 "; expected an odd size, or 0 for adaptive", snap_kernel_of(c));
       return Error();
     }
     case KvPolicyKind::SnapStream: {
       const uint32_t w = snapstream_window(c, budget);
-      KEEL_ENSURE(c.snap_window >= 1, Status::InvalidArgument,
-                  "snapstream needs a SnapKV observation window of at least 1 token; got %" PRIu32, c.snap_window);
-      KEEL_ENSURE(w >= 1 && budget > w + c.sinks + c.snap_window, Status::BudgetTooSmall,
+      KEEL_ENSURE(c.obs_window >= 1, Status::InvalidArgument,
+                  "snapstream needs a SnapKV observation window of at least 1 token; got %" PRIu32, c.obs_window);
+      KEEL_ENSURE(w >= 1 && budget > w + c.sinks + c.obs_window, Status::BudgetTooSmall,
                   "snapstream keeps %" PRIu32 " sinks + a %" PRIu32 "-token observation window + a %" PRIu32
                   "-token recent window; a budget of %" PRIu32 " tokens leaves nothing for the prompt",
-                  c.sinks, c.snap_window, w, budget);
+                  c.sinks, c.obs_window, w, budget);
       KEEL_ENSURE(snap_kernel_of(c) == 0 || snap_kernel_of(c) % 2 == 1, Status::InvalidArgument,
                   "--snap-kernel %" PRIu32 "; expected an odd size, or 0 for adaptive", snap_kernel_of(c));
       return Error();

@@ -14,7 +14,7 @@ struct KvPolicyConfig {
   KvPolicyKind kind = KvPolicyKind::Full;
   uint32_t sinks = 4;         // streaming, snapstream
   uint32_t window = 0;        // snapstream: recent ring for generated tokens (0 = budget / 4)
-  uint32_t snap_window = 32;  // SnapKV observation window w
+  uint32_t obs_window = 32;  // SnapKV observation window w
   uint32_t snap_kernel = 0xffffffffu;  // SnapKV max-pool kernel (odd); 0 = adaptive; default: per policy
 };
 

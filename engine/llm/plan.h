@@ -26,7 +26,7 @@ struct PlanConfig {
   uint32_t chunk_tokens = 64;
   uint32_t threads = 1;
   uint32_t logit_rows = 1;    // tokens of a chunk whose logits are computed together (ppl: more)
-  uint32_t snap_window = 32;  // SnapKV observation window; 0 when the policy does not use SnapKV
+  uint32_t obs_window = 32;  // SnapKV observation window; 0 when the policy does not use SnapKV
   // Persistent bytes of backend state that exists only at run time: XNNPACK's operators and its
   // packed copy of the F32 weights, measured by xnnpack_persistent_bytes() (llm/transformer.h).
   // 0 for the ref and native backends, and in firmware plans (no XNNPACK on bare metal).
@@ -62,11 +62,11 @@ struct MemoryPlan {
 constexpr uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
 // Bytes of one slot's KV cache: keys+values, positions, and twice the unrotated queries of
-// `snap_window` tokens: SnapKV's observation window and the lookahead (the prompt's end).
-constexpr uint64_t plan_kv_slot_bytes(const PlanShape& s, uint64_t capacity, uint64_t snap_window) {
+// `obs_window` tokens: SnapKV's observation window and the lookahead (the prompt's end).
+constexpr uint64_t plan_kv_slot_bytes(const PlanShape& s, uint64_t capacity, uint64_t obs_window) {
   const uint64_t heads = uint64_t(s.n_layers) * s.n_kv_heads;
   return plan_align(heads * capacity * s.head_dim * 2 * 2) + plan_align(heads * capacity * 4) +
-         plan_align(uint64_t(s.n_layers) * snap_window * s.n_heads * s.head_dim * 4) * 2;
+         plan_align(uint64_t(s.n_layers) * obs_window * s.n_heads * s.head_dim * 4) * 2;
 }
 
 constexpr MemoryPlan plan_memory(const PlanShape& s, const PlanConfig& c) {
@@ -84,7 +84,7 @@ constexpr MemoryPlan plan_memory(const PlanShape& s, const PlanConfig& c) {
   p.tokenizer_bytes = plan_align(s.tokenizer_bytes);
   p.rope_bytes = plan_align(uint64_t(s.head_dim / 2) * 8);
   p.backend_bytes = plan_align(c.backend_bytes);
-  p.kv_bytes = slots * plan_kv_slot_bytes(s, p.kv_capacity_tokens, c.snap_window);
+  p.kv_bytes = slots * plan_kv_slot_bytes(s, p.kv_capacity_tokens, c.obs_window);
   p.logits_bytes = slots * (plan_align(uint64_t(s.vocab_size) * 4) + plan_align(kSlotStateBytes));
   p.persistent_bytes = p.tokenizer_bytes + p.rope_bytes + p.backend_bytes + p.kv_bytes + p.logits_bytes;
 
@@ -102,10 +102,10 @@ constexpr MemoryPlan plan_memory(const PlanShape& s, const PlanConfig& c) {
   const uint64_t cap = p.kv_capacity_tokens;
   p.attention_bytes = plan_align(threads * cap * 4) + plan_align(threads * uint64_t(s.head_dim) * 4) +
                       plan_align(uint64_t(s.head_dim / 2) * 4) * 2;
-  if (c.snap_window > 0) {
+  if (c.obs_window > 0) {
     // Per worker; and the cos/sin of the observation and lookahead queries.
     p.attention_bytes += plan_align(threads * cap * 4) * 5 + plan_align(threads * cap * (uint64_t(s.head_dim) * 4 + 4)) +
-                         plan_align(uint64_t(c.snap_window) * 2 * 4 * (s.head_dim / 2) * 4);
+                         plan_align(uint64_t(c.obs_window) * 2 * 4 * (s.head_dim / 2) * 4);
   }
   p.logit_rows_bytes = plan_align(logit_rows * s.vocab_size * 4);
   // Sampler: (logit, id) candidates over the vocabulary and a bitmap of seen tokens.

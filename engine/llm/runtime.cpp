@@ -34,10 +34,10 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
   KEEL_ENSURE(scratch.size() >= p.scratch_bytes, Status::ArenaTooSmall,
               "scratch arena is %zu bytes; the plan needs %llu", scratch.size(), (unsigned long long)p.scratch_bytes);
   KEEL_TRY(validate_kv_policy(config.kv, pc.kv_budget_tokens, pc.chunk_tokens));
-  KEEL_ENSURE(!kv_policy_uses_snapkv(config.kv.kind) || (pc.snap_window >= config.kv.snap_window),
+  KEEL_ENSURE(!kv_policy_uses_snapkv(config.kv.kind) || (pc.obs_window >= config.kv.obs_window),
               Status::InvalidArgument,
               "policy %s needs a plan with a SnapKV observation window of %" PRIu32 " (plan has %" PRIu32 ")",
-              kv_policy_name(config.kv.kind), config.kv.snap_window, pc.snap_window);
+              kv_policy_name(config.kv.kind), config.kv.obs_window, pc.obs_window);
   Result<Backend> b = select_backend(config.backend);
   if (!b.ok()) return b.error();
 
@@ -67,7 +67,7 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
   const KvShape kvs{model.shape().n_layers,        model.shape().n_kv_heads,
                     model.shape().head_dim,        uint32_t(p.kv_capacity_tokens),
                     pc.kv_budget_tokens,           model.shape().n_heads * model.shape().head_dim,
-                    pc.snap_window};
+                    pc.obs_window};
   // Slot records: one block of kSlotStateBytes per slot, then each slot's cache and logits.
   static_assert(sizeof(Slot) <= kSlotStateBytes, "slot record exceeds its planned bytes");
   uint8_t* records = static_cast<uint8_t*>(persistent_.allocate(uint64_t(pc.slots) * kSlotStateBytes));
@@ -133,14 +133,14 @@ Error Runtime::settle(Slot& s, uint32_t n, bool prefill, bool lookahead) {
         return Error();
       }
       return transformer_.compress_snapkv(kv, n, prefill ? budget : snapkv_decode_target(budget, config_.plan.chunk_tokens),
-                                          0, p.snap_window, snap_kernel_of(p), lookahead);
+                                          0, p.obs_window, snap_kernel_of(p), lookahead);
     case KvPolicyKind::SnapStream: {
       const uint32_t ring = snapstream_window(p, budget);
       // Prompt chunks (and a first overflow while decoding) are compressed by SnapKV: the newest
       // `ring` tokens stay whole in the recent ring, the older ones compete for the prefix.
       // Afterwards generated tokens cycle through the ring, pushing out the prompt's tail.
       if (overflow && (prefill || kv.prefix() == 0)) {
-        return transformer_.compress_snapkv(kv, n, budget, p.sinks, p.snap_window, snap_kernel_of(p), lookahead, ring);
+        return transformer_.compress_snapkv(kv, n, budget, p.sinks, p.obs_window, snap_kernel_of(p), lookahead, ring);
       }
       kv.append_ring(n);
       return Error();
@@ -190,7 +190,7 @@ Error Runtime::prefill(uint32_t slot, Span<const int32_t> tokens) {
 Error Runtime::capture_lookahead(Slot& s, Span<const int32_t> tokens) {
   uint32_t n = s.kv.shape().obs_window;
   if (n > config_.plan.chunk_tokens) n = config_.plan.chunk_tokens;
-  if (n > config_.kv.snap_window) n = config_.kv.snap_window;
+  if (n > config_.kv.obs_window) n = config_.kv.obs_window;
   if (n > tokens.size()) n = uint32_t(tokens.size());
   if (n == 0) return Error();
   s.kv.begin_lookahead();

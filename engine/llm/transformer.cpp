@@ -250,7 +250,7 @@ Error Transformer::init(const Model& model, const Backend& backend, const PlanCo
   snap_order_ = snap_keep_ = nullptr;
   snap_compact_ = nullptr;
   snap_rope_ = nullptr;
-  if (config.snap_window > 0) {
+  if (config.obs_window > 0) {
     const uint64_t per = uint64_t(config.threads) * capacity_;
     snap_row_ = scratch.allocate_array<float>(per);
     snap_acc_ = scratch.allocate_array<float>(per);
@@ -258,7 +258,7 @@ Error Transformer::init(const Model& model, const Backend& backend, const PlanCo
     snap_order_ = scratch.allocate_array<uint32_t>(per);
     snap_keep_ = scratch.allocate_array<uint32_t>(per);
     snap_compact_ = scratch.allocate(per * (uint64_t(shape_.head_dim) * 4 + 4));
-    snap_rope_ = scratch.allocate_array<float>(uint64_t(config.snap_window) * 2 * 4 * (shape_.head_dim / 2));
+    snap_rope_ = scratch.allocate_array<float>(uint64_t(config.obs_window) * 2 * 4 * (shape_.head_dim / 2));
     KEEL_ENSURE(snap_row_ && snap_acc_ && snap_pool_ && snap_order_ && snap_keep_ && snap_compact_ && snap_rope_,
                 Status::ArenaTooSmall, "scratch arena too small for SnapKV buffers");
   }

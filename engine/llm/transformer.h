@@ -89,7 +89,7 @@ class Transformer {
   float *snap_row_ = nullptr, *snap_acc_ = nullptr, *snap_pool_ = nullptr;  // [threads][capacity]
   uint32_t *snap_order_ = nullptr, *snap_keep_ = nullptr;                    // [threads][capacity]
   void* snap_compact_ = nullptr;                                             // [threads][compact bytes]
-  float* snap_rope_ = nullptr;  // [2 * snap_window][cos t, sin t, cos c, sin c][rope_dim / 2]
+  float* snap_rope_ = nullptr;  // [2 * obs_window][cos t, sin t, cos c, sin c][rope_dim / 2]
   float* logit_rows_ = nullptr;   // [logit_rows][vocab]
   xnn::ModelOps* xnn_ = nullptr;  // XNNPACK operators (backend.xnnpack_ops), in the backend block
 };

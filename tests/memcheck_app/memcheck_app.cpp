@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   keel::RuntimeConfig rc;
   rc.kv.kind = keel::KvPolicyKind::SnapStream;
   rc.plan.kv_budget_tokens = kBudgetTokens;
-  rc.plan.snap_window = rc.kv.snap_window;
+  rc.plan.obs_window = rc.kv.obs_window;
   rc.plan.chunk_tokens = 16;
   if (!keel::port::reserve_backend_bytes(model, rc, error)) return check_failed(error.c_str());
   const keel::MemoryPlan plan = keel::Runtime::plan(model, rc.plan);

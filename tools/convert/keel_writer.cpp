@@ -174,7 +174,7 @@ void build_metadata(flatbuffers::FlatBufferBuilder& fbb, const SourceModel& m,
                                            h.tied_output);
   auto gen = keel::fb::CreateGeneration(fbb);
   auto kv = keel::fb::CreateKvDefaults(fbb, opts.kv.policy, opts.kv.budget_tokens, opts.kv.sinks,
-                                       opts.kv.window, opts.kv.snap_window, opts.kv.snap_kernel);
+                                       opts.kv.window, opts.kv.obs_window, opts.kv.snap_kernel);
   auto mem = keel::fb::CreateMemoryPlan(fbb, opts.kv.budget_tokens, opts.slots, opts.chunk_tokens,
                                         data_size, plan.persistent_bytes, plan.scratch_bytes);
 

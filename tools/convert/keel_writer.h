@@ -20,7 +20,7 @@ struct KvDefaultsOptions {
   uint32_t budget_tokens = 1024;
   uint32_t sinks = 4;
   uint32_t window = 0;
-  uint32_t snap_window = 32;
+  uint32_t obs_window = 32;
   uint32_t snap_kernel = 7;
 };
 

@@ -39,7 +39,7 @@ const char kHelp[] =
     "  --kv-budget N          default KV budget in tokens (default 1024)\n"
     "  --sinks N              attention sinks (default 4)\n"
     "  --window N             recent window (default: budget - sinks)\n"
-    "  --snap-window N        SnapKV observation window (default 32)\n"
+    "  --obs-window N         SnapKV observation window (default 32)\n"
     "  --snap-kernel N        SnapKV pooling kernel (default 7)\n"
     "  --slots N              sequences planned for (default 1)\n"
     "  --chunk N              prefill chunk in tokens (default 64)\n"
@@ -97,7 +97,7 @@ int cmd_convert(int argc, char** argv) {
   args.u32("--kv-budget", nullptr, opts.kv.budget_tokens);
   args.u32("--sinks", nullptr, opts.kv.sinks);
   args.u32("--window", nullptr, opts.kv.window);
-  args.u32("--snap-window", nullptr, opts.kv.snap_window);
+  args.u32("--obs-window", nullptr, opts.kv.obs_window);
   args.u32("--snap-kernel", nullptr, opts.kv.snap_kernel);
   args.u32("--slots", nullptr, opts.slots);
   args.u32("--chunk", nullptr, opts.chunk_tokens);

@@ -112,9 +112,9 @@ int cmd_info(int argc, char** argv) {
            tokenizer_kind_name(tok->kind()), pre, tok->tokens()->size(), n_merges, tok->bos_id(), tok->eos_id(),
            tok->pad_id(), tok->unk_id(), tok->im_start_id(), tok->im_end_id(), tok->add_bos() ? "true" : "false");
     if (kv) {
-      printf("\"kv_defaults\":{\"policy\":\"%s\",\"budget_tokens\":%u,\"sinks\":%u,\"window\":%u,\"snap_window\":%u,"
+      printf("\"kv_defaults\":{\"policy\":\"%s\",\"budget_tokens\":%u,\"sinks\":%u,\"window\":%u,\"obs_window\":%u,"
              "\"snap_kernel\":%u},",
-             kv_policy_name(kv->policy()), kv->budget_tokens(), kv->sinks(), kv->window(), kv->snap_window(),
+             kv_policy_name(kv->policy()), kv->budget_tokens(), kv->sinks(), kv->window(), kv->obs_window(),
              kv->snap_kernel());
     }
     printf("\"memory\":{\"kv_budget_tokens\":%u,\"slots\":%u,\"chunk_tokens\":%u,\"threads\":%u,"
@@ -147,7 +147,7 @@ int cmd_info(int argc, char** argv) {
   printf("\n");
   if (kv) {
     printf("kv default  %s, budget %u tokens, %u sinks, snap window %u, kernel %u\n", kv_policy_name(kv->policy()),
-           kv->budget_tokens(), kv->sinks(), kv->snap_window(), kv->snap_kernel());
+           kv->budget_tokens(), kv->sinks(), kv->obs_window(), kv->snap_kernel());
   }
   printf("memory      budget %u tokens, %u slot(s), chunk %u, %u thread(s)\n", pc.kv_budget_tokens, pc.slots,
          pc.chunk_tokens, pc.threads);

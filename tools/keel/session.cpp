@@ -20,7 +20,7 @@ const char kSessionHelp[] =
     "  --kv-budget N          KV cache budget in tokens per sequence\n"
     "  --sinks N              attention sinks kept by streaming and snapstream (default 4)\n"
     "  --window N             snapstream's recent window for generated tokens (default budget/4)\n"
-    "  --snap-window N        SnapKV observation window (default 32)\n"
+    "  --obs-window N         SnapKV observation window (default 32)\n"
     "  --snap-kernel N        SnapKV max-pool kernel, odd; 0 = adaptive (default: 7 for snapkv,\n"
     "                         31 for snapstream)\n"
     "  --chunk N              prefill chunk in tokens (default 64)\n";
@@ -33,7 +33,7 @@ void parse_session_options(Args& args, SessionOptions& o) {
   args.u32("--kv-budget", nullptr, o.kv_budget);
   args.u32("--sinks", nullptr, o.sinks);
   args.u32("--window", nullptr, o.window);
-  args.u32("--snap-window", nullptr, o.snap_window);
+  args.u32("--obs-window", nullptr, o.obs_window);
   args.u32("--snap-kernel", nullptr, o.snap_kernel);
   args.u32("--chunk", nullptr, o.chunk);
 }
@@ -83,7 +83,7 @@ bool Session::resolve_policy(const char* fallback, std::string& error) {
   }
   policy_.sinks = opts_.sinks;
   policy_.window = opts_.window;
-  policy_.snap_window = opts_.snap_window;
+  policy_.obs_window = opts_.obs_window;
   policy_.snap_kernel = opts_.snap_kernel;
   return true;
 }
@@ -96,7 +96,7 @@ uint32_t Session::default_budget() const {
 bool Session::start(uint32_t budget, std::string& error) {
   RuntimeConfig cfg;
   cfg.kv = policy_;
-  cfg.plan.snap_window = kv_policy_uses_snapkv(policy_.kind) ? policy_.snap_window : 0;
+  cfg.plan.obs_window = kv_policy_uses_snapkv(policy_.kind) ? policy_.obs_window : 0;
   if (opts_.backend == "auto") cfg.backend = BackendKind::Auto;
   else if (opts_.backend == "ref") cfg.backend = BackendKind::Ref;
   else if (opts_.backend == "native") cfg.backend = BackendKind::Native;

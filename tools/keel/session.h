@@ -22,7 +22,7 @@ struct SessionOptions {
   uint32_t kv_budget = 0;      // 0 = the command's default
   uint32_t sinks = 4;
   uint32_t window = 0;         // snapstream recent window, 0 = budget / 4
-  uint32_t snap_window = 32;
+  uint32_t obs_window = 32;
   uint32_t snap_kernel = kSnapKernelPolicyDefault;
   uint32_t chunk = 64;
   uint32_t logit_rows = 1;

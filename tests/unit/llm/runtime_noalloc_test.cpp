@@ -63,7 +63,7 @@ void run_case(const Case& c) {
   rc.backend = c.backend;
   rc.kv.kind = c.policy;
   rc.plan.kv_budget_tokens = c.budget ? c.budget : c.decode_steps + 64;
-  rc.plan.snap_window = kv_policy_uses_snapkv(c.policy) ? 32 : 0;
+  rc.plan.obs_window = kv_policy_uses_snapkv(c.policy) ? 32 : 0;
   rc.plan.chunk_tokens = 16;
   rc.plan.threads = c.threads;
   std::string err;

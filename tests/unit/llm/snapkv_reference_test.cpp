@@ -42,11 +42,11 @@ TEST(SnapKvReference, KeepsWhatThePaperDefinitionKeeps) {
   RuntimeConfig rc;
   rc.backend = BackendKind::Native;
   rc.kv.kind = KvPolicyKind::SnapKV;
-  rc.kv.snap_window = window;
+  rc.kv.obs_window = window;
   rc.kv.snap_kernel = kernel;
   rc.plan.kv_budget_tokens = budget;
   rc.plan.chunk_tokens = uint32_t(ids.size());
-  rc.plan.snap_window = window;
+  rc.plan.obs_window = window;
   const MemoryPlan p = Runtime::plan(model, rc.plan);
   std::vector<uint8_t> persistent(p.persistent_bytes + 64), scratch(p.scratch_bytes + 64);
   auto aligned = [](std::vector<uint8_t>& v) { return v.data() + (64 - reinterpret_cast<uintptr_t>(v.data()) % 64) % 64; };

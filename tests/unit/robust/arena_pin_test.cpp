@@ -115,7 +115,7 @@ RuntimeConfig cli_config(const Model& model) {
   rc.kv.kind = kv ? static_cast<KvPolicyKind>(kv->policy()) : KvPolicyKind::Full;
   rc.kv.sinks = 4;
   rc.kv.window = 0;
-  rc.kv.snap_window = 32;
+  rc.kv.obs_window = 32;
   rc.kv.snap_kernel = 7;
   rc.backend = BackendKind::Native;
   rc.plan.kv_budget_tokens = kv && kv->budget_tokens() ? kv->budget_tokens() : 1024;
@@ -123,7 +123,7 @@ RuntimeConfig cli_config(const Model& model) {
   rc.plan.chunk_tokens = 64;
   rc.plan.threads = kPinnedCliThreads;
   rc.plan.logit_rows = 1;
-  rc.plan.snap_window = kv_policy_uses_snapkv(rc.kv.kind) ? rc.kv.snap_window : 0;
+  rc.plan.obs_window = kv_policy_uses_snapkv(rc.kv.kind) ? rc.kv.obs_window : 0;
   return rc;
 }
 
@@ -181,7 +181,7 @@ void check_engine(EngineT& engine, const robust::Image& image, const Model& mode
   const MemoryPlan& p = EngineT::kPlan;
   expect_plan_near(std::string(name) + " Engine<Shape, 1024> defaults", p, record);
   EXPECT_EQ(EngineT::kConfig.chunk_tokens, 16u);
-  EXPECT_EQ(EngineT::kConfig.snap_window, 32u);
+  EXPECT_EQ(EngineT::kConfig.obs_window, 32u);
   const MemoryPlan from_model = Runtime::plan(model, EngineT::kConfig);
   EXPECT_EQ(from_model.persistent_bytes, p.persistent_bytes);
   EXPECT_EQ(from_model.scratch_bytes, p.scratch_bytes);

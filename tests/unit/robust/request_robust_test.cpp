@@ -347,25 +347,25 @@ TEST(RequestRobust, BudgetBelowWhatThePolicyKeepsIsBudgetTooSmall) {
 }
 
 // KNOWN BUG (fails until fixed in the engine): snapstream with a SnapKV observation window of
-// 0 tokens (`keel run --kv-policy snapstream --snap-window 0`; the CLI then plans no SnapKV
+// 0 tokens (`keel run --kv-policy snapstream --obs-window 0`; the CLI then plans no SnapKV
 // buffers) passes Runtime::init, because validate_kv_policy's snapstream case
-// (engine/kv/kv_policy.cpp:63) does not require snap_window >= 1 as its snapkv case does, and
-// Runtime::init (engine/llm/runtime.cpp:35) only checks plan.snap_window >= kv.snap_window
+// (engine/kv/kv_policy.cpp:63) does not require obs_window >= 1 as its snapkv case does, and
+// Runtime::init (engine/llm/runtime.cpp:35) only checks plan.obs_window >= kv.obs_window
 // (0 >= 0). The first chunk that overflows the budget then fails in Transformer::compress_snapkv
 // (engine/llm/snap_compress.cpp:117, InvalidArgument "SnapKV compression without SnapKV buffers
 // in the plan") after the chunk's forward pass advanced the cache (transformer.cpp, the
 // kv.advance at the end of forward): the slot keeps tokens of the refused request and a
 // position past them, and every later request that overflows fails the same way. Fix: refuse
-// it at init (snap_window >= 1 for snapstream in validate_kv_policy, BudgetTooSmall as snapkv).
+// it at init (obs_window >= 1 for snapstream in validate_kv_policy, BudgetTooSmall as snapkv).
 TEST(RequestRobust, SnapStreamWithoutObservationWindowIsRefusedAtInit) {
   RuntimeConfig rc = robust::stories_config(KvPolicyKind::SnapStream, 64);
-  rc.kv.snap_window = 0;
-  rc.plan.snap_window = 0;  // what Session::start plans for --snap-window 0
+  rc.kv.obs_window = 0;
+  rc.plan.obs_window = 0;  // what Session::start plans for --obs-window 0
   robust::Arenas a(stories(), rc.plan);
   Runtime rt;  // a new object: see the next test for what a re-initialized one does
   Error e = rt.init(stories(), rc, a.persistent.span(), a.scratch.span(), nullptr);
   EXPECT_FALSE(e.ok()) << "BUG: Runtime::init accepts snapstream with a 0-token SnapKV observation window "
-                          "(validate_kv_policy, engine/kv/kv_policy.cpp:63, lacks snap_window >= 1)";
+                          "(validate_kv_policy, engine/kv/kv_policy.cpp:63, lacks obs_window >= 1)";
   if (e.ok()) {
     std::vector<int32_t> longer(100, 300);
     longer[0] = 1;
@@ -388,7 +388,7 @@ TEST(RequestRobust, SnapStreamWithoutObservationWindowIsRefusedAtInit) {
 // earlier init's arenas (they are filled with a canary and checked).
 //
 // KNOWN BUG (fails until fixed in the engine): Transformer::init (engine/llm/transformer.cpp,
-// the `if (config.snap_window > 0)` block that allocates snap_row_ ... snap_rope_) sets the
+// the `if (config.obs_window > 0)` block that allocates snap_row_ ... snap_rope_) sets the
 // SnapKV scratch pointers only when the new plan has a SnapKV window and never clears them, as
 // it does xnn_. A runtime re-initialized from a SnapKV plan to one without (reachable through
 // the snapstream bug above) keeps pointers into the previous scratch arena; compress_snapkv's
@@ -399,7 +399,7 @@ TEST(RequestRobust, ReinitNeverTouchesThePreviousArenas) {
   struct Step {
     const char* what;
     KvPolicyKind policy;
-    uint32_t snap_window;  // of the policy and the plan
+    uint32_t obs_window;  // of the policy and the plan
   };
   const Step steps[] = {
       {"snapstream", KvPolicyKind::SnapStream, 32}, {"full", KvPolicyKind::Full, 0},
@@ -415,8 +415,8 @@ TEST(RequestRobust, ReinitNeverTouchesThePreviousArenas) {
   for (const Step& st : steps) {
     SCOPED_TRACE(st.what);
     RuntimeConfig rc = robust::stories_config(st.policy, st.policy == KvPolicyKind::Full ? 256 : 64);
-    rc.kv.snap_window = st.snap_window;
-    rc.plan.snap_window = st.snap_window;
+    rc.kv.obs_window = st.obs_window;
+    rc.plan.obs_window = st.obs_window;
     auto a = std::make_unique<robust::Arenas>(stories(), rc.plan);
     const Error e = rt.init(stories(), rc, a->persistent.span(), a->scratch.span(), nullptr);
     if (!e.ok()) {
@@ -459,14 +459,14 @@ TEST(RequestRobust, EveryAcceptedConfigurationServes) {
     rc.plan.chunk_tokens = chunks[rng.below(5)];
     rc.kv.sinks = uint32_t(rng.below(6));
     rc.kv.window = uint32_t(rng.below(3)) * 5;
-    rc.kv.snap_window = 1 + uint32_t(rng.below(3)) * 4;
+    rc.kv.obs_window = 1 + uint32_t(rng.below(3)) * 4;
     rc.kv.snap_kernel = uint32_t(rng.below(8) == 0 ? 0 : 2 * rng.below(5) + 1);
-    rc.plan.snap_window = kv_policy_uses_snapkv(rc.kv.kind) ? rc.kv.snap_window : 0;
+    rc.plan.obs_window = kv_policy_uses_snapkv(rc.kv.kind) ? rc.kv.obs_window : 0;
     const std::string what = std::string(kv_policy_name(rc.kv.kind)) + " budget " +
                              std::to_string(rc.plan.kv_budget_tokens) + " chunk " +
                              std::to_string(rc.plan.chunk_tokens) +
                              " sinks " + std::to_string(rc.kv.sinks) + " window " + std::to_string(rc.kv.window) +
-                             " snap window " + std::to_string(rc.kv.snap_window) + " kernel " +
+                             " snap window " + std::to_string(rc.kv.obs_window) + " kernel " +
                              std::to_string(rc.kv.snap_kernel);
     robust::Arenas a(stories(), rc.plan);
     Runtime rt;

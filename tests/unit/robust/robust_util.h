@@ -133,7 +133,7 @@ inline RuntimeConfig stories_config(KvPolicyKind policy = KvPolicyKind::Full, ui
   rc.plan.kv_budget_tokens = budget;
   rc.plan.chunk_tokens = 16;
   rc.plan.threads = 1;
-  rc.plan.snap_window = kv_policy_uses_snapkv(policy) ? rc.kv.snap_window : 0;
+  rc.plan.obs_window = kv_policy_uses_snapkv(policy) ? rc.kv.obs_window : 0;
   return rc;
 }
 
