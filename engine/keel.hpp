@@ -29,9 +29,9 @@ class Engine {
   static constexpr PlanShape kShape{Shape::vocab_size, Shape::dim,     Shape::n_layers,
                                     Shape::n_heads,    Shape::n_kv_heads, Shape::head_dim,
                                     Shape::ffn_dim,    Shape::tokenizer_bytes};
-  static constexpr PlanConfig kConfig{KvBudget, Slots, Chunk, 1, 1,
-                                      Policy == KvPolicyKind::SnapKV || Policy == KvPolicyKind::SnapStream ? 32u : 0u};
-  static constexpr MemoryPlan kPlan = plan_memory(kShape, kConfig);
+  static constexpr PlanConfig kConfig{KvBudget, Slots, Chunk, 1, 1};
+  static constexpr KvPolicyConfig kKv{Policy};
+  static constexpr MemoryPlan kPlan = plan_memory(kShape, kConfig, kKv);
   static constexpr uint64_t kPersistentBytes = kPlan.persistent_bytes;
   static constexpr uint64_t kScratchBytes = kPlan.scratch_bytes;
   static_assert(KvBudget >= 1 && Slots >= 1 && Chunk >= 1, "budget, slots and chunk are at least 1");
@@ -50,7 +50,7 @@ class Engine {
                 s.vocab_size, s.dim, s.n_layers, s.n_heads, s.n_kv_heads, s.head_dim, s.ffn_dim);
     RuntimeConfig rc;
     rc.plan = kConfig;
-    rc.kv.kind = Policy;
+    rc.kv = kKv;
     rc.backend = backend;
     return runtime_.init(model_, rc, Span<uint8_t>(persistent_, kPersistentBytes), Span<uint8_t>(scratch_, kScratchBytes),
                          nullptr);

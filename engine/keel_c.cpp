@@ -79,7 +79,6 @@ keel::Error runtime_config(const keel::Model& m, const keel_config* c, keel::Run
   const int32_t kernel = c ? c->snap_kernel : 0;
   KEEL_ENSURE(kernel >= -1, keel::Status::InvalidArgument, "snap_kernel %d; expected -1 (adaptive), 0 or odd", int(kernel));
   if (kernel != 0) p.snap_kernel = kernel == -1 ? 0u : uint32_t(kernel);
-  pc.obs_window = keel::kv_policy_uses_snapkv(p.kind) ? p.obs_window : 0;
   return keel::validate_kv_policy(p, pc.kv_budget_tokens, pc.chunk_tokens);
 }
 
@@ -99,7 +98,7 @@ keel_status keel_plan(const void* model, size_t model_bytes, const keel_config* 
   keel::RuntimeConfig rc;
   e = runtime_config(m, config, rc);
   if (!e.ok()) return to_c(e.status());
-  const keel::MemoryPlan p = keel::Runtime::plan(m, rc.plan);
+  const keel::MemoryPlan p = keel::Runtime::plan(m, rc);
   out->weights_bytes = model_bytes;
   out->persistent_bytes = p.persistent_bytes;
   out->scratch_bytes = p.scratch_bytes;
@@ -132,7 +131,7 @@ keel_status keel_init(void* memory, size_t memory_bytes, const void* model, size
   keel::RuntimeConfig rc;
   err = runtime_config(e->model, config, rc);
   if (!err.ok()) return fail(err);
-  const keel::MemoryPlan p = keel::Runtime::plan(e->model, rc.plan);
+  const keel::MemoryPlan p = keel::Runtime::plan(e->model, rc);
   uint8_t* persistent = base + pad + engine_block_bytes();
   const uint64_t need = pad + engine_block_bytes() + p.persistent_bytes + p.scratch_bytes;
   if (memory_bytes < need) {

@@ -7,23 +7,16 @@
 
 namespace keel {
 
-Error KvCache::init(const KvShape& s, Arena& persistent) {
+Error KvCache::init(const KvShape& s, const KvBuffers& b) {
   KEEL_ENSURE(s.budget >= 1 && s.budget <= s.capacity, Status::InvalidArgument,
               "KV budget %" PRIu32 "; expected 1..capacity %" PRIu32, s.budget, s.capacity);
-  const uint64_t elems = uint64_t(s.n_layers) * s.n_kv_heads * s.capacity * s.head_dim;
-  const uint64_t need = kv_cache_bytes(s);
-  const uint64_t avail = persistent.capacity() - persistent.used();
-  KEEL_ENSURE(need <= avail, Status::ArenaTooSmall, "KV cache needs %llu bytes; persistent arena has %llu left",
-              (unsigned long long)need, (unsigned long long)avail);
-  keys_ = persistent.allocate_array<uint16_t>(elems * 2);
-  positions_ = persistent.allocate_array<int32_t>(uint64_t(s.n_layers) * s.n_kv_heads * s.capacity);
-  if (s.obs_window > 0) {
-    obs_ = persistent.allocate_array<float>(uint64_t(s.n_layers) * s.obs_window * s.q_dim);
-    look_ = persistent.allocate_array<float>(uint64_t(s.n_layers) * s.obs_window * s.q_dim);
-  }
-  KEEL_ENSURE(keys_ && positions_ && (s.obs_window == 0 || (obs_ && look_)), Status::ArenaTooSmall,
-              "KV cache needs %llu bytes; persistent arena too small", (unsigned long long)need);
-  values_ = keys_ + elems;
+  KEEL_ENSURE(b.keys_values && b.positions && (s.obs_window == 0 || (b.observations && b.lookahead)),
+              Status::InvalidArgument, "KV cache buffers missing from the plan");
+  keys_ = b.keys_values;
+  values_ = keys_ + uint64_t(s.n_layers) * s.n_kv_heads * s.capacity * s.head_dim;
+  positions_ = b.positions;
+  obs_ = s.obs_window > 0 ? b.observations : nullptr;
+  look_ = s.obs_window > 0 ? b.lookahead : nullptr;
   shape_ = s;
   clear();
   return Error();

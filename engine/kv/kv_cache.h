@@ -16,7 +16,6 @@
 
 #include <cstdint>
 
-#include "core/arena.h"
 #include "core/result.h"
 
 namespace keel {
@@ -31,18 +30,17 @@ struct KvShape {
   uint32_t obs_window = 0;  // SnapKV observation window (0: no observation queries kept)
 };
 
-constexpr uint64_t kv_cache_bytes(const KvShape& s) {
-  const uint64_t heads = uint64_t(s.n_layers) * s.n_kv_heads;
-  const uint64_t kv = heads * s.capacity * s.head_dim * 2 /* f16 */ * 2 /* K and V */;
-  const uint64_t pos = heads * s.capacity * 4;
-  // The observation ring and the lookahead window (the prompt's last queries), same size.
-  const uint64_t obs = uint64_t(s.n_layers) * s.obs_window * s.q_dim * 4;
-  return ((kv + 63) / 64) * 64 + ((pos + 63) / 64) * 64 + ((obs + 63) / 64) * 64 * 2;
-}
+// A slot's buffers, from the memory plan (llm/plan.h regions kv_*).
+struct KvBuffers {
+  uint16_t* keys_values = nullptr;  // [K,V][layers][kv_heads][capacity][head_dim] f16
+  int32_t* positions = nullptr;     // [layers][kv_heads][capacity]
+  float* observations = nullptr;    // [layers][obs_window][q_dim]; null when obs_window is 0
+  float* lookahead = nullptr;       // same
+};
 
 class KvCache {
  public:
-  Error init(const KvShape& shape, Arena& persistent);
+  Error init(const KvShape& shape, const KvBuffers& buffers);
 
   const KvShape& shape() const { return shape_; }
   uint32_t prefix() const { return prefix_; }

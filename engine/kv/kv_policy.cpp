@@ -30,8 +30,6 @@ bool parse_kv_policy(const char* name, KvPolicyKind& out) {
   return false;
 }
 
-bool kv_policy_uses_snapkv(KvPolicyKind k) { return k == KvPolicyKind::SnapKV || k == KvPolicyKind::SnapStream; }
-
 uint32_t snap_kernel_of(const KvPolicyConfig& c) {
   if (c.snap_kernel != kSnapKernelPolicyDefault) return c.snap_kernel;
   return c.kind == KvPolicyKind::SnapStream ? 31 : 7;

@@ -27,7 +27,7 @@ uint32_t snap_kernel_of(const KvPolicyConfig& c);
 const char* kv_policy_name(KvPolicyKind k);
 // Parses "full", "window", "streaming", "snapkv", "snapstream".
 bool parse_kv_policy(const char* name, KvPolicyKind& out);
-bool kv_policy_uses_snapkv(KvPolicyKind k);
+constexpr bool kv_policy_uses_snapkv(KvPolicyKind k) { return k == KvPolicyKind::SnapKV || k == KvPolicyKind::SnapStream; }
 
 // The recent ring snapstream keeps for generated tokens.
 uint32_t snapstream_window(const KvPolicyConfig& c, uint32_t budget);

@@ -1,11 +1,17 @@
-// The memory plan: every byte the engine uses, computed once from (model shape, KV budget,
-// slots, chunk size, threads) before the first token. It is constexpr, so firmware sizes static
-// arenas at compile time from the header `keel convert --header` emits. The engine takes its
-// buffers from the arenas in exactly the order and sizes listed here, and a test checks that
-// the arenas' use equals the plan to the byte.
+// The memory plan: every byte the engine uses, computed once from (model shape, KV policy,
+// budget, slots, chunk, threads) before the first token. It is constexpr, so firmware sizes
+// static arenas at compile time from the header `keel convert --header` emits.
+//
+// The plan is one table of regions (kRegions): name, arena, element size, and a count derived
+// from the shape and configuration. One walk over that table (plan_memory) gives every region
+// its offset and the arenas their totals; init places each buffer at its planned offset
+// (RegionMap), and `keel info --json` reports the same table. A new buffer is one new row.
 #pragma once
 
 #include <cstdint>
+
+#include "backend/backend_plan.h"
+#include "kv/kv_policy.h"
 
 namespace keel {
 
@@ -26,10 +32,9 @@ struct PlanConfig {
   uint32_t chunk_tokens = 64;
   uint32_t threads = 1;
   uint32_t logit_rows = 1;    // tokens of a chunk whose logits are computed together (ppl: more)
-  uint32_t obs_window = 32;  // SnapKV observation window; 0 when the policy does not use SnapKV
-  // Persistent bytes of backend state that exists only at run time: XNNPACK's operators and its
-  // packed copy of the F32 weights, measured by xnnpack_persistent_bytes() (llm/transformer.h).
-  // 0 for the ref and native backends, and in firmware plans (no XNNPACK on bare metal).
+  // Persistent bytes of backend state that exists only at run time (XNNPACK's operators and its
+  // packed copy of the F32 weights), measured by backend_state_bytes() (backend/registry.h).
+  // 0 for the ref and native backends, and in firmware plans.
   uint64_t backend_bytes = 0;
 };
 
@@ -41,78 +46,251 @@ constexpr uint64_t kSlotStateBytes = 1024;  // slot record: cache view, sampler 
 // Scratch one tokenizer encode() call may take (text::Tokenizer::scratch_bytes() fits in it).
 constexpr uint64_t kTextScratchBytes = 64 * 1024;
 
-struct MemoryPlan {
-  // Persistent arena
-  uint64_t kv_capacity_tokens = 0;  // per slot: budget + one prefill chunk before compression
-  uint64_t kv_bytes = 0;            // all slots: K, V [layers][kv_heads][capacity][head_dim] f16 + positions
-  uint64_t logits_bytes = 0;        // all slots: [vocab] f32
-  uint64_t tokenizer_bytes = 0;
-  uint64_t rope_bytes = 0;          // inverse frequencies, f64
-  uint64_t backend_bytes = 0;       // XNNPACK block (PlanConfig::backend_bytes)
-  uint64_t persistent_bytes = 0;
-  // Scratch arena (one chunk, reused layer after layer)
-  uint64_t activation_bytes = 0;
-  uint64_t attention_bytes = 0;
-  uint64_t logit_rows_bytes = 0;
-  uint64_t sampler_bytes = 0;
-  uint64_t text_bytes = 0;
-  uint64_t scratch_bytes = 0;
+enum class PlanArena : uint8_t { Persistent, Scratch };
+
+// What a region is for; MemoryPlan sums the bytes of each.
+enum class RegionGroup : uint8_t { Tokenizer, Rope, Backend, Kv, Logits, Activations, Attention, LogitRows, Sampler, Text };
+
+// Every buffer, in placement order within its arena. Per-slot regions are laid out slot after
+// slot, each slot's block holding all of them in this order.
+enum class Region : uint8_t {
+  // persistent
+  Tokenizer, RopeInvFreq, BackendState, SlotRecords,
+  KvKeysValues, KvPositions, KvObservations, KvLookahead, Logits,  // per slot
+  // scratch: one chunk's activations, reused layer after layer
+  X, Xb, Q, K, V, Att, Hb, Hb2, Xq, RopeCos, RopeSin,
+  AttRows, QRot, ShiftCos, ShiftSin,
+  SnapRows, SnapSums, SnapPooled, SnapOrder, SnapKeep, SnapCompact, SnapRope,
+  LogitRows, Sampler, Text,
+  kCount
 };
+constexpr uint32_t kRegionCount = uint32_t(Region::kCount);
+
+struct RegionInfo {
+  Region id;
+  const char* name;
+  PlanArena arena;
+  RegionGroup group;
+  bool per_slot;
+  uint32_t elem_bytes;
+  const char* shape;  // of one instance, in elements
+};
+
+inline constexpr RegionInfo kRegions[kRegionCount] = {
+    {Region::Tokenizer, "tokenizer", PlanArena::Persistent, RegionGroup::Tokenizer, false, 1, "[tokenizer_bytes] tables"},
+    {Region::RopeInvFreq, "rope_inv_freq", PlanArena::Persistent, RegionGroup::Rope, false, 8, "[head_dim/2] f64"},
+    {Region::BackendState, "backend_state", PlanArena::Persistent, RegionGroup::Backend, false, 1, "[backend_bytes]"},
+    {Region::SlotRecords, "slot_records", PlanArena::Persistent, RegionGroup::Logits, false, 1, "[slots][1024]"},
+    {Region::KvKeysValues, "kv_keys_values", PlanArena::Persistent, RegionGroup::Kv, true, 2,
+     "[K,V][layers][kv_heads][capacity][head_dim] f16"},
+    {Region::KvPositions, "kv_positions", PlanArena::Persistent, RegionGroup::Kv, true, 4,
+     "[layers][kv_heads][capacity] i32"},
+    {Region::KvObservations, "kv_observations", PlanArena::Persistent, RegionGroup::Kv, true, 4,
+     "[layers][obs_window][n_heads*head_dim] f32"},
+    {Region::KvLookahead, "kv_lookahead", PlanArena::Persistent, RegionGroup::Kv, true, 4,
+     "[layers][obs_window][n_heads*head_dim] f32"},
+    {Region::Logits, "logits", PlanArena::Persistent, RegionGroup::Logits, true, 4, "[vocab] f32"},
+    {Region::X, "x", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[chunk][dim] f32"},
+    {Region::Xb, "xb", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[chunk][dim] f32"},
+    {Region::Q, "q", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[chunk][n_heads*head_dim] f32"},
+    {Region::K, "k", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[chunk][n_kv_heads*head_dim] f32"},
+    {Region::V, "v", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[chunk][n_kv_heads*head_dim] f32"},
+    {Region::Att, "att", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[chunk][n_heads*head_dim] f32"},
+    {Region::Hb, "hb", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[chunk][ffn_dim] f32"},
+    {Region::Hb2, "hb2", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[chunk][ffn_dim] f32"},
+    {Region::Xq, "xq", PlanArena::Scratch, RegionGroup::Activations, false, 40,
+     "[chunk][blocks of the widest matmul input] ActBlock"},
+    {Region::RopeCos, "rope_cos", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[chunk][head_dim/2] f32"},
+    {Region::RopeSin, "rope_sin", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[chunk][head_dim/2] f32"},
+    {Region::AttRows, "att_rows", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[threads][capacity] f32"},
+    {Region::QRot, "q_rotated", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[threads][head_dim] f32"},
+    {Region::ShiftCos, "shift_cos", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[head_dim/2] f32"},
+    {Region::ShiftSin, "shift_sin", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[head_dim/2] f32"},
+    {Region::SnapRows, "snap_rows", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[threads][capacity] f32"},
+    {Region::SnapSums, "snap_sums", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[threads][capacity] f32"},
+    {Region::SnapPooled, "snap_pooled", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[threads][capacity] f32"},
+    {Region::SnapOrder, "snap_order", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[threads][capacity] u32"},
+    {Region::SnapKeep, "snap_keep", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[threads][capacity] u32"},
+    {Region::SnapCompact, "snap_compact", PlanArena::Scratch, RegionGroup::Attention, false, 1,
+     "[threads][capacity][K,V f16 head_dim + position i32]"},
+    {Region::SnapRope, "snap_rope", PlanArena::Scratch, RegionGroup::Attention, false, 4,
+     "[2*obs_window][cos t, sin t, cos c, sin c][head_dim/2] f32"},
+    {Region::LogitRows, "logit_rows", PlanArena::Scratch, RegionGroup::LogitRows, false, 4, "[logit_rows][vocab] f32"},
+    {Region::Sampler, "sampler", PlanArena::Scratch, RegionGroup::Sampler, false, 1,
+     "[vocab] (logit, id) + seen-token bitmap"},
+    {Region::Text, "text", PlanArena::Scratch, RegionGroup::Text, false, 1, "[64 KiB] tokenizer work"},
+};
+
+constexpr const RegionInfo& region_info(Region r) { return kRegions[uint32_t(r)]; }
 
 constexpr uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
-// Bytes of one slot's KV cache: keys+values, positions, and twice the unrotated queries of
-// `obs_window` tokens: SnapKV's observation window and the lookahead (the prompt's end).
-constexpr uint64_t plan_kv_slot_bytes(const PlanShape& s, uint64_t capacity, uint64_t obs_window) {
-  const uint64_t heads = uint64_t(s.n_layers) * s.n_kv_heads;
-  return plan_align(heads * capacity * s.head_dim * 2 * 2) + plan_align(heads * capacity * 4) +
-         plan_align(uint64_t(s.n_layers) * obs_window * s.n_heads * s.head_dim * 4) * 2;
-}
+// The SnapKV observation window the plan holds queries for: the policy's, when it uses SnapKV.
+constexpr uint32_t plan_obs_window(const KvPolicyConfig& kv) { return kv_policy_uses_snapkv(kv.kind) ? kv.obs_window : 0; }
 
-constexpr MemoryPlan plan_memory(const PlanShape& s, const PlanConfig& c) {
-  MemoryPlan p{};
+// Elements of one instance of region `r`.
+constexpr uint64_t region_elements(Region r, const PlanShape& s, const PlanConfig& c, uint32_t obs_window) {
   const uint64_t chunk = c.chunk_tokens ? c.chunk_tokens : 1;
   const uint64_t threads = c.threads ? c.threads : 1;
   const uint64_t slots = c.slots ? c.slots : 1;
   const uint64_t logit_rows = c.logit_rows ? c.logit_rows : 1;
   const uint64_t q_dim = uint64_t(s.n_heads) * s.head_dim;
   const uint64_t kv_dim = uint64_t(s.n_kv_heads) * s.head_dim;
-
-  // Persistent, in allocation order: tokenizer, rope table, backend block, then per slot KV
-  // cache, logits, state.
-  p.kv_capacity_tokens = uint64_t(c.kv_budget_tokens) + chunk;
-  p.tokenizer_bytes = plan_align(s.tokenizer_bytes);
-  p.rope_bytes = plan_align(uint64_t(s.head_dim / 2) * 8);
-  p.backend_bytes = plan_align(c.backend_bytes);
-  p.kv_bytes = slots * plan_kv_slot_bytes(s, p.kv_capacity_tokens, c.obs_window);
-  p.logits_bytes = slots * (plan_align(uint64_t(s.vocab_size) * 4) + plan_align(kSlotStateBytes));
-  p.persistent_bytes = p.tokenizer_bytes + p.rope_bytes + p.backend_bytes + p.kv_bytes + p.logits_bytes;
-
-  // Scratch, in allocation order: x, xb, q, k, v, att, hb, hb2 (f32 [chunk][width]), the
-  // quantized copy of the widest matmul input, RoPE cos and sin per token.
-  const uint64_t widest_in = max_u64(max_u64(s.dim, q_dim), s.ffn_dim);
-  p.activation_bytes = plan_align(chunk * s.dim * 4) * 2 + plan_align(chunk * q_dim * 4) +
-                       plan_align(chunk * kv_dim * 4) * 2 + plan_align(chunk * q_dim * 4) +
-                       plan_align(chunk * uint64_t(s.ffn_dim) * 4) * 2 +
-                       plan_align(chunk * act_block_count(widest_in) * kActBlockBytes) +
-                       plan_align(chunk * uint64_t(s.head_dim / 2) * 4) * 2;
-  // One probability row over the whole cache and one re-rotated query per worker, the RoPE
-  // table of the chunk's cache-position shift; with SnapKV, per worker: a score row, the summed
-  // scores, their pooled copy, the selection order and kept indices, and the compaction buffer.
-  const uint64_t cap = p.kv_capacity_tokens;
-  p.attention_bytes = plan_align(threads * cap * 4) + plan_align(threads * uint64_t(s.head_dim) * 4) +
-                      plan_align(uint64_t(s.head_dim / 2) * 4) * 2;
-  if (c.obs_window > 0) {
-    // Per worker; and the cos/sin of the observation and lookahead queries.
-    p.attention_bytes += plan_align(threads * cap * 4) * 5 + plan_align(threads * cap * (uint64_t(s.head_dim) * 4 + 4)) +
-                         plan_align(uint64_t(c.obs_window) * 2 * 4 * (s.head_dim / 2) * 4);
+  const uint64_t heads = uint64_t(s.n_layers) * s.n_kv_heads;
+  const uint64_t cap = uint64_t(c.kv_budget_tokens) + chunk;  // budget + one chunk of staging
+  const uint64_t pairs = s.head_dim / 2;
+  const uint64_t snap = obs_window > 0 ? 1 : 0;  // SnapKV's buffers exist only for its policies
+  switch (r) {
+    case Region::Tokenizer: return s.tokenizer_bytes;
+    case Region::RopeInvFreq: return pairs;
+    case Region::BackendState: return c.backend_bytes;
+    case Region::SlotRecords: return slots * kSlotStateBytes;
+    case Region::KvKeysValues: return 2 * heads * cap * s.head_dim;
+    case Region::KvPositions: return heads * cap;
+    case Region::KvObservations:
+    case Region::KvLookahead: return uint64_t(s.n_layers) * obs_window * q_dim;
+    case Region::Logits: return s.vocab_size;
+    case Region::X:
+    case Region::Xb: return chunk * s.dim;
+    case Region::Q:
+    case Region::Att: return chunk * q_dim;
+    case Region::K:
+    case Region::V: return chunk * kv_dim;
+    case Region::Hb:
+    case Region::Hb2: return chunk * s.ffn_dim;
+    case Region::Xq: return chunk * act_block_count(max_u64(max_u64(s.dim, q_dim), s.ffn_dim));
+    case Region::RopeCos:
+    case Region::RopeSin: return chunk * pairs;
+    case Region::AttRows: return threads * cap;
+    case Region::QRot: return threads * s.head_dim;
+    case Region::ShiftCos:
+    case Region::ShiftSin: return pairs;
+    case Region::SnapRows:
+    case Region::SnapSums:
+    case Region::SnapPooled:
+    case Region::SnapOrder:
+    case Region::SnapKeep: return snap * threads * cap;
+    case Region::SnapCompact: return snap * threads * cap * (uint64_t(s.head_dim) * 4 + 4);
+    case Region::SnapRope: return uint64_t(obs_window) * 2 * 4 * pairs;
+    case Region::LogitRows: return logit_rows * s.vocab_size;
+    case Region::Sampler: return uint64_t(s.vocab_size) * 8 + (uint64_t(s.vocab_size) + 31) / 32 * 4 + 16;
+    case Region::Text: return kTextScratchBytes;
+    case Region::kCount: break;
   }
-  p.logit_rows_bytes = plan_align(logit_rows * s.vocab_size * 4);
-  // Sampler: (logit, id) candidates over the vocabulary and a bitmap of seen tokens.
-  p.sampler_bytes = plan_align(uint64_t(s.vocab_size) * 8 + (uint64_t(s.vocab_size) + 31) / 32 * 4 + 16);
-  p.text_bytes = kTextScratchBytes;
-  p.scratch_bytes = p.activation_bytes + p.attention_bytes + p.logit_rows_bytes + p.sampler_bytes + p.text_bytes;
+  return 0;
+}
+
+struct RegionPlan {
+  uint64_t offset = 0;  // in its arena; per-slot regions: slot 0's, the others slot_stride apart
+  uint64_t bytes = 0;   // one instance, aligned
+  uint64_t elements = 0;
+};
+
+struct MemoryPlan {
+  RegionPlan regions[kRegionCount] = {};
+  uint32_t slots = 1;
+  uint64_t slot_stride_bytes = 0;   // one slot's block of per-slot regions
+  uint64_t kv_capacity_tokens = 0;  // per slot: budget + one prefill chunk before compression
+  uint32_t obs_window = 0;          // SnapKV observation queries kept (0: the policy uses none)
+  uint64_t persistent_bytes = 0;
+  uint64_t scratch_bytes = 0;
+  // Sums by RegionGroup. Persistent: KV caches of all slots; logits and slot records;
+  // tokenizer tables; RoPE frequencies; backend state.
+  uint64_t kv_bytes = 0, logits_bytes = 0, tokenizer_bytes = 0, rope_bytes = 0, backend_bytes = 0;
+  // Scratch: one chunk's activations; attention rows (and SnapKV's); logit rows; sampler; text.
+  uint64_t activation_bytes = 0, attention_bytes = 0, logit_rows_bytes = 0, sampler_bytes = 0, text_bytes = 0;
+
+  // All instances of `r`.
+  constexpr uint64_t region_bytes(Region r) const {
+    return regions[uint32_t(r)].bytes * (region_info(r).per_slot ? slots : 1);
+  }
+  // Offset of `r` of `slot` in its arena.
+  constexpr uint64_t region_offset(Region r, uint32_t slot = 0) const {
+    return regions[uint32_t(r)].offset + (region_info(r).per_slot ? slot * slot_stride_bytes : 0);
+  }
+};
+
+// The one walk: offsets and totals. Persistent: global regions, then the slots' blocks;
+// scratch: its regions in order. Each region starts 64-byte aligned.
+constexpr MemoryPlan plan_memory(const PlanShape& s, const PlanConfig& c, const KvPolicyConfig& kv) {
+  MemoryPlan p{};
+  const uint32_t obs = plan_obs_window(kv);
+  p.slots = c.slots ? c.slots : 1;
+  p.obs_window = obs;
+  p.kv_capacity_tokens = uint64_t(c.kv_budget_tokens) + (c.chunk_tokens ? c.chunk_tokens : 1);
+  for (const RegionInfo& r : kRegions) {
+    RegionPlan& rp = p.regions[uint32_t(r.id)];
+    rp.elements = region_elements(r.id, s, c, obs);
+    rp.bytes = plan_align(rp.elements * r.elem_bytes);
+  }
+  // Persistent: globals first, then one block per slot.
+  uint64_t at = 0;
+  for (const RegionInfo& r : kRegions) {
+    if (r.arena != PlanArena::Persistent || r.per_slot) continue;
+    p.regions[uint32_t(r.id)].offset = at;
+    at += p.regions[uint32_t(r.id)].bytes;
+  }
+  uint64_t in_slot = 0;
+  for (const RegionInfo& r : kRegions) {
+    if (!r.per_slot) continue;
+    p.regions[uint32_t(r.id)].offset = at + in_slot;
+    in_slot += p.regions[uint32_t(r.id)].bytes;
+  }
+  p.slot_stride_bytes = in_slot;
+  p.persistent_bytes = at + in_slot * p.slots;
+  at = 0;
+  for (const RegionInfo& r : kRegions) {
+    if (r.arena != PlanArena::Scratch) continue;
+    p.regions[uint32_t(r.id)].offset = at;
+    at += p.regions[uint32_t(r.id)].bytes;
+  }
+  p.scratch_bytes = at;
+  for (const RegionInfo& r : kRegions) {
+    const uint64_t b = p.region_bytes(r.id);
+    switch (r.group) {
+      case RegionGroup::Tokenizer: p.tokenizer_bytes += b; break;
+      case RegionGroup::Rope: p.rope_bytes += b; break;
+      case RegionGroup::Backend: p.backend_bytes += b; break;
+      case RegionGroup::Kv: p.kv_bytes += b; break;
+      case RegionGroup::Logits: p.logits_bytes += b; break;
+      case RegionGroup::Activations: p.activation_bytes += b; break;
+      case RegionGroup::Attention: p.attention_bytes += b; break;
+      case RegionGroup::LogitRows: p.logit_rows_bytes += b; break;
+      case RegionGroup::Sampler: p.sampler_bytes += b; break;
+      case RegionGroup::Text: p.text_bytes += b; break;
+    }
+  }
   return p;
+}
+
+// A region's buffer of `slot` inside arenas laid out by `plan`. Arenas are checked against the
+// plan's totals once (Runtime::init); each slice is then in bounds by construction.
+class RegionMap {
+ public:
+  RegionMap() = default;
+  RegionMap(const MemoryPlan* plan, uint8_t* persistent, uint8_t* scratch)
+      : plan_(plan), persistent_(persistent), scratch_(scratch) {}
+
+  template <typename T>
+  T* get(Region r, uint32_t slot = 0) const {
+    static_assert(alignof(T) <= kPlanAlign, "regions are 64-byte aligned");
+    if (!plan_ || region_info(r).elem_bytes % sizeof(T) != 0 || slot >= plan_->slots) return nullptr;
+    if (plan_->regions[uint32_t(r)].bytes == 0) return nullptr;
+    uint8_t* base = region_info(r).arena == PlanArena::Persistent ? persistent_ : scratch_;
+    return reinterpret_cast<T*>(base + plan_->region_offset(r, slot));
+  }
+  // Bytes of one instance of `r`.
+  uint64_t bytes(Region r) const { return plan_ ? plan_->regions[uint32_t(r)].bytes : 0; }
+
+ private:
+  const MemoryPlan* plan_ = nullptr;
+  uint8_t* persistent_ = nullptr;
+  uint8_t* scratch_ = nullptr;
+};
+
+// What the backend's per-model state may depend on.
+constexpr BackendPlan backend_plan(const PlanConfig& c) {
+  return BackendPlan{c.threads ? c.threads : 1, c.kv_budget_tokens + (c.chunk_tokens ? c.chunk_tokens : 1)};
 }
 
 }  // namespace keel

@@ -9,8 +9,8 @@
 
 namespace keel {
 
-MemoryPlan Runtime::plan(const Model& model, const PlanConfig& config) {
-  return plan_memory(plan_shape(model), config);
+MemoryPlan Runtime::plan(const Model& model, const RuntimeConfig& config) {
+  return plan_memory(plan_shape(model), config.plan, config.kv);
 }
 
 Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_t> persistent, Span<uint8_t> scratch,
@@ -27,68 +27,65 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
   KEEL_ENSURE(reinterpret_cast<uintptr_t>(persistent.data()) % kPlanAlign == 0 &&
                   reinterpret_cast<uintptr_t>(scratch.data()) % kPlanAlign == 0,
               Status::InvalidArgument, "arenas must be %llu-byte aligned", (unsigned long long)kPlanAlign);
-  const MemoryPlan p = plan(model, pc);
+  plan_ = plan(model, config);
+  const MemoryPlan& p = plan_;
   KEEL_ENSURE(persistent.size() >= p.persistent_bytes, Status::ArenaTooSmall,
               "persistent arena is %zu bytes; the plan needs %llu", persistent.size(),
               (unsigned long long)p.persistent_bytes);
   KEEL_ENSURE(scratch.size() >= p.scratch_bytes, Status::ArenaTooSmall,
               "scratch arena is %zu bytes; the plan needs %llu", scratch.size(), (unsigned long long)p.scratch_bytes);
   KEEL_TRY(validate_kv_policy(config.kv, pc.kv_budget_tokens, pc.chunk_tokens));
-  KEEL_ENSURE(!kv_policy_uses_snapkv(config.kv.kind) || (pc.obs_window >= config.kv.obs_window),
-              Status::InvalidArgument,
-              "policy %s needs a plan with a SnapKV observation window of %" PRIu32 " (plan has %" PRIu32 ")",
-              kv_policy_name(config.kv.kind), config.kv.obs_window, pc.obs_window);
-  Result<Backend> b = select_backend(config.backend);
+  Result<Backend*> b = make_backend(config.backend, pool, backend_storage_);
   if (!b.ok()) return b.error();
+  backend_ = b.value();
+  const RegionMap regions(&plan_, persistent.data(), scratch.data());
 
-  persistent_.reset(persistent.data(), persistent.size());
-  scratch_.reset(scratch.data(), scratch.size());
-  // The tokenizer's tables take at most its planned bytes; the rest of that block stays unused
-  // so the arena's layout is exactly the plan's.
-  const size_t tok_mark = persistent_.used();
-  KEEL_TRY(tokenizer_.init(model.meta()->tokenizer(), persistent_));
-  const size_t tok_used = persistent_.used() - tok_mark;
-  KEEL_ENSURE(tok_used <= p.tokenizer_bytes, Status::Internal, "tokenizer took %zu bytes, planned %llu", tok_used,
-              (unsigned long long)p.tokenizer_bytes);
-  persistent_.allocate(p.tokenizer_bytes - tok_used, 1);
+  // The tokenizer's tables take at most their planned bytes.
+  Arena tokenizer_arena(regions.get<uint8_t>(Region::Tokenizer), regions.bytes(Region::Tokenizer));
+  KEEL_TRY(tokenizer_.init(model.meta()->tokenizer(), tokenizer_arena));
+  tokenizer_used_bytes_ = tokenizer_arena.used();
   KEEL_ENSURE(text::Tokenizer::scratch_bytes() <= kTextScratchBytes, Status::Internal,
               "tokenizer scratch %zu exceeds the planned %llu", text::Tokenizer::scratch_bytes(),
               (unsigned long long)kTextScratchBytes);
-  KEEL_TRY(transformer_.init(model, b.value(), pc, persistent_, scratch_, pool));
+  KEEL_TRY(backend_->create_state(model, backend_plan(pc),
+                                  Span<uint8_t>(regions.get<uint8_t>(Region::BackendState), regions.bytes(Region::BackendState))));
+  KEEL_TRY(transformer_.init(model, *backend_, pc, regions));
+  SnapScratch snap;
+  snap.rows = regions.get<float>(Region::SnapRows);
+  snap.sums = regions.get<float>(Region::SnapSums);
+  snap.pooled = regions.get<float>(Region::SnapPooled);
+  snap.order = regions.get<uint32_t>(Region::SnapOrder);
+  snap.keep = regions.get<uint32_t>(Region::SnapKeep);
+  snap.compact = regions.get<uint8_t>(Region::SnapCompact);
+  snap.rope = regions.get<float>(Region::SnapRope);
+  KEEL_TRY(kv_.init(config.kv, pc.kv_budget_tokens, pc.chunk_tokens, uint32_t(p.kv_capacity_tokens), pc.threads, snap,
+                    pool, &transformer_));
   KEEL_ENSURE(text::Sampler::arena_bytes(model.shape().vocab_size) <= p.sampler_bytes, Status::Internal,
               "sampler needs %zu bytes, planned %llu", text::Sampler::arena_bytes(model.shape().vocab_size),
               (unsigned long long)p.sampler_bytes);
-  sampler_mem_ = static_cast<uint8_t*>(scratch_.allocate(p.sampler_bytes));
-  text_mem_ = static_cast<uint8_t*>(scratch_.allocate(p.text_bytes));
-  KEEL_ENSURE(sampler_mem_ && text_mem_, Status::ArenaTooSmall, "scratch arena too small for sampler and text");
-  KEEL_ENSURE(scratch_.used() == p.scratch_bytes, Status::Internal, "scratch arena use %zu differs from the plan %llu",
-              scratch_.used(), (unsigned long long)p.scratch_bytes);
+  sampler_mem_ = regions.get<uint8_t>(Region::Sampler);
+  text_mem_ = regions.get<uint8_t>(Region::Text);
 
   const KvShape kvs{model.shape().n_layers,        model.shape().n_kv_heads,
                     model.shape().head_dim,        uint32_t(p.kv_capacity_tokens),
                     pc.kv_budget_tokens,           model.shape().n_heads * model.shape().head_dim,
-                    pc.obs_window};
-  // Slot records: one block of kSlotStateBytes per slot, then each slot's cache and logits.
+                    p.obs_window};
   static_assert(sizeof(Slot) <= kSlotStateBytes, "slot record exceeds its planned bytes");
-  uint8_t* records = static_cast<uint8_t*>(persistent_.allocate(uint64_t(pc.slots) * kSlotStateBytes));
-  KEEL_ENSURE(records, Status::ArenaTooSmall, "persistent arena too small for %" PRIu32 " slot records", pc.slots);
-  slot_stride_ = kSlotStateBytes;
-  slots_ = records;
+  slots_ = regions.get<uint8_t>(Region::SlotRecords);
   for (uint32_t i = 0; i < pc.slots; ++i) {
-    Slot* s = new (records + uint64_t(i) * kSlotStateBytes) Slot();
-    KEEL_TRY(s->kv.init(kvs, persistent_));
-    s->logits = persistent_.allocate_array<float>(model.shape().vocab_size);
-    KEEL_ENSURE(s->logits, Status::ArenaTooSmall, "persistent arena too small for the logits of slot %" PRIu32, i);
+    Slot* s = new (slots_ + uint64_t(i) * kSlotStateBytes) Slot();
+    KvBuffers kb;
+    kb.keys_values = regions.get<uint16_t>(Region::KvKeysValues, i);
+    kb.positions = regions.get<int32_t>(Region::KvPositions, i);
+    kb.observations = regions.get<float>(Region::KvObservations, i);
+    kb.lookahead = regions.get<float>(Region::KvLookahead, i);
+    KEEL_TRY(s->kv.init(kvs, kb));
+    s->logits = regions.get<float>(Region::Logits, i);
     Arena sampler_arena(sampler_mem_, p.sampler_bytes);
     KEEL_TRY(s->sampler.init(text::SamplerConfig{}, model.shape().vocab_size, sampler_arena));
   }
-  KEEL_ENSURE(persistent_.used() == p.persistent_bytes, Status::Internal,
-              "persistent arena use %zu differs from the plan %llu", persistent_.used(),
-              (unsigned long long)p.persistent_bytes);
   model_ = &model;
   config_ = config;
-  plan_ = p;
-  backend_ = b.value();
   return Error();
 }
 
@@ -100,80 +97,27 @@ Error Runtime::check_slot(uint32_t slot) const {
 }
 
 Runtime::Slot& Runtime::slot_at(uint32_t i) const {
-  return *reinterpret_cast<Slot*>(slots_ + uint64_t(i) * slot_stride_);
-}
-
-Error Runtime::make_room(Slot& s, uint32_t n) {
-  // Only `full` refuses: it may grow to the budget, never past it. The others evict or compress.
-  if (config_.kv.kind != KvPolicyKind::Full) return Error();
-  const uint64_t budget = config_.plan.kv_budget_tokens;
-  KEEL_ENSURE(s.kv.visible() + uint64_t(n) <= budget, Status::KvFull,
-              "sequence of %" PRIu32 " tokens + %" PRIu32 " new exceeds the KV budget of %llu tokens (policy full)",
-              s.kv.visible(), n, (unsigned long long)budget);
-  return Error();
-}
-
-Error Runtime::settle(Slot& s, uint32_t n, bool prefill, bool lookahead) {
-  const KvPolicyConfig& p = config_.kv;
-  const uint32_t budget = config_.plan.kv_budget_tokens;
-  KvCache& kv = s.kv;
-  const bool overflow = kv.visible() + n > budget;
-  switch (p.kind) {
-    case KvPolicyKind::Full:
-    case KvPolicyKind::Window:
-      kv.append_ring(n);
-      return Error();
-    case KvPolicyKind::Streaming:
-      if (overflow && kv.prefix() == 0 && kv.evicted() == 0) kv.pin_sinks(p.sinks);
-      kv.append_ring(n);
-      return Error();
-    case KvPolicyKind::SnapKV:
-      if (!overflow) {
-        kv.append_ring(n);
-        return Error();
-      }
-      return transformer_.compress_snapkv(kv, n, prefill ? budget : snapkv_decode_target(budget, config_.plan.chunk_tokens),
-                                          0, p.obs_window, snap_kernel_of(p), lookahead);
-    case KvPolicyKind::SnapStream: {
-      const uint32_t ring = snapstream_window(p, budget);
-      // Prompt chunks (and a first overflow while decoding) are compressed by SnapKV: the newest
-      // `ring` tokens stay whole in the recent ring, the older ones compete for the prefix.
-      // Afterwards generated tokens cycle through the ring, pushing out the prompt's tail.
-      if (overflow && (prefill || kv.prefix() == 0)) {
-        return transformer_.compress_snapkv(kv, n, budget, p.sinks, p.obs_window, snap_kernel_of(p), lookahead, ring);
-      }
-      kv.append_ring(n);
-      return Error();
-    }
-  }
-  return Error(Status::Internal, "unknown KV policy");
+  return *reinterpret_cast<Slot*>(slots_ + uint64_t(i) * kSlotStateBytes);
 }
 
 Error Runtime::prefill(uint32_t slot, Span<const int32_t> tokens) {
   KEEL_TRY(check_slot(slot));
   KEEL_ENSURE(!tokens.empty(), Status::InvalidArgument, "prefill of 0 tokens");
   Slot& s = slot_at(slot);
-  const uint32_t vocab = model_->shape().vocab_size;
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    KEEL_ENSURE(tokens[i] >= 0 && uint32_t(tokens[i]) < vocab, Status::InvalidArgument,
-                "token id %" PRId32 " at %zu; expected 0..%" PRIu32, tokens[i], i, vocab - 1);
-  }
+  KEEL_TRY(model_->check_tokens(tokens));
   KEEL_ENSURE(tokens.size() <= 0xffffffffu, Status::PromptTooLong, "prompt of %zu tokens", tokens.size());
-  KEEL_TRY(make_room(s, uint32_t(tokens.size())));
+  KEEL_TRY(kv_.make_room(s.kv, tokens.size()));
   const uint32_t chunk = config_.plan.chunk_tokens;
-  // SnapKV scores each chunk's compression also by the prompt's last queries, computed first:
-  // otherwise a chunk is judged only by its own end, before the question at the prompt's end
-  // exists, and what the question asks for may already be gone (docs/kv.md).
-  const bool ahead = kv_policy_uses_snapkv(config_.kv.kind) &&
-                     uint64_t(s.kv.visible()) + tokens.size() > config_.plan.kv_budget_tokens &&
-                     tokens.size() > chunk;
-  if (ahead) KEEL_TRY(capture_lookahead(s, tokens));
+  // SnapKV scores each chunk's compression also by the prompt's last queries, computed first.
+  const uint32_t look = kv_.lookahead_tokens(s.kv, tokens.size());
+  const bool ahead = look > 0;
+  if (ahead) KEEL_TRY(capture_lookahead(s, tokens, look));
   for (size_t done = 0; done < tokens.size();) {
     const uint32_t n = uint32_t(tokens.size() - done < chunk ? tokens.size() - done : chunk);
     const bool last = done + n == tokens.size();
     Error e = transformer_.forward(s.kv, tokens.data() + done, n, last ? s.logits : nullptr, last ? 1 : 0);
     // The last chunk holds the real end of the prompt: its own queries are the lookahead.
-    if (e.ok()) e = settle(s, n, true, ahead && !last);
+    if (e.ok()) e = kv_.settle(s.kv, n, true, ahead && !last);
     if (!e.ok()) {
       // A prompt refused half-way leaves no half of it behind: the slot starts over.
       clear_slot(s);
@@ -187,12 +131,7 @@ Error Runtime::prefill(uint32_t slot, Span<const int32_t> tokens) {
   return Error();
 }
 
-Error Runtime::capture_lookahead(Slot& s, Span<const int32_t> tokens) {
-  uint32_t n = s.kv.shape().obs_window;
-  if (n > config_.plan.chunk_tokens) n = config_.plan.chunk_tokens;
-  if (n > config_.kv.obs_window) n = config_.kv.obs_window;
-  if (n > tokens.size()) n = uint32_t(tokens.size());
-  if (n == 0) return Error();
+Error Runtime::capture_lookahead(Slot& s, Span<const int32_t> tokens, uint32_t n) {
   s.kv.begin_lookahead();
   const Error e = transformer_.forward(s.kv, tokens.data() + (tokens.size() - n), n, nullptr, 0);
   s.kv.end_lookahead(e.ok() ? n : 0);
@@ -202,11 +141,10 @@ Error Runtime::capture_lookahead(Slot& s, Span<const int32_t> tokens) {
 Error Runtime::decode(uint32_t slot, int32_t token) {
   KEEL_TRY(check_slot(slot));
   Slot& s = slot_at(slot);
-  KEEL_ENSURE(token >= 0 && uint32_t(token) < model_->shape().vocab_size, Status::InvalidArgument,
-              "token id %" PRId32 "; expected 0..%" PRIu32, token, model_->shape().vocab_size - 1);
-  KEEL_TRY(make_room(s, 1));
+  KEEL_TRY(model_->check_tokens(Span<const int32_t>(&token, 1)));
+  KEEL_TRY(kv_.make_room(s.kv, 1));
   KEEL_TRY(transformer_.forward(s.kv, &token, 1, s.logits, 1));
-  KEEL_TRY(settle(s, 1, false));
+  KEEL_TRY(kv_.settle(s.kv, 1, false, false));
   s.decoded += 1;
   remember(s, &token, 1);
   return Error();
@@ -216,18 +154,15 @@ Error Runtime::score(uint32_t slot, Span<const int32_t> tokens, void (*fn)(void*
   KEEL_TRY(check_slot(slot));
   Slot& s = slot_at(slot);
   const uint32_t vocab = model_->shape().vocab_size;
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    KEEL_ENSURE(tokens[i] >= 0 && uint32_t(tokens[i]) < vocab, Status::InvalidArgument,
-                "token id %" PRId32 " at %zu; expected 0..%" PRIu32, tokens[i], i, vocab - 1);
-  }
-  KEEL_TRY(make_room(s, uint32_t(tokens.size() > 0xffffffffu ? 0xffffffffu : tokens.size())));
+  KEEL_TRY(model_->check_tokens(tokens));
+  KEEL_TRY(kv_.make_room(s.kv, tokens.size()));
   const uint32_t step = config_.plan.logit_rows < config_.plan.chunk_tokens ? config_.plan.logit_rows
                                                                             : config_.plan.chunk_tokens;
   float* rows = transformer_.logit_rows();
   for (size_t done = 0; done < tokens.size();) {
     const uint32_t n = uint32_t(tokens.size() - done < step ? tokens.size() - done : step);
     KEEL_TRY(transformer_.forward(s.kv, tokens.data() + done, n, rows, n));
-    KEEL_TRY(settle(s, n, true));
+    KEEL_TRY(kv_.settle(s.kv, n, true, false));
     for (uint32_t t = 0; t < n; ++t) fn(ctx, done + t, rows + uint64_t(t) * vocab);
     done += n;
   }
@@ -294,9 +229,12 @@ uint64_t Runtime::sequence_length(uint32_t slot) const {
 
 RuntimeStats Runtime::stats() const {
   RuntimeStats st;
-  st.persistent_used_bytes = persistent_.used();
+  // Every region is placed at its planned offset (RegionMap), so the arenas are used exactly as
+  // planned; the tokenizer is the one region filled to a measured extent within its bytes.
+  st.persistent_used_bytes = model_ ? plan_.persistent_bytes : 0;
   st.persistent_planned_bytes = plan_.persistent_bytes;
-  st.scratch_high_water_bytes = scratch_.high_water();
+  st.tokenizer_used_bytes = tokenizer_used_bytes_;
+  st.scratch_high_water_bytes = model_ ? plan_.scratch_bytes : 0;
   st.scratch_planned_bytes = plan_.scratch_bytes;
   for (uint32_t i = 0; model_ && i < config_.plan.slots; ++i) {
     st.tokens_prefilled += slot_at(i).prefilled;

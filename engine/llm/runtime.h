@@ -5,13 +5,14 @@
 
 #include <cstdint>
 
+#include "backend/registry.h"
 #include "core/arena.h"
 #include "core/result.h"
 #include "core/span.h"
 #include "core/threads.h"
 #include "kv/kv_cache.h"
+#include "kv/kv_manager.h"
 #include "kv/kv_policy.h"
-#include "llm/backend.h"
 #include "llm/plan.h"
 #include "llm/transformer.h"
 #include "model/model.h"
@@ -29,6 +30,7 @@ struct RuntimeConfig {
 struct RuntimeStats {
   uint64_t persistent_used_bytes = 0;
   uint64_t persistent_planned_bytes = 0;
+  uint64_t tokenizer_used_bytes = 0;  // of the tokenizer region
   uint64_t scratch_high_water_bytes = 0;
   uint64_t scratch_planned_bytes = 0;
   uint64_t tokens_prefilled = 0;
@@ -38,7 +40,7 @@ struct RuntimeStats {
 class Runtime {
  public:
   // The plan for this model and configuration (what init() will take from the arenas).
-  static MemoryPlan plan(const Model& model, const PlanConfig& config);
+  static MemoryPlan plan(const Model& model, const RuntimeConfig& config);
 
   // Lays out the arenas. `persistent` and `scratch` must be 64-byte aligned and at least the
   // planned sizes (ArenaTooSmall names both numbers otherwise). The model must stay loaded.
@@ -73,11 +75,10 @@ class Runtime {
 
   const Model& model() const { return *model_; }
   const text::Tokenizer& tokenizer() const { return tokenizer_; }
-  const Backend& backend() const { return backend_; }
+  const Backend& backend() const { return *backend_; }
   const MemoryPlan& memory_plan() const { return plan_; }
   const RuntimeConfig& config() const { return config_; }
   RuntimeStats stats() const;
-  Arena& scratch() { return scratch_; }
   uint32_t slots() const { return config_.plan.slots; }
 
  private:
@@ -93,15 +94,9 @@ class Runtime {
   };
   void remember(Slot& s, const int32_t* tokens, size_t n);
   Error check_slot(uint32_t slot) const;
-  Error make_room(Slot& s, uint32_t n);
-  // After a forward pass staged `n` entries: the policy turns them into ring entries, evicting
-  // or compressing as it must, so the cache is back within the budget.
-  // Applies the KV policy after a forward pass of `n` tokens. `lookahead`: the cache holds the
-  // queries of the prompt's end, which SnapKV compressions use as well.
-  Error settle(Slot& s, uint32_t n, bool prefill, bool lookahead = false);
-  // Before a prompt that will overflow the budget under a SnapKV policy: runs its last tokens
-  // once to keep their queries (KvCache lookahead). Leaves the cache as it was.
-  Error capture_lookahead(Slot& s, Span<const int32_t> tokens);
+  // Runs the prompt's last `n` tokens once to keep their queries (KvCache lookahead), when the
+  // KV policy asks for them. Leaves the cache as it was.
+  Error capture_lookahead(Slot& s, Span<const int32_t> tokens, uint32_t n);
   // Empties a slot: cache, counters, recent tokens (reset, and a prefill refused half-way).
   void clear_slot(Slot& s);
   Slot& slot_at(uint32_t i) const;
@@ -109,15 +104,15 @@ class Runtime {
   const Model* model_ = nullptr;
   RuntimeConfig config_;
   MemoryPlan plan_;
-  Backend backend_;
-  Arena persistent_;
-  Arena scratch_;
+  BackendStorage backend_storage_;
+  Backend* backend_ = nullptr;
   text::Tokenizer tokenizer_;
   Transformer transformer_;
+  KvManager kv_;
+  uint64_t tokenizer_used_bytes_ = 0;
   uint8_t* sampler_mem_ = nullptr;  // scratch region shared by the slots' samplers
   uint8_t* text_mem_ = nullptr;     // scratch region for tokenize()
-  uint8_t* slots_ = nullptr;  // [slots] records of slot_stride_ bytes in the persistent arena
-  uint64_t slot_stride_ = 0;
+  uint8_t* slots_ = nullptr;        // [slots][kSlotStateBytes] records in the persistent arena
 };
 
 }  // namespace keel

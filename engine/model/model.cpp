@@ -351,4 +351,13 @@ TensorView Model::tensor(TensorRole role, int layer) const {
   return v;
 }
 
+Error Model::check_tokens(Span<const int32_t> tokens) const {
+  const uint32_t vocab = shape_.vocab_size;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    KEEL_ENSURE(tokens[i] >= 0 && uint32_t(tokens[i]) < vocab, Status::InvalidArgument,
+                "token id %" PRId32 " at %zu; expected 0..%" PRIu32, tokens[i], i, vocab - 1);
+  }
+  return Error();
+}
+
 }  // namespace keel

@@ -59,6 +59,8 @@ class Model {
   // Tensor of a role in a layer (layer ignored for global roles); empty view if absent.
   TensorView tensor(fb::TensorRole role, int layer = -1) const;
   uint64_t weights_bytes() const { return data_size_; }
+  // InvalidArgument naming the first id outside the vocabulary and its index.
+  Error check_tokens(Span<const int32_t> tokens) const;
 
  private:
   const fb::Model* meta_ = nullptr;

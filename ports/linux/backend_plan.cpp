@@ -3,13 +3,14 @@
 #include <cstdlib>
 #include <memory>
 
-#include "llm/transformer.h"
+#include "backend/registry.h"
 
 namespace keel::port {
 
 bool reserve_backend_bytes(const Model& model, RuntimeConfig& config, std::string& error) {
   config.plan.backend_bytes = 0;
-  const uint64_t work_bytes = xnnpack_work_bytes(model, config.plan, config.backend);
+  const BackendPlan bp = backend_plan(config.plan);
+  const uint64_t work_bytes = backend_state_work_bytes(model, config.backend, bp);
   if (work_bytes == 0) return true;
   struct Free {
     void operator()(uint8_t* p) const { free(p); }
@@ -19,7 +20,7 @@ bool reserve_backend_bytes(const Model& model, RuntimeConfig& config, std::strin
     error = "cannot reserve " + std::to_string(work_bytes) + " bytes to measure the backend's state";
     return false;
   }
-  Result<uint64_t> r = xnnpack_persistent_bytes(model, config.plan, config.backend, Span<uint8_t>(work.get(), work_bytes));
+  Result<uint64_t> r = backend_state_bytes(model, config.backend, bp, Span<uint8_t>(work.get(), work_bytes));
   if (!r.ok()) {
     error = std::string(to_string(r.error().status())) + ": " + r.error().message();
     return false;

@@ -43,10 +43,9 @@ int main(int argc, char** argv) {
   keel::RuntimeConfig rc;
   rc.kv.kind = keel::KvPolicyKind::SnapStream;
   rc.plan.kv_budget_tokens = kBudgetTokens;
-  rc.plan.obs_window = rc.kv.obs_window;
   rc.plan.chunk_tokens = 16;
   if (!keel::port::reserve_backend_bytes(model, rc, error)) return check_failed(error.c_str());
-  const keel::MemoryPlan plan = keel::Runtime::plan(model, rc.plan);
+  const keel::MemoryPlan plan = keel::Runtime::plan(model, rc);
   // One block for both arenas, as a static array would be on a device.
   const uint64_t persistent_bytes = keel::align_up(plan.persistent_bytes, 64);
   uint8_t* block = static_cast<uint8_t*>(aligned_alloc(64, persistent_bytes + keel::align_up(plan.scratch_bytes, 64)));

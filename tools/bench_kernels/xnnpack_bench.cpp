@@ -502,7 +502,7 @@ void bench_model(Ctx& cx, const std::string& dir) {
           keel::xnnpack_persistent_bytes(model, rc.plan, kind, keel::Span<uint8_t>(work.ptr, work_bytes));
       if (!bytes.ok()) check(bytes.error());
       rc.plan.backend_bytes = bytes.value();
-      const keel::MemoryPlan p = keel::Runtime::plan(model, rc.plan);
+      const keel::MemoryPlan p = keel::Runtime::plan(model, rc);
       e->persistent = std::make_unique<Buffer>(p.persistent_bytes);
       e->scratch = std::make_unique<Buffer>(p.scratch_bytes);
       check(e->rt.init(model, rc, keel::Span<uint8_t>(e->persistent->ptr, p.persistent_bytes),

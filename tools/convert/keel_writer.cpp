@@ -324,7 +324,7 @@ bool write_keel(const SourceModel& m, const WriteOptions& opts, const std::strin
   pc.kv_budget_tokens = opts.kv.budget_tokens;
   pc.slots = opts.slots;
   pc.chunk_tokens = opts.chunk_tokens;
-  const keel::MemoryPlan plan = keel::plan_memory(plan_shape(m), pc);
+  const keel::MemoryPlan plan = keel::plan_memory(plan_shape(m), pc, kv_policy_config(opts.kv));
 
   // 2. Metadata: build once to learn its size, then again with the final data offset. All
   // fields are forced present, so the size does not change between the two builds.

@@ -24,6 +24,16 @@ struct KvDefaultsOptions {
   uint32_t snap_kernel = 7;
 };
 
+// The engine's policy configuration these defaults describe (what the memory plan depends on).
+inline KvPolicyConfig kv_policy_config(const KvDefaultsOptions& o) {
+  KvPolicyConfig c;
+  c.kind = static_cast<KvPolicyKind>(o.policy);
+  c.sinks = o.sinks;
+  c.window = o.window;
+  c.obs_window = o.obs_window;
+  return c;
+}
+
 struct WriteOptions {
   QuantMode quant = QuantMode::Keep;
   KvDefaultsOptions kv;

@@ -150,13 +150,13 @@ int cmd_bench(int argc, char** argv) {
     gbps = measure_read_bandwidth_gbps(1ull << 30, session.threads(), 5);
     ceiling = gbps * 1e9 / bytes_per_token;
   }
-  const char* backend = backend_name(rt.backend().kind);
+  const char* backend = backend_name(rt.backend().kind());
   if (json) {
     printf("{\"model\":%s,\"weights_bytes\":%llu,\"backend\":\"%s\",\"matmul_kernels\":\"%s\",\"threads\":%u,"
            "\"depth\":%u,\"repetitions\":%u,\"peak_rss_bytes\":%llu,\"bytes_per_token\":%.0f,"
            "\"kv_bytes_per_cached_token\":%.0f,\"mean_cached_tokens\":%.1f,",
            json_string(model_name).c_str(), (unsigned long long)session.model().weights_bytes(), backend,
-           rt.backend().matmul->name, session.threads(), depth, reps, (unsigned long long)port::peak_rss_bytes(),
+           rt.backend().kernel_name(), session.threads(), depth, reps, (unsigned long long)port::peak_rss_bytes(),
            bytes_per_token, kv_bytes_per_token, mean_cached);
     if (bandwidth) printf("\"dram_read_gbps\":%.2f,\"decode_ceiling_tps\":%.2f,", gbps, ceiling);
     printf("\"results\":[");
@@ -173,7 +173,7 @@ int cmd_bench(int argc, char** argv) {
   printf("| model | size | backend | threads | test | t/s |\n| --- | ---: | --- | ---: | --- | ---: |\n");
   for (const Sample& s : results) {
     printf("| %s | %s | %s (%s) | %u | %s | %.2f ± %.2f |\n", model_name.c_str(),
-           human_bytes(session.model().weights_bytes()).c_str(), backend, rt.backend().matmul->name, session.threads(),
+           human_bytes(session.model().weights_bytes()).c_str(), backend, rt.backend().kernel_name(), session.threads(),
            s.test.c_str(), mean(s.tps), stddev(s.tps));
   }
   if (bandwidth) {

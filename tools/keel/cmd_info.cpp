@@ -78,7 +78,12 @@ int cmd_info(int argc, char** argv) {
   pc.slots = has_slots ? slots : (fp && fp->slots() ? fp->slots() : 1);
   pc.chunk_tokens = has_chunk ? chunk : (fp && fp->chunk_tokens() ? fp->chunk_tokens() : 64);
   pc.threads = threads;
-  const MemoryPlan plan = plan_memory(plan_shape(model), pc);
+  KvPolicyConfig kvc;
+  if (kv) {
+    kvc.kind = static_cast<KvPolicyKind>(kv->policy());
+    kvc.obs_window = kv->obs_window();
+  }
+  const MemoryPlan plan = plan_memory(plan_shape(model), pc, kvc);
 
   std::map<std::string, std::pair<uint64_t, uint64_t>> by_dtype;  // dtype -> (count, bytes)
   for (const fb::Tensor* t : *m->tensors()) {
@@ -119,12 +124,22 @@ int cmd_info(int argc, char** argv) {
     }
     printf("\"memory\":{\"kv_budget_tokens\":%u,\"slots\":%u,\"chunk_tokens\":%u,\"threads\":%u,"
            "\"weights_bytes\":%llu,\"persistent_bytes\":%llu,\"scratch_bytes\":%llu,\"kv_capacity_tokens\":%llu,"
-           "\"kv_bytes\":%llu,\"tokenizer_bytes\":%llu,\"total_bytes\":%llu}}\n",
+           "\"kv_bytes\":%llu,\"tokenizer_bytes\":%llu,\"total_bytes\":%llu,\"regions\":[",
            pc.kv_budget_tokens, pc.slots, pc.chunk_tokens, pc.threads, (unsigned long long)model.weights_bytes(),
            (unsigned long long)plan.persistent_bytes, (unsigned long long)plan.scratch_bytes,
            (unsigned long long)plan.kv_capacity_tokens, (unsigned long long)plan.kv_bytes,
            (unsigned long long)plan.tokenizer_bytes,
            (unsigned long long)(model.weights_bytes() + plan.persistent_bytes + plan.scratch_bytes));
+    // The plan's own table: every region with its bytes (all slots), summing to the arenas.
+    for (uint32_t i = 0; i < kRegionCount; ++i) {
+      const RegionInfo& r = kRegions[i];
+      printf("%s{\"name\":\"%s\",\"arena\":\"%s\",\"bytes\":%llu,\"elements\":%llu,\"per_slot\":%s,"
+             "\"shape\":%s}",
+             i ? "," : "", r.name, r.arena == PlanArena::Persistent ? "persistent" : "scratch",
+             (unsigned long long)plan.region_bytes(r.id), (unsigned long long)plan.regions[i].elements,
+             r.per_slot ? "true" : "false", json_string(r.shape).c_str());
+    }
+    printf("]}}\n");
     return 0;
   }
 

@@ -363,7 +363,7 @@ int cmd_memcheck(int argc, char** argv) {
            "\"scratch_high_water_bytes\":%llu,\"prefill_seconds\":%.3f,\"decode_seconds\":%.3f,"
            "\"seconds\":%.3f,\"cpu_seconds\":%.3f,\"tokens_per_second\":%.2f,\"rss_every\":%llu,\"rss_samples\":[",
            json_string(path).c_str(), kv_policy_name(session.policy()), (unsigned long long)budget,
-           backend_name(rt.backend().kind), rt.backend().matmul->name, session.threads(), probe::allocator_name(),
+           backend_name(rt.backend().kind()), rt.backend().kernel_name(), session.threads(), probe::allocator_name(),
            ids.size(), (unsigned long long)tokens, (unsigned long long)rt.sequence_length(0),
            (unsigned long long)rt.kv_cache(0).evicted(), (unsigned long long)window.allocations,
            (unsigned long long)window.frees, (unsigned long long)window.bytes, (unsigned long long)rss_start,
@@ -384,8 +384,8 @@ int cmd_memcheck(int argc, char** argv) {
     printf("]}\n");
   } else {
     printf("memcheck %s: policy %s, budget %llu, %s (%s), %u thread(s), allocator %s\n", path.c_str(),
-           kv_policy_name(session.policy()), (unsigned long long)budget, backend_name(rt.backend().kind),
-           rt.backend().matmul->name, session.threads(), probe::allocator_name());
+           kv_policy_name(session.policy()), (unsigned long long)budget, backend_name(rt.backend().kind()),
+           rt.backend().kernel_name(), session.threads(), probe::allocator_name());
     printf("  tokens       %zu prompt + %llu generated in %.2f s, %.2f s of CPU (decode %.1f t/s)\n", ids.size(),
            (unsigned long long)tokens, t_end - t0, cpu_end - cpu0, tps);
     printf("  allocator    %llu allocations, %llu frees after init\n", (unsigned long long)window.allocations,

@@ -114,7 +114,7 @@ int cmd_run(int argc, char** argv) {
     printf("],\"prompt_tokens\":%zu,\"generated_tokens\":%u,\"prefill_tps\":%.2f,\"decode_tps\":%.2f,"
            "\"backend\":\"%s\",\"threads\":%u,\"memory\":{\"weights_bytes\":%llu,\"persistent_bytes\":%llu,"
            "\"scratch_bytes\":%llu,\"peak_rss_bytes\":%llu}}\n",
-           ids.size(), generated, prefill_tps, decode_tps, backend_name(rt.backend().kind), session.threads(),
+           ids.size(), generated, prefill_tps, decode_tps, backend_name(rt.backend().kind()), session.threads(),
            (unsigned long long)session.model().weights_bytes(), (unsigned long long)p.persistent_bytes,
            (unsigned long long)p.scratch_bytes, (unsigned long long)port::peak_rss_bytes());
   } else {

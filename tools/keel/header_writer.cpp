@@ -14,7 +14,7 @@ bool write_model_header(const convert::SourceModel& model, const convert::WriteO
   c.slots = opts.slots;
   c.chunk_tokens = opts.chunk_tokens;
   c.threads = 1;
-  const MemoryPlan p = plan_memory(s, c);
+  const MemoryPlan p = plan_memory(s, c, convert::kv_policy_config(opts.kv));
 
   FILE* f = fopen(path.c_str(), "w");
   if (!f) {

@@ -96,7 +96,6 @@ uint32_t Session::default_budget() const {
 bool Session::start(uint32_t budget, std::string& error) {
   RuntimeConfig cfg;
   cfg.kv = policy_;
-  cfg.plan.obs_window = kv_policy_uses_snapkv(policy_.kind) ? policy_.obs_window : 0;
   if (opts_.backend == "auto") cfg.backend = BackendKind::Auto;
   else if (opts_.backend == "ref") cfg.backend = BackendKind::Ref;
   else if (opts_.backend == "native") cfg.backend = BackendKind::Native;
@@ -111,7 +110,7 @@ bool Session::start(uint32_t budget, std::string& error) {
   cfg.plan.threads = threads_;
   cfg.plan.logit_rows = opts_.logit_rows < opts_.chunk ? opts_.logit_rows : opts_.chunk;
   if (!port::reserve_backend_bytes(model_, cfg, error)) return false;
-  const MemoryPlan p = Runtime::plan(model_, cfg.plan);
+  const MemoryPlan p = Runtime::plan(model_, cfg);
   // The arenas are touched below; a plan larger than the machine's free memory would end in the
   // OOM killer instead of an error.
   const uint64_t need = p.persistent_bytes + p.scratch_bytes, avail = port::available_memory_bytes();

@@ -117,7 +117,7 @@ Error ModelOps::build(const Model& model, const ModelOpsConfig& config, Span<uin
       e = Error(Status::ArenaTooSmall,
                 measuring ? "XNNPACK measurement work memory of %zu bytes is too small (an operator asked for %zu)"
                           : "XNNPACK block of %zu bytes is too small (an operator asked for %zu more); plan it with "
-                            "xnnpack_persistent_bytes()",
+                            "backend_state_bytes()",
                 memory.size(), region.largest_refused);
     }
     if (err.ok() && !e.ok()) err = e;

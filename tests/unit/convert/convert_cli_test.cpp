@@ -160,7 +160,7 @@ TEST(ConvertCli, HeaderCompilesAndMatchesInfo) {
       << "  stories::Shape::n_heads, stories::Shape::n_kv_heads, stories::Shape::head_dim, stories::Shape::ffn_dim,\n"
       << "  stories::Shape::tokenizer_bytes};\n"
       << "constexpr keel::MemoryPlan kPlan = keel::plan_memory(kShape, keel::PlanConfig{stories::kKvBudgetTokens,\n"
-      << "  stories::kSlots, stories::kChunkTokens, 1});\n"
+      << "  stories::kSlots, stories::kChunkTokens, 1}, keel::KvPolicyConfig{keel::KvPolicyKind::SnapStream});\n"
       << "static_assert(kPlan.persistent_bytes == stories::kPersistentBytes);\n"
       << "static_assert(kPlan.scratch_bytes == stories::kScratchBytes);\n"
       << "alignas(64) static unsigned char g_persistent[stories::kPersistentBytes];\n"

@@ -27,6 +27,7 @@
 
 #include "convert/keel_writer.h"
 #include "convert/source_model.h"
+#include "backend/xnnpack/xnnpack_backend.h"
 #include "kernels/kernels.h"
 #include "kernels/xnnpack/xnn_memory.h"
 #include "kernels/xnnpack/xnn_model_ops.h"
@@ -226,11 +227,11 @@ const Loaded& stories(convert::QuantMode q) {
   return *slot;
 }
 
-// Runs xnnpack_persistent_bytes() the way a host program does before reserving the arenas.
+// Runs backend_state_bytes() the way a host program does before reserving the arenas.
 uint64_t measure_backend_bytes(const Model& m, const PlanConfig& pc, BackendKind kind) {
-  const uint64_t work_bytes = xnnpack_work_bytes(m, pc, kind);
+  const uint64_t work_bytes = backend_state_work_bytes(m, kind, backend_plan(pc));
   HostMemory work = host(work_bytes);
-  Result<uint64_t> b = xnnpack_persistent_bytes(m, pc, kind, Span<uint8_t>(work.get(), work_bytes));
+  Result<uint64_t> b = backend_state_bytes(m, kind, backend_plan(pc), Span<uint8_t>(work.get(), work_bytes));
   EXPECT_TRUE(b.ok()) << b.error().message();
   return b.ok() ? b.value() : 0;
 }
@@ -312,7 +313,7 @@ std::unique_ptr<Engine> start(const Model& m, BackendKind kind, uint32_t threads
   rc.plan.chunk_tokens = chunk;
   rc.plan.threads = threads;
   if (reserve_backend) rc.plan.backend_bytes = measure_backend_bytes(m, rc.plan, kind);
-  const MemoryPlan p = Runtime::plan(m, rc.plan);
+  const MemoryPlan p = Runtime::plan(m, rc);
   e->persistent = host(p.persistent_bytes);
   e->scratch = host(p.scratch_bytes);
   if (threads > 1) e->pool = std::make_unique<port::LinuxThreadPool>(threads);
@@ -398,42 +399,30 @@ TEST(XnnpackModel, ForwardMatchesRefGreedyIdenticalNoAllocation) {
               prompt_diff, ids.size(), worst, scale, same, a.size());
 }
 
-// The forward pass really hands its F32 matrices and softmax to XNNPACK (Transformer level,
-// where the operators can be inspected).
+// The forward pass really hands its F32 matrices and softmax to XNNPACK (the backend's
+// operators can be inspected).
 TEST(XnnpackModel, ForwardDispatchesToXnnpack) {
   const Model& m = stories(convert::QuantMode::Keep).model;
   ASSERT_TRUE(m.loaded());
   for (BackendKind kind : {BackendKind::Xnnpack, BackendKind::Auto}) {
     SCOPED_TRACE(backend_name(kind));
-    PlanConfig pc;
-    pc.kv_budget_tokens = 64;
-    pc.chunk_tokens = 8;
-    pc.threads = 1;
-    pc.backend_bytes = measure_backend_bytes(m, pc, kind);
-    const MemoryPlan p = plan_memory(plan_shape(m), pc);
+    RuntimeConfig rc;
+    rc.backend = kind;
+    rc.plan.kv_budget_tokens = 64;
+    rc.plan.chunk_tokens = 8;
+    rc.plan.threads = 1;
+    rc.plan.backend_bytes = measure_backend_bytes(m, rc.plan, kind);
+    const MemoryPlan p = Runtime::plan(m, rc);
     HostMemory pm = host(p.persistent_bytes), sm = host(p.scratch_bytes);
-    Arena persistent(pm.get(), p.persistent_bytes), scratch(sm.get(), p.scratch_bytes);
-    Result<Backend> b = select_backend(kind);
-    ASSERT_TRUE(b.ok());
-    Transformer tf;
-    const Error e = tf.init(m, b.value(), pc, persistent, scratch, nullptr);
+    Runtime rt;
+    const Error e = rt.init(m, rc, Span<uint8_t>(pm.get(), p.persistent_bytes), Span<uint8_t>(sm.get(), p.scratch_bytes),
+                            nullptr);
     ASSERT_TRUE(e.ok()) << e.message();
-    KvShape ks;
-    ks.n_layers = m.shape().n_layers;
-    ks.n_kv_heads = m.shape().n_kv_heads;
-    ks.head_dim = m.shape().head_dim;
-    ks.capacity = uint32_t(p.kv_capacity_tokens);
-    ks.budget = pc.kv_budget_tokens;
-    ks.q_dim = m.shape().n_heads * m.shape().head_dim;
-    KvCache kv;
-    const Error ke = kv.init(ks, persistent);
-    ASSERT_TRUE(ke.ok()) << ke.message();
-    const xnn::ModelOps* ops = tf.xnnpack_ops();
+    const xnn::ModelOps* ops = static_cast<const XnnpackBackend&>(rt.backend()).ops();
     ASSERT_NE(ops, nullptr);
-    std::vector<float> logits(m.shape().vocab_size);
     const int32_t tokens[5] = {1, 200, 300, 17, 42};
-    ASSERT_TRUE(tf.forward(kv, tokens, 5, logits.data(), 1).ok());
-    ASSERT_TRUE(tf.forward(kv, tokens + 4, 1, logits.data(), 1).ok());
+    ASSERT_TRUE(rt.prefill(0, Span<const int32_t>(tokens, 5)).ok());
+    ASSERT_TRUE(rt.decode(0, tokens[4]).ok());
     // Two passes x (5 layers x 7 matrices + the head).
     EXPECT_EQ(ops->fully_connected_runs(), 2u * 36u);
     // Softmax: per layer and head, one row per token (5 + 1 tokens, 8 heads, 5 layers).
@@ -461,7 +450,7 @@ TEST(XnnpackModel, XnnpackWithoutReservedBytesIsRefused) {
   ASSERT_TRUE(m.loaded());
   auto e = start(m, BackendKind::Xnnpack, 1, /*reserve_backend=*/false);
   EXPECT_EQ(e->error.status(), Status::ArenaTooSmall);
-  EXPECT_NE(std::string(e->error.message()).find("xnnpack_persistent_bytes"), std::string::npos) << e->error.message();
+  EXPECT_NE(std::string(e->error.message()).find("backend_state_bytes"), std::string::npos) << e->error.message();
 }
 
 }  // namespace

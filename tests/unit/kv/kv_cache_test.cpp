@@ -7,6 +7,7 @@
 #include <numeric>
 #include <vector>
 
+#include "core/arena.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_policy.h"
 #include "kv/snapkv.h"
@@ -21,7 +22,10 @@ struct Cache {
   explicit Cache(uint32_t budget, uint32_t chunk) : mem(1 << 20) {
     arena.reset(mem.data() + (64 - reinterpret_cast<uintptr_t>(mem.data()) % 64) % 64, mem.size() - 64);
     KvShape s{1, 1, 2, budget + chunk, budget, 2, 0};
-    EXPECT_TRUE(kv.init(s, arena).ok());
+    KvBuffers b;
+    b.keys_values = arena.allocate_array<uint16_t>(2ull * s.capacity * s.head_dim);
+    b.positions = arena.allocate_array<int32_t>(s.capacity);
+    EXPECT_TRUE(kv.init(s, b).ok());
   }
   // Stages n tokens with consecutive positions (what the transformer writes), key = position.
   void stage(uint32_t n) {

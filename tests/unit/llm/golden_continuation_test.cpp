@@ -130,17 +130,17 @@ class GreedyContinuation : public ::testing::TestWithParam<BackendKind> {
     ASSERT_EQ(golden_->prompt, std::vector<int32_t>{1});
     ASSERT_NE(converted_, nullptr) << "stories260K did not convert or load";
     const BackendKind kind = GetParam();
-    const Result<Backend> offered = select_backend(kind);
+    const Error offered = backend_supported(kind);
     if (!offered.ok()) {
 #if defined(__x86_64__)
       // Ref and Auto exist everywhere; on x86-64 hosts (AVX2 assumed) so does Native. Only a
       // backend the build leaves out is skipped.
-      ASSERT_NE(kind, BackendKind::Native) << offered.error().message();
+      ASSERT_NE(kind, BackendKind::Native) << offered.message();
 #endif
-      ASSERT_NE(kind, BackendKind::Ref) << offered.error().message();
-      ASSERT_NE(kind, BackendKind::Auto) << offered.error().message();
+      ASSERT_NE(kind, BackendKind::Ref) << offered.message();
+      ASSERT_NE(kind, BackendKind::Auto) << offered.message();
       GTEST_SKIP() << "this build does not offer backend '" << backend_name(kind)
-                   << "': " << offered.error().message();
+                   << "': " << offered.message();
     }
     RuntimeConfig cfg;
     cfg.backend = kind;
@@ -150,7 +150,7 @@ class GreedyContinuation : public ::testing::TestWithParam<BackendKind> {
     cfg.plan.logit_rows = 1;
     std::string err;
     ASSERT_TRUE(port::reserve_backend_bytes(converted_->model, cfg, err)) << err;
-    const MemoryPlan plan = Runtime::plan(converted_->model, cfg.plan);
+    const MemoryPlan plan = Runtime::plan(converted_->model, cfg);
     engine_ = std::make_unique<Engine>();
     engine_->persistent = aligned_buffer(plan.persistent_bytes);
     engine_->scratch = aligned_buffer(plan.scratch_bytes);

@@ -171,7 +171,7 @@ std::unique_ptr<Engine> make_engine(uint32_t kv_budget) {
     ADD_FAILURE() << err;
     return nullptr;
   }
-  e->plan = Runtime::plan(e->model, cfg.plan);
+  e->plan = Runtime::plan(e->model, cfg);
   e->persistent = aligned_buffer(e->plan.persistent_bytes);
   e->scratch = aligned_buffer(e->plan.scratch_bytes);
   e->pool = std::make_unique<port::LinuxThreadPool>(kThreads);
@@ -317,7 +317,7 @@ TEST_F(GoldenLogits, MatchesLlamaCppOverTheEssay) {
   const double ref_ppl = g.meta.value("ref_ppl", 0.0);
   const double kl_mean = c.kl_sum / double(c.positions);
   std::printf("[golden] SmolLM2-135M-Instruct Q4_1 on %s, %zu tokens, backend %s, %u threads\n",
-              g.meta.value("essay", "?").c_str(), n, backend_name(rt.backend().kind), kThreads);
+              g.meta.value("essay", "?").c_str(), n, backend_name(rt.backend().kind()), kThreads);
   std::printf("[golden] top-1 agreement %.4f (%zu / %zu), first disagreement at %lld\n", agreement, c.top1_agree,
               c.positions, c.first_disagreement == SIZE_MAX ? -1LL : (long long)c.first_disagreement);
   std::printf("[golden] top-1 agreement where the reference's top-1 leads by >= %.2f nats: %.4f (%zu / %zu); "

@@ -145,7 +145,7 @@ void exercise(Runtime& rt, uint32_t slots, uint32_t budget) {
 std::vector<BackendKind> offered_backends() {
   std::vector<BackendKind> kinds;
   for (const BackendKind k : {BackendKind::Ref, BackendKind::Native, BackendKind::Xnnpack, BackendKind::Auto}) {
-    if (select_backend(k).ok()) kinds.push_back(k);
+    if (backend_supported(k).ok()) kinds.push_back(k);
   }
   return kinds;
 }
@@ -161,9 +161,9 @@ void check_plan_is_exact(const Converted& c, const char* model_name) {
       cfg.backend = kind;
       std::string err;
       ASSERT_TRUE(port::reserve_backend_bytes(c.model, cfg, err)) << err;
-      const MemoryPlan plan = Runtime::plan(c.model, cfg.plan);
+      const MemoryPlan plan = Runtime::plan(c.model, cfg);
       // What a firmware header computes from the converter's shape is what the engine plans.
-      const MemoryPlan from_source = plan_memory(c.source_shape, cfg.plan);
+      const MemoryPlan from_source = plan_memory(c.source_shape, cfg.plan, cfg.kv);
       EXPECT_EQ(from_source.persistent_bytes, plan.persistent_bytes);
       EXPECT_EQ(from_source.scratch_bytes, plan.scratch_bytes);
       EXPECT_EQ(plan.persistent_bytes % kPlanAlign, 0u);
@@ -196,7 +196,7 @@ bool mentions(const char* message, uint64_t n) {
 
 // Logits of a short prompt from a runtime initialized with exactly planned arenas.
 std::vector<float> reference_logits(const Model& model, const RuntimeConfig& cfg, const std::vector<int32_t>& prompt) {
-  const MemoryPlan plan = Runtime::plan(model, cfg.plan);
+  const MemoryPlan plan = Runtime::plan(model, cfg);
   Buffer persistent = aligned_buffer(plan.persistent_bytes), scratch = aligned_buffer(plan.scratch_bytes);
   auto rt = std::make_unique<Runtime>();
   Error e = rt->init(model, cfg, Span<uint8_t>(persistent.get(), plan.persistent_bytes),
@@ -216,7 +216,7 @@ void check_one_byte_short(const Converted& c, const char* model_name) {
   cfg.backend = BackendKind::Auto;
   std::string err;
   ASSERT_TRUE(port::reserve_backend_bytes(c.model, cfg, err)) << err;
-  const MemoryPlan plan = Runtime::plan(c.model, cfg.plan);
+  const MemoryPlan plan = Runtime::plan(c.model, cfg);
   Buffer persistent = aligned_buffer(plan.persistent_bytes), scratch = aligned_buffer(plan.scratch_bytes);
   const Span<uint8_t> p_ok(persistent.get(), plan.persistent_bytes), s_ok(scratch.get(), plan.scratch_bytes);
   const Span<uint8_t> p_short(persistent.get(), plan.persistent_bytes - 1),

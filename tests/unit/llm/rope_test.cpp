@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "llm/rope.h"
+#include "kernels/rope.h"
 
 namespace keel {
 namespace {

@@ -63,14 +63,13 @@ void run_case(const Case& c) {
   rc.backend = c.backend;
   rc.kv.kind = c.policy;
   rc.plan.kv_budget_tokens = c.budget ? c.budget : c.decode_steps + 64;
-  rc.plan.obs_window = kv_policy_uses_snapkv(c.policy) ? 32 : 0;
   rc.plan.chunk_tokens = 16;
   rc.plan.threads = c.threads;
   std::string err;
-  if (select_backend(c.backend).ok()) {
+  if (backend_supported(c.backend).ok()) {
     ASSERT_TRUE(port::reserve_backend_bytes(l->model, rc, err)) << err;
   }
-  const MemoryPlan p = Runtime::plan(l->model, rc.plan);
+  const MemoryPlan p = Runtime::plan(l->model, rc);
   struct Free {
     void operator()(uint8_t* x) const { free(x); }
   };

@@ -46,8 +46,7 @@ TEST(SnapKvReference, KeepsWhatThePaperDefinitionKeeps) {
   rc.kv.snap_kernel = kernel;
   rc.plan.kv_budget_tokens = budget;
   rc.plan.chunk_tokens = uint32_t(ids.size());
-  rc.plan.obs_window = window;
-  const MemoryPlan p = Runtime::plan(model, rc.plan);
+  const MemoryPlan p = Runtime::plan(model, rc);
   std::vector<uint8_t> persistent(p.persistent_bytes + 64), scratch(p.scratch_bytes + 64);
   auto aligned = [](std::vector<uint8_t>& v) { return v.data() + (64 - reinterpret_cast<uintptr_t>(v.data()) % 64) % 64; };
   Runtime rt;

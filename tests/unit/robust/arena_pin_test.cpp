@@ -123,7 +123,6 @@ RuntimeConfig cli_config(const Model& model) {
   rc.plan.chunk_tokens = 64;
   rc.plan.threads = kPinnedCliThreads;
   rc.plan.logit_rows = 1;
-  rc.plan.obs_window = kv_policy_uses_snapkv(rc.kv.kind) ? rc.kv.obs_window : 0;
   return rc;
 }
 
@@ -148,7 +147,7 @@ void check_cli(const Model& model, const char* name, const Record& record) {
   const RuntimeConfig rc = cli_config(model);
   EXPECT_EQ(rc.kv.kind, KvPolicyKind::SnapStream) << "the converter's default policy changed; re-pin";
   EXPECT_EQ(rc.plan.kv_budget_tokens, kPinnedBudget) << "the converter's default budget changed; re-pin";
-  robust::Arenas a(model, rc.plan);
+  robust::Arenas a(model, rc);
   expect_plan_near(std::string(name) + " cli (snapstream, budget 1024, chunk 64, 2 threads)", a.plan, record);
 
   // No pool: a plan for 2 threads also runs on the caller's thread alone, and the bytes are
@@ -181,8 +180,8 @@ void check_engine(EngineT& engine, const robust::Image& image, const Model& mode
   const MemoryPlan& p = EngineT::kPlan;
   expect_plan_near(std::string(name) + " Engine<Shape, 1024> defaults", p, record);
   EXPECT_EQ(EngineT::kConfig.chunk_tokens, 16u);
-  EXPECT_EQ(EngineT::kConfig.obs_window, 32u);
-  const MemoryPlan from_model = Runtime::plan(model, EngineT::kConfig);
+  EXPECT_EQ(EngineT::kPlan.obs_window, 32u);
+  const MemoryPlan from_model = Runtime::plan(model, RuntimeConfig{EngineT::kConfig, EngineT::kKv});
   EXPECT_EQ(from_model.persistent_bytes, p.persistent_bytes);
   EXPECT_EQ(from_model.scratch_bytes, p.scratch_bytes);
   const Error e = engine.init(image.span().data(), image.size(), BackendKind::Native);

@@ -50,7 +50,7 @@ bool make_fixture(Fixture& f) {
   f.loaded = robust::load_image(bytes);
   if (!f.loaded->model.loaded()) return false;
   f.rc = robust::stories_config(KvPolicyKind::SnapStream, 1024);
-  robust::Arenas a(f.loaded->model, f.rc.plan);
+  robust::Arenas a(f.loaded->model, f.rc);
   Runtime fresh;
   const Error e = fresh.init(f.loaded->model, f.rc, a.persistent.span(), a.scratch.span(), nullptr);
   EXPECT_TRUE(e.ok()) << describe(e);
@@ -92,7 +92,7 @@ void expect_recovers(Runtime& rt, const Fixture& f, robust::Arenas& a, const cha
 void sweep(bool persistent_side) {
   Fixture f;
   ASSERT_TRUE(make_fixture(f));
-  robust::Arenas a(f.loaded->model, f.rc.plan);
+  robust::Arenas a(f.loaded->model, f.rc);
   const size_t need = persistent_side ? a.plan.persistent_bytes : a.plan.scratch_bytes;
   const std::vector<size_t> sizes = sizes_below(need);
   ASSERT_GT(sizes.size(), 1000u) << "the sweep is meant to be dense";
@@ -121,7 +121,7 @@ void sweep(bool persistent_side) {
 
   // The first size that fits works, and so does anything larger.
   for (size_t extra : {size_t(0), size_t(1), size_t(63), size_t(64)}) {
-    robust::Arenas big(f.loaded->model, f.rc.plan);
+    robust::Arenas big(f.loaded->model, f.rc);
     robust::AlignedBuffer p(big.plan.persistent_bytes + (persistent_side ? extra : 0));
     robust::AlignedBuffer s(big.plan.scratch_bytes + (persistent_side ? 0 : extra));
     memset(p.data(), 0xff, p.size);
@@ -139,7 +139,7 @@ TEST(ArenaStress, ScratchFromZeroToNeed) { sweep(false); }
 TEST(ArenaStress, BothShortEmptyAndMisaligned) {
   Fixture f;
   ASSERT_TRUE(make_fixture(f));
-  robust::Arenas a(f.loaded->model, f.rc.plan);
+  robust::Arenas a(f.loaded->model, f.rc);
   Runtime rt;
   // Both short, on a coarse grid: the persistent arena is named first.
   for (int i = 0; i < 8; ++i) {

@@ -100,7 +100,7 @@ struct RunOutcome {
 RunOutcome run_loaded(const Model& model) {
   RunOutcome o;
   const RuntimeConfig rc = robust::stories_config(KvPolicyKind::Full, 64);
-  robust::Arenas a(model, rc.plan);
+  robust::Arenas a(model, rc);
   Runtime rt;
   Error e = rt.init(model, rc, a.persistent.span(), a.scratch.span(), nullptr);
   o.init = e.status();

@@ -71,7 +71,7 @@ struct Rig {
   robust::Arenas arenas;
   Runtime rt;
   std::vector<int32_t> prompt;
-  explicit Rig(const RuntimeConfig& config) : rc(config), arenas(stories(), config.plan) {
+  explicit Rig(const RuntimeConfig& config) : rc(config), arenas(stories(), config) {
     const Error e = rt.init(stories(), rc, arenas.persistent.span(), arenas.scratch.span(), nullptr);
     EXPECT_TRUE(e.ok()) << describe(e);
     if (e.ok()) prompt = robust::tokenize(rt, robust::kStoryPrompt);
@@ -329,7 +329,7 @@ TEST(RequestRobust, BudgetBelowWhatThePolicyKeepsIsBudgetTooSmall) {
     bad.kv.sinks = c.sinks;
     bad.kv.window = c.window;
     SCOPED_TRACE(std::string(kv_policy_name(c.policy)) + " budget " + std::to_string(c.budget));
-    robust::Arenas a(stories(), bad.plan);
+    robust::Arenas a(stories(), bad);
     const Error e = r.rt.init(stories(), bad, a.persistent.span(), a.scratch.span(), nullptr);
     EXPECT_EQ(e.status(), Status::BudgetTooSmall) << describe(e);
     for (const std::string& part : c.numbers) EXPECT_TRUE(has(e.message(), part)) << e.message() << " lacks " << part;
@@ -360,8 +360,7 @@ TEST(RequestRobust, BudgetBelowWhatThePolicyKeepsIsBudgetTooSmall) {
 TEST(RequestRobust, SnapStreamWithoutObservationWindowIsRefusedAtInit) {
   RuntimeConfig rc = robust::stories_config(KvPolicyKind::SnapStream, 64);
   rc.kv.obs_window = 0;
-  rc.plan.obs_window = 0;  // what Session::start plans for --obs-window 0
-  robust::Arenas a(stories(), rc.plan);
+  robust::Arenas a(stories(), rc);
   Runtime rt;  // a new object: see the next test for what a re-initialized one does
   Error e = rt.init(stories(), rc, a.persistent.span(), a.scratch.span(), nullptr);
   EXPECT_FALSE(e.ok()) << "BUG: Runtime::init accepts snapstream with a 0-token SnapKV observation window "
@@ -416,8 +415,7 @@ TEST(RequestRobust, ReinitNeverTouchesThePreviousArenas) {
     SCOPED_TRACE(st.what);
     RuntimeConfig rc = robust::stories_config(st.policy, st.policy == KvPolicyKind::Full ? 256 : 64);
     rc.kv.obs_window = st.obs_window;
-    rc.plan.obs_window = st.obs_window;
-    auto a = std::make_unique<robust::Arenas>(stories(), rc.plan);
+    auto a = std::make_unique<robust::Arenas>(stories(), rc);
     const Error e = rt.init(stories(), rc, a->persistent.span(), a->scratch.span(), nullptr);
     if (!e.ok()) {
       // Refused configurations (the last step, once the snapstream bug is fixed) are fine.
@@ -461,14 +459,13 @@ TEST(RequestRobust, EveryAcceptedConfigurationServes) {
     rc.kv.window = uint32_t(rng.below(3)) * 5;
     rc.kv.obs_window = 1 + uint32_t(rng.below(3)) * 4;
     rc.kv.snap_kernel = uint32_t(rng.below(8) == 0 ? 0 : 2 * rng.below(5) + 1);
-    rc.plan.obs_window = kv_policy_uses_snapkv(rc.kv.kind) ? rc.kv.obs_window : 0;
     const std::string what = std::string(kv_policy_name(rc.kv.kind)) + " budget " +
                              std::to_string(rc.plan.kv_budget_tokens) + " chunk " +
                              std::to_string(rc.plan.chunk_tokens) +
                              " sinks " + std::to_string(rc.kv.sinks) + " window " + std::to_string(rc.kv.window) +
                              " snap window " + std::to_string(rc.kv.obs_window) + " kernel " +
                              std::to_string(rc.kv.snap_kernel);
-    robust::Arenas a(stories(), rc.plan);
+    robust::Arenas a(stories(), rc);
     Runtime rt;
     Error e = rt.init(stories(), rc, a.persistent.span(), a.scratch.span(), nullptr);
     if (!e.ok()) {
@@ -543,7 +540,7 @@ TEST(RequestRobust, MoreThreadsThanCores) {
   rc.plan.threads = 64;
   YieldingPool workers(64);
   ASSERT_EQ(workers.pool()->threads, 64u);
-  robust::Arenas arenas(stories(), rc.plan);
+  robust::Arenas arenas(stories(), rc);
   Rig r(rc);  // initialized without a pool; re-initialized on the 64 workers below
   ASSERT_TRUE(r.rt.initialized());
   Error e = r.rt.init(stories(), rc, r.arenas.persistent.span(), r.arenas.scratch.span(), workers.pool());
@@ -572,7 +569,7 @@ TEST(RequestRobust, MoreThreadsThanCores) {
   // A pool larger than the plan was made for is refused with both numbers; so are 0 threads.
   RuntimeConfig two = robust::stories_config();
   two.plan.threads = 2;
-  robust::Arenas a(stories(), two.plan);
+  robust::Arenas a(stories(), two);
   e = r.rt.init(stories(), two, a.persistent.span(), a.scratch.span(), workers.pool());
   EXPECT_EQ(e.status(), Status::InvalidArgument) << describe(e);
   EXPECT_TRUE(has(e.message(), "64 threads") && has(e.message(), "made for 2")) << e.message();

@@ -120,7 +120,7 @@ inline std::unique_ptr<LoadedModel> load_image(const std::vector<uint8_t>& bytes
 struct Arenas {
   MemoryPlan plan;
   AlignedBuffer persistent, scratch;
-  Arenas(const Model& model, const PlanConfig& config)
+  Arenas(const Model& model, const RuntimeConfig& config)
       : plan(Runtime::plan(model, config)), persistent(plan.persistent_bytes), scratch(plan.scratch_bytes) {}
 };
 
@@ -133,7 +133,6 @@ inline RuntimeConfig stories_config(KvPolicyKind policy = KvPolicyKind::Full, ui
   rc.plan.kv_budget_tokens = budget;
   rc.plan.chunk_tokens = 16;
   rc.plan.threads = 1;
-  rc.plan.obs_window = kv_policy_uses_snapkv(policy) ? rc.kv.obs_window : 0;
   return rc;
 }
 

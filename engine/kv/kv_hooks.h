@@ -1,0 +1,30 @@
+// What a KV policy needs from the model it serves, and nothing more: the model's RoPE (to
+// rotate observation queries and to re-rotate keys that move), and attention score rows of a
+// query over one cache head. The transformer implements it with its backend's kernels.
+#pragma once
+
+#include <cstdint>
+
+namespace keel {
+
+class KvModelHooks {
+ public:
+  // Rotated pairs per head.
+  virtual uint32_t rope_pairs() const = 0;
+  // cos/sin [rope_pairs()] of the rotation by `position`.
+  virtual void rope_angles(int64_t position, float* cos, float* sin) const = 0;
+  // Re-rotates a half key from rotation position `from` to `to` (RoPE composes by addition).
+  virtual void rotate_key(uint16_t* key, int64_t from, int64_t to) const = 0;
+  // One softmaxed attention row over `total` entries of a cache head: the unrotated query q
+  // ([head_dim]) rotated by angles_c (cos then sin) against keys [0, prefix) (rotated at their
+  // cache index) and by angles_t against keys [prefix, total) (rotated at their position);
+  // entries whose position is after `t` are masked (causal). `worker` is the calling worker.
+  virtual void attention_row(uint32_t worker, const float* q, const float* angles_t, const float* angles_c,
+                             const uint16_t* keys, const int32_t* positions, uint32_t prefix, uint32_t total,
+                             int64_t t, float* row) = 0;
+
+ protected:
+  ~KvModelHooks() = default;
+};
+
+}  // namespace keel

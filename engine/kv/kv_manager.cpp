@@ -1,0 +1,82 @@
+#include "kv/kv_manager.h"
+
+#include <cinttypes>
+
+#include "core/check.h"
+
+namespace keel {
+
+Error KvManager::init(const KvPolicyConfig& policy, uint32_t budget, uint32_t chunk, uint32_t capacity,
+                      uint32_t threads, const SnapScratch& scratch, const ThreadPool* pool, KvModelHooks* hooks) {
+  KEEL_TRY(validate_kv_policy(policy, budget, chunk));
+  KEEL_ENSURE(!kv_policy_uses_snapkv(policy.kind) ||
+                  (scratch.rows && scratch.sums && scratch.pooled && scratch.order && scratch.keep &&
+                   scratch.compact && scratch.rope && hooks),
+              Status::InvalidArgument, "policy %s needs SnapKV scoring buffers in the plan",
+              kv_policy_name(policy.kind));
+  policy_ = policy;
+  budget_ = budget;
+  chunk_ = chunk;
+  capacity_ = capacity;
+  threads_ = threads ? threads : 1;
+  snap_ = scratch;
+  pool_ = pool;
+  hooks_ = hooks;
+  return Error();
+}
+
+Error KvManager::make_room(const KvCache& kv, uint64_t n) const {
+  // Only `full` refuses: it may grow to the budget, never past it. The others evict or compress.
+  if (policy_.kind != KvPolicyKind::Full) return Error();
+  KEEL_ENSURE(kv.visible() + n <= budget_, Status::KvFull,
+              "sequence of %" PRIu32 " tokens + %llu new exceeds the KV budget of %" PRIu32 " tokens (policy full)",
+              kv.visible(), (unsigned long long)n, budget_);
+  return Error();
+}
+
+uint32_t KvManager::lookahead_tokens(const KvCache& kv, size_t prompt) const {
+  // Otherwise a chunk is judged only by its own end, before the question at the prompt's end
+  // exists, and what the question asks for may already be gone (docs/kv.md).
+  if (!kv_policy_uses_snapkv(policy_.kind) || uint64_t(kv.visible()) + prompt <= budget_ || prompt <= chunk_) return 0;
+  uint32_t n = kv.shape().obs_window;
+  if (n > chunk_) n = chunk_;
+  if (n > policy_.obs_window) n = policy_.obs_window;
+  if (n > prompt) n = uint32_t(prompt);
+  return n;
+}
+
+Error KvManager::settle(KvCache& kv, uint32_t n, bool prefill, bool lookahead) {
+  const KvPolicyConfig& p = policy_;
+  const bool overflow = kv.visible() + n > budget_;
+  switch (p.kind) {
+    case KvPolicyKind::Full:
+    case KvPolicyKind::Window:
+      kv.append_ring(n);
+      return Error();
+    case KvPolicyKind::Streaming:
+      if (overflow && kv.prefix() == 0 && kv.evicted() == 0) kv.pin_sinks(p.sinks);
+      kv.append_ring(n);
+      return Error();
+    case KvPolicyKind::SnapKV:
+      if (!overflow) {
+        kv.append_ring(n);
+        return Error();
+      }
+      return compress_snapkv(kv, n, prefill ? budget_ : snapkv_decode_target(budget_, chunk_), 0, snap_kernel_of(p),
+                             lookahead, 0);
+    case KvPolicyKind::SnapStream: {
+      const uint32_t ring = snapstream_window(p, budget_);
+      // Prompt chunks (and a first overflow while decoding) are compressed by SnapKV: the newest
+      // `ring` tokens stay whole in the recent ring, the older ones compete for the prefix.
+      // Afterwards generated tokens cycle through the ring, pushing out the prompt's tail.
+      if (overflow && (prefill || kv.prefix() == 0)) {
+        return compress_snapkv(kv, n, budget_, p.sinks, snap_kernel_of(p), lookahead, ring);
+      }
+      kv.append_ring(n);
+      return Error();
+    }
+  }
+  return Error(Status::Internal, "unknown KV policy");
+}
+
+}  // namespace keel

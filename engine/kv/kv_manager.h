@@ -1,0 +1,66 @@
+// The one owner of KV policy (docs/kv.md): before a forward pass, whether the tokens may come
+// (make_room) and whether a prompt's end must be looked at first (lookahead_tokens); after it,
+// turning the staged entries into cache entries, evicting or compressing as the policy says
+// (settle). SnapKV's scoring scratch and compaction live here; the model is reached only
+// through KvModelHooks.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/result.h"
+#include "core/threads.h"
+#include "kv/kv_cache.h"
+#include "kv/kv_hooks.h"
+#include "kv/kv_policy.h"
+
+namespace keel {
+
+// SnapKV scoring scratch, per worker [threads][capacity] unless noted (the plan's snap_* regions).
+struct SnapScratch {
+  float* rows = nullptr;       // one attention row
+  float* sums = nullptr;       // summed over observation queries
+  float* pooled = nullptr;     // max-pooled
+  uint32_t* order = nullptr;   // selection order
+  uint32_t* keep = nullptr;    // kept logical indices
+  uint8_t* compact = nullptr;  // [threads][capacity][head_dim f16 K, V + position i32]
+  float* rope = nullptr;       // [2 * obs_window][cos t, sin t, cos c, sin c][rope_pairs]
+};
+
+class KvManager {
+ public:
+  // `scratch` may be empty for policies that do not use SnapKV. `threads` workers score heads.
+  Error init(const KvPolicyConfig& policy, uint32_t budget, uint32_t chunk, uint32_t capacity, uint32_t threads,
+             const SnapScratch& scratch, const ThreadPool* pool, KvModelHooks* hooks);
+
+  const KvPolicyConfig& policy() const { return policy_; }
+  // KvFull when `n` more tokens would not fit and the policy cannot make room (full).
+  Error make_room(const KvCache& kv, uint64_t n) const;
+  // Tokens of a prompt's end to run ahead (KvCache lookahead) before a prompt of `prompt`
+  // tokens: its queries score every chunk's compression. 0 when the policy does not need it.
+  uint32_t lookahead_tokens(const KvCache& kv, size_t prompt) const;
+  // After a forward pass staged `n` entries: back within the budget. `prefill`: they are
+  // prompt tokens; `lookahead`: the cache holds the prompt end's queries, which score too.
+  Error settle(KvCache& kv, uint32_t n, bool prefill, bool lookahead);
+
+ private:
+  // SnapKV: keeps `target` entries of prefix + ring + `staged` per (layer, KV head): the first
+  // `sinks`, the last `window` (the observation window) and the best-scored others. `kernel` 0
+  // = adaptive pooling. The newest `recent` entries stay whole as the ring (snapstream).
+  Error compress_snapkv(KvCache& kv, uint32_t staged, uint32_t target, uint32_t sinks, uint32_t kernel,
+                        bool lookahead, uint32_t recent);
+  struct SnapJob;
+  static void snap_task(void* ctx, size_t worker);
+  void snap_head(const SnapJob& job, uint32_t worker, uint32_t layer, uint32_t head);
+
+  KvPolicyConfig policy_;
+  uint32_t budget_ = 0;
+  uint32_t chunk_ = 0;
+  uint32_t capacity_ = 0;
+  uint32_t threads_ = 1;
+  SnapScratch snap_;
+  const ThreadPool* pool_ = nullptr;
+  KvModelHooks* hooks_ = nullptr;
+};
+
+}  // namespace keel

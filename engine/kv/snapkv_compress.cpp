@@ -1,0 +1,149 @@
+// SnapKV compression of a slot's cache (docs/kv.md): score every cached entry by the attention
+// the last observation-window queries give it (during a chunked prefill: the prompt's own last
+// queries, computed ahead, instead), per KV head (summed over the query heads of its GQA
+// group), keep sinks + the newest tokens + the best-scored others, compact them into the prefix.
+//
+// (layer, KV head) pairs are independent: they run on the thread pool, each worker with its
+// own score rows and compaction buffer from the plan. The query rotations depend only on the
+// query, so their angles are formed once per compression, not once per head.
+#include <cinttypes>
+
+#include "core/check.h"
+#include "kv/kv_manager.h"
+#include "kv/snapkv.h"
+
+namespace keel {
+namespace {
+
+void rotate_key_trampoline(void* hooks, uint16_t* key, int64_t from, int64_t to) {
+  static_cast<const KvModelHooks*>(hooks)->rotate_key(key, from, to);
+}
+
+}  // namespace
+
+struct KvManager::SnapJob {
+  KvManager* self;
+  KvCache* kv;
+  // Observation queries: `obs` of the window's own (the last obs tokens), then `look` lookahead
+  // queries; the first `first` of them do not vote.
+  uint32_t total, staged, obs, first, look, sinks, tail, ring_keep, candidates, keep_candidates, pool_kernel, tasks;
+  int64_t last;
+};
+
+void KvManager::snap_task(void* ctx, size_t worker) {
+  const SnapJob& j = *static_cast<const SnapJob*>(ctx);
+  const KvShape& s = j.kv->shape();
+  const uint32_t pairs_total = s.n_layers * s.n_kv_heads;
+  for (uint32_t i = uint32_t(worker); i < pairs_total; i += j.tasks) {
+    j.self->snap_head(j, uint32_t(worker), i / s.n_kv_heads, i % s.n_kv_heads);
+  }
+}
+
+void KvManager::snap_head(const SnapJob& j, uint32_t worker, uint32_t l, uint32_t h) {
+  KvCache& kv = *j.kv;
+  const KvShape& shape = kv.shape();
+  const uint32_t hd = shape.head_dim, pairs = hooks_->rope_pairs();
+  const uint32_t group = shape.q_dim / hd / shape.n_kv_heads;
+  const uint32_t total = j.total, prefix = kv.prefix();
+  const uint64_t cap = capacity_;
+  float* row = snap_.rows + worker * cap;
+  float* sums = snap_.sums + worker * cap;
+  float* pooled = snap_.pooled + worker * cap;
+  uint32_t* order = snap_.order + worker * cap;
+  uint32_t* keep = snap_.keep + worker * cap;
+  void* compact = snap_.compact + worker * cap * (uint64_t(hd) * 4 + 4);
+  const uint16_t* keys = kv.keys(l, h);
+  const int32_t* pos = kv.positions(l, h);
+  for (uint32_t p = 0; p < total; ++p) sums[p] = 0.0f;
+
+  // Every query row is softmaxed, so each carries the same weight. Scores accumulate in
+  // physical order and are put in logical order (where neighbours are neighbours) at the end.
+  const uint64_t rope_row = uint64_t(pairs) * 4;  // cos and sin at t, then at c
+  for (uint32_t i = j.first; i < j.obs + j.look; ++i) {
+    const bool own = i < j.obs;
+    const float* q_all = own ? kv.observation(l, j.last - (j.obs - 1 - i)) : kv.lookahead(l, i - j.obs);
+    const int64_t t = own ? j.last - (j.obs - 1 - i) : j.last + 1 + (i - j.obs);
+    const float* r = snap_.rope + i * rope_row;
+    for (uint32_t g = 0; g < group; ++g) {
+      hooks_->attention_row(worker, q_all + uint64_t(h * group + g) * hd, r, r + 2 * pairs, keys, pos, prefix, total,
+                            t, row);
+      for (uint32_t p = 0; p < total; ++p) sums[p] += row[p];
+    }
+  }
+  for (uint32_t i = 0; i < total; ++i) row[i] = sums[kv.physical(i)];
+
+  // Keep sinks, the best candidates, the tail; all in logical (= original) order.
+  const uint32_t s = j.sinks;
+  for (uint32_t i = 0; i < s; ++i) keep[i] = i;
+  const uint32_t got = snapkv_select(row + s, j.candidates, j.keep_candidates, j.pool_kernel, pooled, order, keep + s);
+  for (uint32_t i = 0; i < got; ++i) keep[s + i] += s;
+  for (uint32_t i = 0; i < j.tail; ++i) keep[s + got + i] = total - j.tail + i;
+  kv.compact_head(l, h, keep, s + got + j.tail, j.ring_keep, j.staged, rotate_key_trampoline, hooks_, compact);
+}
+
+Error KvManager::compress_snapkv(KvCache& kv, uint32_t staged, uint32_t target, uint32_t sinks, uint32_t kernel,
+                                 bool lookahead, uint32_t recent) {
+  KEEL_ENSURE(snap_.rows != nullptr, Status::InvalidArgument, "SnapKV compression without SnapKV buffers in the plan");
+  const uint32_t total = kv.visible() + staged;
+  if (total <= target) return Error();
+  const uint32_t planned = kv.shape().obs_window;
+  const int64_t last = kv.next_position() - 1;
+  // Observation queries: the last `obs` tokens, all of which the cache still holds (the window
+  // is always kept), at logical indices total - obs .. total - 1.
+  uint32_t obs = policy_.obs_window < planned ? policy_.obs_window : planned;
+  if (int64_t(obs) > last + 1) obs = uint32_t(last + 1);
+  if (obs > total) obs = total;
+  // The newest `tail` entries are kept whole: the observation window, and the recent ring
+  // (snapstream) when it is longer; the ring part stays a ring.
+  const uint32_t ring_keep = recent < kv.ring_len() + staged ? recent : kv.ring_len() + staged;
+  const uint32_t tail = ring_keep > obs ? ring_keep : obs;
+  const uint32_t s = sinks < total - tail ? sinks : total - tail;
+  const uint32_t look = lookahead ? kv.lookahead_count() : 0;
+  KEEL_ENSURE(target >= s + tail, Status::BudgetTooSmall,
+              "SnapKV target of %" PRIu32 " entries cannot hold %" PRIu32 " sinks and the last %" PRIu32 " tokens",
+              target, s, tail);
+  KEEL_ENSURE(obs + look <= 2 * planned, Status::Internal, "%" PRIu32 " observation queries; the plan holds %" PRIu32,
+              obs + look, 2 * planned);
+
+  // The observers: the prompt's last queries when they were computed ahead (the chunk's own
+  // window only stays whole), else the window's own queries, as SnapKV defines them.
+  const uint32_t first = look > 0 ? obs : 0;
+
+  // Rotations of every observation query: at its position t (against ring and staging) and at
+  // its cache index c (against the prefix). The window's own queries sit at their cache
+  // indices total - obs + i; the lookahead queries are placed right behind the cache, where
+  // they will be, at cache distance, when the end of the prompt arrives.
+  const uint32_t pairs = hooks_->rope_pairs();
+  for (uint32_t i = first; i < obs + look; ++i) {
+    const bool own = i < obs;
+    const int64_t t = own ? last - (obs - 1 - i) : last + 1 + (i - obs);
+    const int64_t c = own ? int64_t(total - obs + i) : int64_t(total) + (i - obs);
+    float* r = snap_.rope + uint64_t(i) * pairs * 4;
+    hooks_->rope_angles(t, r, r + pairs);
+    hooks_->rope_angles(c, r + 2 * pairs, r + 3 * pairs);
+  }
+
+  SnapJob j{};
+  j.self = this;
+  j.kv = &kv;
+  j.total = total;
+  j.staged = staged;
+  j.obs = obs;
+  j.first = first;
+  j.look = look;
+  j.sinks = s;
+  j.tail = tail;
+  j.ring_keep = ring_keep;
+  j.candidates = total - tail - s;
+  j.keep_candidates = target - s - tail;
+  j.pool_kernel = snapkv_kernel(kernel, j.candidates, j.keep_candidates);
+  j.last = last;
+  const uint32_t heads = kv.shape().n_layers * kv.shape().n_kv_heads;
+  const uint32_t threads = pool_ ? uint32_t(pool_->threads) : 1;
+  j.tasks = heads < threads ? heads : threads;
+  parallel_for(pool_, j.tasks, snap_task, &j);
+  kv.finish_compact(target, ring_keep, staged);
+  return Error();
+}
+
+}  // namespace keel
