@@ -116,7 +116,8 @@ def keel_once(args, keel, threads, depth):
 
 def llama_once(bindir, args, gguf, threads, depth):
     out, rss, load = run_timed([os.path.join(bindir, "llama-bench"), "-m", gguf, "-p", str(args.p), "-n", str(args.n),
-                          "-d", str(depth), "-t", str(threads), "-r", "1", "-o", "json"])
+                          "-d", str(depth), "-t", str(threads), "-r", "1", "-fa", args.llama_fa,
+                                "-o", "json"])
     s = {"rss": rss, "load": load}
     for res in json.loads(out):
         key = "pp" if res["n_prompt"] > 0 else "tg"
@@ -139,6 +140,9 @@ def main():
     ap.add_argument("--keel-bin", default="build/tools/keel")
     ap.add_argument("--llama-bin", help="directory with llama-bench and llama-quantize "
                                         "(default: what bench/build_llamacpp.sh builds)")
+    ap.add_argument("--llama-fa", default="auto", choices=("auto", "on", "off"),
+                    help="llama-bench -fa; auto turns flash attention on, which on this CPU decodes "
+                         "3x slower at depth 4096 than off (docs/performance.md)")
     ap.add_argument("-t", default="1,2", help="thread counts, comma-separated")
     ap.add_argument("-r", type=int, default=5)
     ap.add_argument("-p", type=int, default=512)
