@@ -16,8 +16,11 @@
 #   keel_add_memory_check(<name> TARGET <app> [TIMEOUT seconds] [FIXTURES fixture...]
 #                         [ARGS arguments of the app...])
 #
-# The `keel` executable defaults to the target of that name when Keel is part of the build
-# (add_subdirectory), else to KEEL_EXECUTABLE or a `keel` found on PATH. FIXTURES names CTest
+# Keel's top-level CMakeLists.txt includes this file (add_subdirectory); an installed Keel's
+# find_package(Keel) does too. The `keel` executable defaults to the target `keel` when Keel is
+# part of the build (add_subdirectory), else to the installed one (keel::keel, from
+# find_package), else to KEEL_EXECUTABLE or a `keel` found on PATH; the probe likewise is the
+# target keel_alloc_probe or keel::alloc_probe. FIXTURES names CTest
 # fixtures the test needs (for example the test that converts the model). The sanitizers replace
 # the allocator themselves, so with KEEL_SANITIZE set this function refuses: guard the call.
 
@@ -44,6 +47,8 @@ function(keel_add_memory_check name)
       set(keel ${KMC_KEEL})
     elseif(TARGET keel)
       set(keel $<TARGET_FILE:keel>)
+    elseif(TARGET keel::keel)
+      set(keel $<TARGET_FILE:keel::keel>)
     elseif(KEEL_EXECUTABLE)
       set(keel ${KEEL_EXECUTABLE})
     else()
@@ -83,12 +88,17 @@ function(keel_add_memory_check name)
     if(NOT type STREQUAL "EXECUTABLE")
       message(FATAL_ERROR "keel_add_memory_check(${name}): TARGET ${KMC_TARGET} is a ${type}; expected an executable")
     endif()
-    if(NOT TARGET keel_alloc_probe)
-      message(FATAL_ERROR "keel_add_memory_check(${name}): the keel_alloc_probe library is not defined; include "
-                          "Keel (add_subdirectory) before calling")
+    if(TARGET keel_alloc_probe)
+      set(probe keel_alloc_probe)
+    elseif(TARGET keel::alloc_probe)
+      set(probe keel::alloc_probe)
+    else()
+      message(FATAL_ERROR "keel_add_memory_check(${name}): the allocation probe (keel_alloc_probe or "
+                          "keel::alloc_probe) is not defined; include Keel (add_subdirectory or find_package(Keel)) "
+                          "before calling. A Keel built with KEEL_SANITIZE has no probe")
     endif()
     # Linking the probe twice (two checks of one app) is harmless: CMake links it once.
-    target_link_libraries(${KMC_TARGET} PRIVATE keel_alloc_probe)
+    target_link_libraries(${KMC_TARGET} PRIVATE ${probe})
     add_test(NAME ${name} COMMAND ${KMC_TARGET} ${KMC_ARGS})
   endif()
 

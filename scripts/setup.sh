@@ -6,7 +6,7 @@ set -euo pipefail
 
 KEEL_CACHE_DIR="${KEEL_CACHE_DIR:-$HOME/.cache/keel}"
 DEBIAN_PACKAGES=(
-  build-essential cmake git python3 python3-pip python3-venv
+  build-essential cmake git pkg-config python3 python3-pip python3-venv
   libflatbuffers-dev flatbuffers-compiler
   libxnnpack-dev libpthreadpool-dev
   libmimalloc-dev libgtest-dev nlohmann-json3-dev
