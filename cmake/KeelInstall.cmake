@@ -1,6 +1,6 @@
 # Install rules (cmake --install BUILD --prefix P), included by the top-level CMakeLists.txt:
 #
-#   include/keel/keel.h, keel.hpp, core/ llm/ kv/ kernels/ model/ text/   the engine's headers
+#   include/keel/keel.h, keel.hpp, backend/ core/ llm/ kv/ kernels/ model/ text/   the engine's headers
 #   include/keel/keel_generated.h                                         the schema (flatc)
 #   include/keel/ports/linux/*.h, include/keel/alloc_probe/alloc_probe.h  host glue, the probe
 #   lib/libkeel_engine.a, lib/libkeel_port_linux.a, lib/keel/alloc_probe/ the libraries
