@@ -36,20 +36,22 @@ typedef enum keel_kv_policy {
   KEEL_KV_SNAPSTREAM = 5     /* sinks + SnapKV-chosen prompt + a recent ring */
 } keel_kv_policy;
 
-/* A zeroed keel_config means: the model's defaults, one slot, the caller's thread. */
+/* A zeroed keel_config means: what the model file asks for (its KV defaults and the chunk of its
+ * memory plan; `keel info` prints them under "run defaults"), else the engine's defaults, one
+ * slot, the caller's thread. Every zero field below takes that default. */
 typedef struct keel_config {
-  uint32_t kv_budget_tokens; /* per slot; 0 = the model's default */
+  uint32_t kv_budget_tokens; /* per slot; 0 = the model's (else 1024) */
   uint32_t slots;            /* concurrent sequences; 0 = 1 */
-  uint32_t chunk_tokens;     /* prefill chunk; 0 = 64 */
+  uint32_t chunk_tokens;     /* prefill chunk; 0 = the model's (else 64) */
   uint32_t threads;          /* workers of `thread_pool`; 0 or 1 = the caller's thread only */
   keel_backend backend;
   const void* thread_pool;   /* a keel::ThreadPool (core/threads.h) or NULL */
   uint32_t kv_policy;         /* a keel_kv_policy (a fixed-size field: any value is checked) */
-  uint32_t kv_sinks;         /* streaming, snapstream: attention sinks; 0 = 4 */
-  uint32_t kv_window;        /* snapstream: recent ring; 0 = budget / 4 */
-  uint32_t obs_window;      /* snapkv, snapstream: observation window; 0 = 32 */
-  int32_t snap_kernel;       /* max-pool kernel (odd); 0 = the policy's (7 snapkv, 31 snapstream),
-                                -1 = adaptive */
+  uint32_t kv_sinks;         /* streaming, snapstream: attention sinks; 0 = the model's (else 4) */
+  uint32_t kv_window;        /* snapstream: recent ring; 0 = the model's (else budget / 4) */
+  uint32_t obs_window;       /* snapkv, snapstream: observation window; 0 = the model's (else 32) */
+  int32_t snap_kernel;       /* max-pool kernel (odd); 0 = the model's for its own policy, else the
+                                policy's (7 snapkv, 31 snapstream); -1 = adaptive */
 } keel_config;
 
 typedef struct keel_plan_info {

@@ -7,6 +7,7 @@
 #include "core/check.h"
 #include "core/format.h"
 #include "keel.h"
+#include "llm/run_config.h"
 #include "llm/runtime.h"
 
 struct keel_engine {
@@ -44,44 +45,37 @@ static_assert(int(keel::KvPolicyKind::Full) == KEEL_KV_FULL - 1 && int(keel::KvP
               int(keel::fb::KvPolicy::SnapStream) == int(keel::KvPolicyKind::SnapStream),
               "keel_kv_policy, KvPolicyKind and the file's KvPolicy name the policies in one order");
 
-// The runtime configuration a keel_config asks for: zero fields take the model's defaults (policy,
-// budget) or the engine's (everything else), as the keel tool does.
+// The runtime configuration a keel_config asks for: its fields are keel::RunOverrides' one to
+// one (zero = the model's default, else the engine's: llm/run_config.h).
 keel::Error runtime_config(const keel::Model& m, const keel_config* c, keel::RuntimeConfig& rc) {
-  const keel::fb::KvDefaults* kv = m.meta()->kv_defaults();
-  keel::PlanConfig& pc = rc.plan;
-  pc.kv_budget_tokens = c && c->kv_budget_tokens ? c->kv_budget_tokens : (kv ? kv->budget_tokens() : 1024);
-  pc.slots = c && c->slots ? c->slots : 1;
-  pc.chunk_tokens = c && c->chunk_tokens ? c->chunk_tokens : 64;
-  pc.threads = c && c->threads ? c->threads : 1;
-  // A C caller may store any integer in an enum field; in C++ reading one outside the
-  // enumerators is undefined, so the bytes are read as the integer they are.
-  // (Its size is the ABI's: an int on x86-64, one byte with ARM EABI's short enums.)
-  std::underlying_type_t<keel_backend> raw = KEEL_BACKEND_AUTO;
-  static_assert(sizeof raw == sizeof(keel_backend), "the enum's bytes are its underlying type's");
-  if (c) memcpy(&raw, &c->backend, sizeof raw);
-  const int backend = int(raw);
-  KEEL_ENSURE(backend >= KEEL_BACKEND_AUTO && backend <= KEEL_BACKEND_XNNPACK, keel::Status::InvalidArgument,
-              "backend %d; expected 0..3", backend);
-  rc.backend = static_cast<keel::BackendKind>(backend);
-  const uint32_t policy = c ? c->kv_policy : 0;
-  KEEL_ENSURE(policy <= KEEL_KV_SNAPSTREAM, keel::Status::InvalidArgument,
-              "kv_policy %" PRIu32 "; expected 0 (the model's) .. 5 (snapstream)", policy);
-  keel::KvPolicyConfig& p = rc.kv;
-  if (policy == KEEL_KV_MODEL_DEFAULT) {
-    p.kind = kv ? static_cast<keel::KvPolicyKind>(kv->policy()) : keel::KvPolicyKind::Full;
-  } else {
-    p.kind = static_cast<keel::KvPolicyKind>(policy - 1);
+  keel::RunOverrides o;
+  if (c) {
+    o.kv_budget_tokens = c->kv_budget_tokens;
+    o.slots = c->slots;
+    o.chunk_tokens = c->chunk_tokens;
+    o.threads = c->threads;
+    o.kv_policy = c->kv_policy;
+    o.sinks = c->kv_sinks;
+    o.window = c->kv_window;
+    o.obs_window = c->obs_window;
+    o.snap_kernel = c->snap_kernel;
+    // A C caller may store any integer in an enum field; in C++ reading one outside the
+    // enumerators is undefined, so the bytes are read as the integer they are.
+    // (Its size is the ABI's: an int on x86-64, one byte with ARM EABI's short enums.)
+    std::underlying_type_t<keel_backend> raw = KEEL_BACKEND_AUTO;
+    static_assert(sizeof raw == sizeof(keel_backend), "the enum's bytes are its underlying type's");
+    memcpy(&raw, &c->backend, sizeof raw);
+    const int backend = int(raw);
+    KEEL_ENSURE(backend >= KEEL_BACKEND_AUTO && backend <= KEEL_BACKEND_XNNPACK, keel::Status::InvalidArgument,
+                "backend %d; expected 0..3", backend);
+    o.backend = static_cast<keel::BackendKind>(backend);
   }
-  // Zero fields keep KvPolicyConfig's own defaults.
-  if (c && c->kv_sinks) p.sinks = c->kv_sinks;
-  if (c && c->kv_window) p.window = c->kv_window;
-  if (c && c->obs_window) p.obs_window = c->obs_window;
-  const int32_t kernel = c ? c->snap_kernel : 0;
-  KEEL_ENSURE(kernel >= -1, keel::Status::InvalidArgument, "snap_kernel %d; expected -1 (adaptive), 0 or odd", int(kernel));
-  if (kernel != 0) p.snap_kernel = kernel == -1 ? 0u : uint32_t(kernel);
-  pc.obs_window = keel::kv_policy_uses_snapkv(p.kind) ? p.obs_window : 0;
-  return keel::validate_kv_policy(p, pc.kv_budget_tokens, pc.chunk_tokens);
+  return keel::make_runtime_config(m, o, &rc);
 }
+
+static_assert(KEEL_KV_SNAPSTREAM == keel::kRunPolicyMax && KEEL_KV_SNAPKV == keel::run_policy(keel::KvPolicyKind::SnapKV),
+              "keel_kv_policy numbers are RunOverrides::kv_policy's");
+static_assert(int(KEEL_BACKEND_XNNPACK) == int(keel::BackendKind::Xnnpack), "keel_backend is BackendKind");
 
 constexpr uint64_t engine_block_bytes() { return keel::plan_align(sizeof(keel_engine)); }
 
