@@ -9,11 +9,7 @@ namespace keel::cli {
 bool write_model_header(const convert::SourceModel& model, const convert::WriteOptions& opts,
                         const std::string& path, const std::string& ns, std::string& error) {
   const PlanShape s = convert::plan_shape(model);
-  PlanConfig c;
-  c.kv_budget_tokens = opts.kv.budget_tokens;
-  c.slots = opts.slots;
-  c.chunk_tokens = opts.chunk_tokens;
-  c.threads = 1;
+  const PlanConfig c = convert::file_plan_config(opts);
   const MemoryPlan p = plan_memory(s, c);
 
   FILE* f = fopen(path.c_str(), "w");
