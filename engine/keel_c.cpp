@@ -7,6 +7,7 @@
 #include "core/check.h"
 #include "core/format.h"
 #include "keel.h"
+#include "llm/generate.h"
 #include "llm/run_config.h"
 #include "llm/runtime.h"
 
@@ -78,6 +79,34 @@ static_assert(KEEL_KV_SNAPSTREAM == keel::kRunPolicyMax && KEEL_KV_SNAPKV == kee
 static_assert(int(KEEL_BACKEND_XNNPACK) == int(keel::BackendKind::Xnnpack), "keel_backend is BackendKind");
 
 constexpr uint64_t engine_block_bytes() { return keel::plan_align(sizeof(keel_engine)); }
+
+}  // namespace
+
+namespace {
+
+keel::text::SamplerConfig sampler_config(const keel_sampling& s) {
+  keel::text::SamplerConfig c;
+  c.temperature = s.temperature;
+  c.top_k = s.top_k;
+  c.top_p = s.top_p;
+  c.min_p = s.min_p;
+  c.repetition_penalty = s.repetition_penalty;
+  c.seed = s.seed;
+  return c;
+}
+
+struct CallbackBridge {
+  keel_token_callback callback;
+  void* user;
+  static bool call(void* ctx, int32_t token, const char* text, size_t len) {
+    const CallbackBridge* b = static_cast<const CallbackBridge*>(ctx);
+    return b->callback(b->user, token, text, len) != 0;
+  }
+};
+
+static_assert(int(keel::StopReason::Callback) == KEEL_STOP_CALLBACK && int(keel::StopReason::Budget) == KEEL_STOP_BUDGET &&
+              int(keel::StopReason::EndToken) == KEEL_STOP_END_TOKEN && keel::kMaxStopTokens == KEEL_MAX_STOP_TOKENS,
+              "keel_stop_reason is keel::StopReason");
 
 }  // namespace
 
@@ -170,14 +199,7 @@ const float* keel_logits(keel_engine* e, uint32_t slot, size_t* vocab_size) {
 
 keel_status keel_set_sampling(keel_engine* e, uint32_t slot, const keel_sampling* s) {
   if (!e || !s) return KEEL_ERR_BAD_ARGUMENT;
-  keel::text::SamplerConfig c;
-  c.temperature = s->temperature;
-  c.top_k = s->top_k;
-  c.top_p = s->top_p;
-  c.min_p = s->min_p;
-  c.repetition_penalty = s->repetition_penalty;
-  c.seed = s->seed;
-  return record(e, e->runtime.set_sampler(slot, c));
+  return record(e, e->runtime.set_sampler(slot, sampler_config(*s)));
 }
 
 keel_status keel_sample(keel_engine* e, uint32_t slot, int32_t* token) {
@@ -206,6 +228,44 @@ keel_status keel_token_bytes(keel_engine* e, int32_t token, char* out, size_t ca
                                  token, count, capacity));
   }
   return record(e, keel::Error());
+}
+
+keel_status keel_generate(keel_engine* e, uint32_t slot, const int32_t* prompt, size_t n_prompt,
+                          const keel_generate_options* options, keel_token_callback callback, void* user,
+                          keel_generate_result* out) {
+  if (!e || (!prompt && n_prompt)) return KEEL_ERR_BAD_ARGUMENT;
+  keel::GenerateOptions o;
+  keel::text::SamplerConfig sampler;
+  if (options) {
+    if (options->n_stop_tokens > KEEL_MAX_STOP_TOKENS) {
+      return record(e, keel::Error(keel::Status::InvalidArgument, "n_stop_tokens %" PRIu32 "; at most %d",
+                                   options->n_stop_tokens, KEEL_MAX_STOP_TOKENS));
+    }
+    o.max_tokens = options->max_tokens;
+    for (uint32_t i = 0; i < options->n_stop_tokens; ++i) o.stop_tokens[i] = options->stop_tokens[i];
+    o.n_stop_tokens = options->n_stop_tokens;
+    o.default_stops = options->no_default_stops == 0;
+    o.feed_last = options->feed_last != 0;
+    if (options->sampling) {
+      sampler = sampler_config(*options->sampling);
+      o.sampler = &sampler;
+    }
+    o.now = options->now;
+  }
+  CallbackBridge bridge{callback, user};
+  keel::GenerateResult r;
+  const keel::Error err = keel::generate(e->runtime, slot, keel::Span<const int32_t>(prompt, n_prompt), o,
+                                         callback ? &CallbackBridge::call : nullptr, &bridge, &r);
+  if (out) {
+    out->tokens_generated = r.tokens_generated;
+    out->tokens_decoded = r.tokens_decoded;
+    out->prompt_tokens = r.prompt_tokens;
+    out->stop_reason = uint32_t(r.stop_reason);
+    out->stop_token = r.stop_token;
+    out->prefill_seconds = r.prefill_seconds;
+    out->decode_seconds = r.decode_seconds;
+  }
+  return record(e, err);
 }
 
 keel_status keel_reset(keel_engine* e, uint32_t slot) {
