@@ -51,7 +51,7 @@ struct Engine {
     rc.kv.kind = kind;
     rc.plan.kv_budget_tokens = budget;
     rc.plan.chunk_tokens = chunk;
-    rc.plan.obs_window = kv_policy_uses_snapkv(kind) ? 32 : 0;
+    rc.plan.obs_window = kv_policy_uses_snapkv(kind) ? rc.kv.obs_window : 0;
     plan = Runtime::plan(stories().model, rc.plan);
     persistent.resize(plan.persistent_bytes + 64);
     scratch.resize(plan.scratch_bytes + 64);
