@@ -36,20 +36,22 @@ typedef enum keel_kv_policy {
   KEEL_KV_SNAPSTREAM = 5     /* sinks + SnapKV-chosen prompt + a recent ring */
 } keel_kv_policy;
 
-/* A zeroed keel_config means: the model's defaults, one slot, the caller's thread. */
+/* A zeroed keel_config means: what the model file asks for (its KV defaults and the chunk of its
+ * memory plan; `keel info` prints them under "run defaults"), else the engine's defaults, one
+ * slot, the caller's thread. Every zero field below takes that default. */
 typedef struct keel_config {
-  uint32_t kv_budget_tokens; /* per slot; 0 = the model's default */
+  uint32_t kv_budget_tokens; /* per slot; 0 = the model's (else 1024) */
   uint32_t slots;            /* concurrent sequences; 0 = 1 */
-  uint32_t chunk_tokens;     /* prefill chunk; 0 = 64 */
+  uint32_t chunk_tokens;     /* prefill chunk; 0 = the model's (else 64) */
   uint32_t threads;          /* workers of `thread_pool`; 0 or 1 = the caller's thread only */
   keel_backend backend;
   const void* thread_pool;   /* a keel::ThreadPool (core/threads.h) or NULL */
   uint32_t kv_policy;         /* a keel_kv_policy (a fixed-size field: any value is checked) */
-  uint32_t kv_sinks;         /* streaming, snapstream: attention sinks; 0 = 4 */
-  uint32_t kv_window;        /* snapstream: recent ring; 0 = budget / 4 */
-  uint32_t obs_window;      /* snapkv, snapstream: observation window; 0 = 32 */
-  int32_t snap_kernel;       /* max-pool kernel (odd); 0 = the policy's (7 snapkv, 31 snapstream),
-                                -1 = adaptive */
+  uint32_t kv_sinks;         /* streaming, snapstream: attention sinks; 0 = the model's (else 4) */
+  uint32_t kv_window;        /* snapstream: recent ring; 0 = the model's (else budget / 4) */
+  uint32_t obs_window;       /* snapkv, snapstream: observation window; 0 = the model's (else 32) */
+  int32_t snap_kernel;       /* max-pool kernel (odd); 0 = the model's for its own policy, else the
+                                policy's (7 snapkv, 31 snapstream); -1 = adaptive */
 } keel_config;
 
 typedef struct keel_plan_info {
@@ -77,6 +79,43 @@ typedef struct keel_stats {
 
 typedef struct keel_engine keel_engine;
 
+/* Generation (keel_generate). */
+#define KEEL_MAX_STOP_TOKENS 8
+
+typedef enum keel_stop_reason {
+  KEEL_STOP_NONE = 0,       /* not stopped: an error ended it */
+  KEEL_STOP_END_TOKEN = 1,  /* sampled a stop token (stop_token) */
+  KEEL_STOP_MAX_TOKENS = 2, /* generated max_tokens tokens */
+  KEEL_STOP_BUDGET = 3,     /* policy full: the sequence filled the KV budget */
+  KEEL_STOP_CALLBACK = 4    /* the callback returned 0 */
+} keel_stop_reason;
+
+typedef struct keel_generate_options {
+  uint32_t max_tokens;          /* tokens to generate at most; 0 = prefill only */
+  int32_t stop_tokens[KEEL_MAX_STOP_TOKENS]; /* more tokens that end the generation */
+  uint32_t n_stop_tokens;       /* entries of stop_tokens in use (at most KEEL_MAX_STOP_TOKENS) */
+  int no_default_stops;         /* 0: the model's EOS and <|im_end|> stop too */
+  int feed_last;                /* feed the stop token (or the last token) back into the cache, as a
+                                   chat does before its next turn */
+  const keel_sampling* sampling; /* set the slot's sampling first; NULL keeps it (and its random
+                                   state) */
+  double (*now)(void);          /* monotonic seconds, for the timings of the result; NULL = none */
+} keel_generate_options;
+
+typedef struct keel_generate_result {
+  uint32_t tokens_generated;    /* tokens streamed (stop tokens are not) */
+  uint32_t tokens_decoded;      /* tokens fed back into the cache */
+  uint32_t prompt_tokens;
+  uint32_t stop_reason;         /* a keel_stop_reason */
+  int32_t stop_token;           /* the stop token sampled, -1 if none */
+  double prefill_seconds, decode_seconds; /* 0 without options->now */
+} keel_generate_result;
+
+/* Receives each generated token and the text it completes: well-formed UTF-8, ready to print
+ * (len may be 0 while a character is incomplete, or for a control token); at the end, token -1
+ * with the bytes the stream flushes, if any. Return 0 to stop generating. */
+typedef int (*keel_token_callback)(void* user, int32_t token, const char* text, size_t len);
+
 /* Verifies the model and computes the memory needed for `config` (NULL = defaults). */
 keel_status keel_plan(const void* model, size_t model_bytes, const keel_config* config, keel_plan_info* out);
 
@@ -101,6 +140,14 @@ keel_status keel_sample(keel_engine* e, uint32_t slot, int32_t* token);
 /* The bytes token `token` stands for (raw piece; for streaming UTF-8 use keel::text::StreamDecoder
  * from C++). *n is the length, also when larger than capacity. */
 keel_status keel_token_bytes(keel_engine* e, int32_t token, char* out, size_t capacity, size_t* n);
+/* Prefills prompt[0..n_prompt) on `slot` (n_prompt 0: continue from the slot's logits), then
+ * samples, streams and feeds tokens back until a stop token, max_tokens, the KV budget (policy
+ * full) or the callback returning 0. options NULL = 128 tokens, the default stops, the slot's
+ * sampling; callback and out may be NULL. No allocation: the text goes through a fixed buffer
+ * (512 bytes a token). On an error, *out holds what was done before it. */
+keel_status keel_generate(keel_engine* e, uint32_t slot, const int32_t* prompt, size_t n_prompt,
+                          const keel_generate_options* options, keel_token_callback callback, void* user,
+                          keel_generate_result* out);
 keel_status keel_reset(keel_engine* e, uint32_t slot);
 keel_status keel_get_stats(const keel_engine* e, keel_stats* out);
 int32_t keel_eos_token(const keel_engine* e);

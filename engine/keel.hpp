@@ -15,6 +15,7 @@
 
 #include "core/check.h"
 #include "llm/plan.h"
+#include "llm/run_config.h"
 #include "llm/runtime.h"
 #include "model/model.h"
 
@@ -29,8 +30,12 @@ class Engine {
   static constexpr PlanShape kShape{Shape::vocab_size, Shape::dim,     Shape::n_layers,
                                     Shape::n_heads,    Shape::n_kv_heads, Shape::head_dim,
                                     Shape::ffn_dim,    Shape::tokenizer_bytes};
-  static constexpr PlanConfig kConfig{KvBudget, Slots, Chunk, 1, 1};
-  static constexpr KvPolicyConfig kKv{Policy};
+  // The engine's defaults (llm/run_config.h) under the template's policy, budget, slots and
+  // chunk; one thread.
+  static constexpr RuntimeConfig kRuntimeConfig = resolve_runtime_config(
+      RunDefaults{}, RunOverrides{run_policy(Policy), KvBudget, Slots, Chunk, 1});
+  static constexpr PlanConfig kConfig = kRuntimeConfig.plan;
+  static constexpr KvPolicyConfig kKv = kRuntimeConfig.kv;
   static constexpr MemoryPlan kPlan = plan_memory(kShape, kConfig, kKv);
   static constexpr uint64_t kPersistentBytes = kPlan.persistent_bytes;
   static constexpr uint64_t kScratchBytes = kPlan.scratch_bytes;
@@ -48,9 +53,7 @@ class Engine {
                 "model shape (vocab %" PRIu32 ", dim %" PRIu32 ", layers %" PRIu32 ", heads %" PRIu32 "/%" PRIu32
                 ", head dim %" PRIu32 ", ffn %" PRIu32 ") differs from the compiled-in shape",
                 s.vocab_size, s.dim, s.n_layers, s.n_heads, s.n_kv_heads, s.head_dim, s.ffn_dim);
-    RuntimeConfig rc;
-    rc.plan = kConfig;
-    rc.kv = kKv;
+    RuntimeConfig rc = kRuntimeConfig;
     rc.backend = backend;
     return runtime_.init(model_, rc, Span<uint8_t>(persistent_, kPersistentBytes), Span<uint8_t>(scratch_, kScratchBytes),
                          nullptr);

@@ -7,6 +7,8 @@
 #include "core/check.h"
 #include "core/format.h"
 #include "keel.h"
+#include "llm/generate.h"
+#include "llm/run_config.h"
 #include "llm/runtime.h"
 
 struct keel_engine {
@@ -44,45 +46,67 @@ static_assert(int(keel::KvPolicyKind::Full) == KEEL_KV_FULL - 1 && int(keel::KvP
               int(keel::fb::KvPolicy::SnapStream) == int(keel::KvPolicyKind::SnapStream),
               "keel_kv_policy, KvPolicyKind and the file's KvPolicy name the policies in one order");
 
-// The runtime configuration a keel_config asks for: zero fields take the model's defaults (policy,
-// budget) or the engine's (everything else), as the keel tool does.
+// The runtime configuration a keel_config asks for: its fields are keel::RunOverrides' one to
+// one (zero = the model's default, else the engine's: llm/run_config.h).
 keel::Error runtime_config(const keel::Model& m, const keel_config* c, keel::RuntimeConfig& rc) {
-  const keel::fb::KvDefaults* kv = m.meta()->kv_defaults();
-  keel::PlanConfig& pc = rc.plan;
-  pc.kv_budget_tokens = c && c->kv_budget_tokens ? c->kv_budget_tokens : (kv ? kv->budget_tokens() : 1024);
-  pc.slots = c && c->slots ? c->slots : 1;
-  pc.chunk_tokens = c && c->chunk_tokens ? c->chunk_tokens : 64;
-  pc.threads = c && c->threads ? c->threads : 1;
-  // A C caller may store any integer in an enum field; in C++ reading one outside the
-  // enumerators is undefined, so the bytes are read as the integer they are.
-  // (Its size is the ABI's: an int on x86-64, one byte with ARM EABI's short enums.)
-  std::underlying_type_t<keel_backend> raw = KEEL_BACKEND_AUTO;
-  static_assert(sizeof raw == sizeof(keel_backend), "the enum's bytes are its underlying type's");
-  if (c) memcpy(&raw, &c->backend, sizeof raw);
-  const int backend = int(raw);
-  KEEL_ENSURE(backend >= KEEL_BACKEND_AUTO && backend <= KEEL_BACKEND_XNNPACK, keel::Status::InvalidArgument,
-              "backend %d; expected 0..3", backend);
-  rc.backend = static_cast<keel::BackendKind>(backend);
-  const uint32_t policy = c ? c->kv_policy : 0;
-  KEEL_ENSURE(policy <= KEEL_KV_SNAPSTREAM, keel::Status::InvalidArgument,
-              "kv_policy %" PRIu32 "; expected 0 (the model's) .. 5 (snapstream)", policy);
-  keel::KvPolicyConfig& p = rc.kv;
-  if (policy == KEEL_KV_MODEL_DEFAULT) {
-    p.kind = kv ? static_cast<keel::KvPolicyKind>(kv->policy()) : keel::KvPolicyKind::Full;
-  } else {
-    p.kind = static_cast<keel::KvPolicyKind>(policy - 1);
+  keel::RunOverrides o;
+  if (c) {
+    o.kv_budget_tokens = c->kv_budget_tokens;
+    o.slots = c->slots;
+    o.chunk_tokens = c->chunk_tokens;
+    o.threads = c->threads;
+    o.kv_policy = c->kv_policy;
+    o.sinks = c->kv_sinks;
+    o.window = c->kv_window;
+    o.obs_window = c->obs_window;
+    o.snap_kernel = c->snap_kernel;
+    // A C caller may store any integer in an enum field; in C++ reading one outside the
+    // enumerators is undefined, so the bytes are read as the integer they are.
+    // (Its size is the ABI's: an int on x86-64, one byte with ARM EABI's short enums.)
+    std::underlying_type_t<keel_backend> raw = KEEL_BACKEND_AUTO;
+    static_assert(sizeof raw == sizeof(keel_backend), "the enum's bytes are its underlying type's");
+    memcpy(&raw, &c->backend, sizeof raw);
+    const int backend = int(raw);
+    KEEL_ENSURE(backend >= KEEL_BACKEND_AUTO && backend <= KEEL_BACKEND_XNNPACK, keel::Status::InvalidArgument,
+                "backend %d; expected 0..3", backend);
+    o.backend = static_cast<keel::BackendKind>(backend);
   }
-  // Zero fields keep KvPolicyConfig's own defaults.
-  if (c && c->kv_sinks) p.sinks = c->kv_sinks;
-  if (c && c->kv_window) p.window = c->kv_window;
-  if (c && c->obs_window) p.obs_window = c->obs_window;
-  const int32_t kernel = c ? c->snap_kernel : 0;
-  KEEL_ENSURE(kernel >= -1, keel::Status::InvalidArgument, "snap_kernel %d; expected -1 (adaptive), 0 or odd", int(kernel));
-  if (kernel != 0) p.snap_kernel = kernel == -1 ? 0u : uint32_t(kernel);
-  return keel::validate_kv_policy(p, pc.kv_budget_tokens, pc.chunk_tokens);
+  return keel::make_runtime_config(m, o, &rc);
 }
 
+static_assert(KEEL_KV_SNAPSTREAM == keel::kRunPolicyMax && KEEL_KV_SNAPKV == keel::run_policy(keel::KvPolicyKind::SnapKV),
+              "keel_kv_policy numbers are RunOverrides::kv_policy's");
+static_assert(int(KEEL_BACKEND_XNNPACK) == int(keel::BackendKind::Xnnpack), "keel_backend is BackendKind");
+
 constexpr uint64_t engine_block_bytes() { return keel::plan_align(sizeof(keel_engine)); }
+
+}  // namespace
+
+namespace {
+
+keel::text::SamplerConfig sampler_config(const keel_sampling& s) {
+  keel::text::SamplerConfig c;
+  c.temperature = s.temperature;
+  c.top_k = s.top_k;
+  c.top_p = s.top_p;
+  c.min_p = s.min_p;
+  c.repetition_penalty = s.repetition_penalty;
+  c.seed = s.seed;
+  return c;
+}
+
+struct CallbackBridge {
+  keel_token_callback callback;
+  void* user;
+  static bool call(void* ctx, int32_t token, const char* text, size_t len) {
+    const CallbackBridge* b = static_cast<const CallbackBridge*>(ctx);
+    return b->callback(b->user, token, text, len) != 0;
+  }
+};
+
+static_assert(int(keel::StopReason::Callback) == KEEL_STOP_CALLBACK && int(keel::StopReason::Budget) == KEEL_STOP_BUDGET &&
+              int(keel::StopReason::EndToken) == KEEL_STOP_END_TOKEN && keel::kMaxStopTokens == KEEL_MAX_STOP_TOKENS,
+              "keel_stop_reason is keel::StopReason");
 
 }  // namespace
 
@@ -175,14 +199,7 @@ const float* keel_logits(keel_engine* e, uint32_t slot, size_t* vocab_size) {
 
 keel_status keel_set_sampling(keel_engine* e, uint32_t slot, const keel_sampling* s) {
   if (!e || !s) return KEEL_ERR_BAD_ARGUMENT;
-  keel::text::SamplerConfig c;
-  c.temperature = s->temperature;
-  c.top_k = s->top_k;
-  c.top_p = s->top_p;
-  c.min_p = s->min_p;
-  c.repetition_penalty = s->repetition_penalty;
-  c.seed = s->seed;
-  return record(e, e->runtime.set_sampler(slot, c));
+  return record(e, e->runtime.set_sampler(slot, sampler_config(*s)));
 }
 
 keel_status keel_sample(keel_engine* e, uint32_t slot, int32_t* token) {
@@ -211,6 +228,44 @@ keel_status keel_token_bytes(keel_engine* e, int32_t token, char* out, size_t ca
                                  token, count, capacity));
   }
   return record(e, keel::Error());
+}
+
+keel_status keel_generate(keel_engine* e, uint32_t slot, const int32_t* prompt, size_t n_prompt,
+                          const keel_generate_options* options, keel_token_callback callback, void* user,
+                          keel_generate_result* out) {
+  if (!e || (!prompt && n_prompt)) return KEEL_ERR_BAD_ARGUMENT;
+  keel::GenerateOptions o;
+  keel::text::SamplerConfig sampler;
+  if (options) {
+    if (options->n_stop_tokens > KEEL_MAX_STOP_TOKENS) {
+      return record(e, keel::Error(keel::Status::InvalidArgument, "n_stop_tokens %" PRIu32 "; at most %d",
+                                   options->n_stop_tokens, KEEL_MAX_STOP_TOKENS));
+    }
+    o.max_tokens = options->max_tokens;
+    for (uint32_t i = 0; i < options->n_stop_tokens; ++i) o.stop_tokens[i] = options->stop_tokens[i];
+    o.n_stop_tokens = options->n_stop_tokens;
+    o.default_stops = options->no_default_stops == 0;
+    o.feed_last = options->feed_last != 0;
+    if (options->sampling) {
+      sampler = sampler_config(*options->sampling);
+      o.sampler = &sampler;
+    }
+    o.now = options->now;
+  }
+  CallbackBridge bridge{callback, user};
+  keel::GenerateResult r;
+  const keel::Error err = keel::generate(e->runtime, slot, keel::Span<const int32_t>(prompt, n_prompt), o,
+                                         callback ? &CallbackBridge::call : nullptr, &bridge, &r);
+  if (out) {
+    out->tokens_generated = r.tokens_generated;
+    out->tokens_decoded = r.tokens_decoded;
+    out->prompt_tokens = r.prompt_tokens;
+    out->stop_reason = uint32_t(r.stop_reason);
+    out->stop_token = r.stop_token;
+    out->prefill_seconds = r.prefill_seconds;
+    out->decode_seconds = r.decode_seconds;
+  }
+  return record(e, err);
 }
 
 keel_status keel_reset(keel_engine* e, uint32_t slot) {

@@ -30,13 +30,6 @@ bool parse_kv_policy(const char* name, KvPolicyKind& out) {
   return false;
 }
 
-uint32_t snap_kernel_of(const KvPolicyConfig& c) {
-  if (c.snap_kernel != kSnapKernelPolicyDefault) return c.snap_kernel;
-  return c.kind == KvPolicyKind::SnapStream ? 31 : 7;
-}
-
-uint32_t snapstream_window(const KvPolicyConfig& c, uint32_t budget) { return c.window ? c.window : budget / 4; }
-
 uint32_t snapkv_decode_target(uint32_t budget, uint32_t chunk) {
   uint32_t r = budget / 8 < chunk ? budget / 8 : chunk;
   if (r == 0) r = 1;
@@ -59,7 +52,7 @@ Error validate_kv_policy(const KvPolicyConfig& c, uint32_t budget, uint32_t chun
                   "-token budget; the budget must exceed the window by at least a few tokens",
                   c.obs_window, target, budget);
       KEEL_ENSURE(snap_kernel_of(c) == 0 || snap_kernel_of(c) % 2 == 1, Status::InvalidArgument,
-                  "--snap-kernel %" PRIu32 "; expected an odd size, or 0 for adaptive", snap_kernel_of(c));
+                  "snap_kernel %" PRIu32 "; expected an odd size, or 0 for adaptive", snap_kernel_of(c));
       return Error();
     }
     case KvPolicyKind::SnapStream: {
@@ -71,7 +64,7 @@ Error validate_kv_policy(const KvPolicyConfig& c, uint32_t budget, uint32_t chun
                   "-token recent window; a budget of %" PRIu32 " tokens leaves nothing for the prompt",
                   c.sinks, c.obs_window, w, budget);
       KEEL_ENSURE(snap_kernel_of(c) == 0 || snap_kernel_of(c) % 2 == 1, Status::InvalidArgument,
-                  "--snap-kernel %" PRIu32 "; expected an odd size, or 0 for adaptive", snap_kernel_of(c));
+                  "snap_kernel %" PRIu32 "; expected an odd size, or 0 for adaptive", snap_kernel_of(c));
       return Error();
     }
   }

@@ -10,27 +10,44 @@ namespace keel {
 
 enum class KvPolicyKind : uint8_t { Full, Window, Streaming, SnapKV, SnapStream };
 
-struct KvPolicyConfig {
-  KvPolicyKind kind = KvPolicyKind::Full;
-  uint32_t sinks = 4;         // streaming, snapstream
-  uint32_t window = 0;        // snapstream: recent ring for generated tokens (0 = budget / 4)
-  uint32_t obs_window = 32;  // SnapKV observation window w
-  uint32_t snap_kernel = 0xffffffffu;  // SnapKV max-pool kernel (odd); 0 = adaptive; default: per policy
-};
-
+// The engine's KV defaults, defined here once (the budget and the chunk are PlanConfig's, in
+// llm/plan.h; llm/run_config.h puts them together with what a model file asks for).
+constexpr uint32_t kDefaultSinks = 4;       // attention sinks of streaming and snapstream
+constexpr uint32_t kDefaultObsWindow = 32;  // SnapKV observation window w
 // The max-pool kernel a policy uses when none is given: 7 for snapkv (the SnapKV paper); 31 for
 // snapstream, whose prompt goes through a compression after every chunk: a kept token must carry
 // its neighbourhood, or a multi-token fact (a number, a name) survives in pieces (docs/kv.md).
-constexpr uint32_t kSnapKernelPolicyDefault = 0xffffffffu;
-uint32_t snap_kernel_of(const KvPolicyConfig& c);
+constexpr uint32_t kSnapKernelSnapKV = 7;
+constexpr uint32_t kSnapKernelSnapStream = 31;
+constexpr uint32_t kSnapKernelPolicyDefault = 0xffffffffu;  // "the policy's kernel"
+
+struct KvPolicyConfig {
+  KvPolicyKind kind = KvPolicyKind::Full;
+  uint32_t sinks = kDefaultSinks;  // streaming, snapstream
+  uint32_t window = 0;             // snapstream: recent ring for generated tokens (0 = budget / 4)
+  uint32_t obs_window = kDefaultObsWindow;
+  uint32_t snap_kernel = kSnapKernelPolicyDefault;  // SnapKV max-pool kernel (odd); 0 = adaptive
+};
+
+// The kernel the policy runs with: snap_kernel, or the policy's when it is kSnapKernelPolicyDefault.
+constexpr uint32_t snap_kernel_of(KvPolicyKind kind, uint32_t snap_kernel) {
+  if (snap_kernel != kSnapKernelPolicyDefault) return snap_kernel;
+  return kind == KvPolicyKind::SnapStream ? kSnapKernelSnapStream : kSnapKernelSnapKV;
+}
+constexpr uint32_t snap_kernel_of(const KvPolicyConfig& c) { return snap_kernel_of(c.kind, c.snap_kernel); }
 
 const char* kv_policy_name(KvPolicyKind k);
 // Parses "full", "window", "streaming", "snapkv", "snapstream".
 bool parse_kv_policy(const char* name, KvPolicyKind& out);
-constexpr bool kv_policy_uses_snapkv(KvPolicyKind k) { return k == KvPolicyKind::SnapKV || k == KvPolicyKind::SnapStream; }
+constexpr bool kv_policy_uses_snapkv(KvPolicyKind k) {
+  return k == KvPolicyKind::SnapKV || k == KvPolicyKind::SnapStream;
+}
 
-// The recent ring snapstream keeps for generated tokens.
-uint32_t snapstream_window(const KvPolicyConfig& c, uint32_t budget);
+// The recent ring snapstream keeps for generated tokens: window, or a quarter of the budget.
+constexpr uint32_t snapstream_window(uint32_t window, uint32_t budget) { return window ? window : budget / 4; }
+constexpr uint32_t snapstream_window(const KvPolicyConfig& c, uint32_t budget) {
+  return snapstream_window(c.window, budget);
+}
 // Entries snapkv compresses down to while decoding (recompression every budget - this tokens).
 uint32_t snapkv_decode_target(uint32_t budget, uint32_t chunk);
 

@@ -1,11 +1,13 @@
 // Firmware-shaped use of the engine on a Cortex-M33: the model is linked into flash, every
 // byte of RAM the engine uses is one static object whose size the linker map shows, and the
 // program runs a prompt and a few greedy decode steps on the ref backend. Output goes to the
-// board's UART; the results also stay in globals for a debugger.
+// board's UART; the results also stay in globals for a debugger. Generation is the engine's
+// (keel::generate): the text reaches the UART in UTF-8-complete pieces, as `keel run` prints it.
 #include <cstddef>
 #include <cstdint>
 
 #include "keel.hpp"
+#include "llm/generate.h"
 #include "stories260k_shape.h"  // generated at build time by `keel convert --header`
 
 // Placed in flash by the linker script around the .keel image (model.S).
@@ -77,8 +79,13 @@ void fail(const keel::Error& e) {
   keel_run_state = 2;
 }
 
-void put_token(const keel::Runtime& rt, int32_t id) {
-  rt.tokenizer().for_each_token_byte(id, [](uint8_t b) { put_char(char(b)); });
+uint32_t n_tokens = 0;
+
+// keel::generate's callback: one token and the text it completes.
+bool on_token(void*, int32_t id, const char* text, size_t len) {
+  if (id >= 0 && n_tokens < kDecodeSteps) keel_tokens[n_tokens++] = id;
+  for (size_t i = 0; i < len; ++i) put_char(text[i]);
+  return true;
 }
 
 bool run() {
@@ -99,27 +106,15 @@ bool run() {
     fail(e);
     return false;
   }
-  e = rt.prefill(0, keel::Span<const int32_t>(prompt, n_prompt));
+  put_text(kPrompt);
+
+  // Greedy: the sampler is greedy until set_sampler() says otherwise. Stops early at EOS.
+  keel::GenerateOptions options;
+  options.max_tokens = kDecodeSteps;
+  e = keel::generate(rt, 0, keel::Span<const int32_t>(prompt, n_prompt), options, &on_token, nullptr, nullptr);
   if (!e.ok()) {
     fail(e);
     return false;
-  }
-  put_text(kPrompt);
-
-  // Greedy: the sampler is greedy until set_sampler() says otherwise.
-  for (uint32_t i = 0; i < kDecodeSteps; ++i) {
-    const keel::Result<int32_t> t = rt.sample(0);
-    if (!t.ok()) {
-      fail(t.error());
-      return false;
-    }
-    keel_tokens[i] = t.value();
-    put_token(rt, t.value());
-    e = rt.decode(0, t.value());
-    if (!e.ok()) {
-    fail(e);
-    return false;
-  }
   }
   put_text("\n");
   return true;

@@ -153,9 +153,11 @@ for name in $names; do
     fail "$name: keel convert ${args[*]} failed"; continue
   fi
   want="$(python3 "$recipe" get "$name" KV_POLICY), budget $(python3 "$recipe" get "$name" KV_BUDGET) tokens"
-  got="$("$keel" info "$model" | sed -n 's/^kv default *//p')"
-  case "$got" in "$want"*) ok "$name: kv default $got" ;;
-                 *) fail "$name: keel info says kv default '$got', the recipe '$want'" ;; esac
+  # What a run of the converted file uses (keel info --json, "run").
+  got="$("$keel" info "$model" --json |
+         python3 -c 'import json,sys; r=json.load(sys.stdin)["run"]; print("%s, budget %d tokens" % (r["policy"], r["budget_tokens"]))')"
+  case "$got" in "$want") ok "$name: runs with $got" ;;
+                 *) fail "$name: keel info says a run uses '$got', the recipe '$want'" ;; esac
   rm -f "$model"
 done
 

@@ -173,8 +173,9 @@ void build_metadata(flatbuffers::FlatBufferBuilder& fbb, const SourceModel& m,
   auto arch = keel::fb::CreateArchitecture(fbb, keel::fb::ArchFamily::Llama, arch_name, h.qkv_bias,
                                            h.tied_output);
   auto gen = keel::fb::CreateGeneration(fbb);
-  auto kv = keel::fb::CreateKvDefaults(fbb, opts.kv.policy, opts.kv.budget_tokens, opts.kv.sinks,
-                                       opts.kv.window, opts.kv.obs_window, opts.kv.snap_kernel);
+  const keel::RunDefaults d = run_defaults(opts);
+  auto kv = keel::fb::CreateKvDefaults(fbb, opts.kv.policy, d.kv_budget_tokens, d.sinks, d.window, d.obs_window,
+                                       d.snap_kernel);
   auto mem = keel::fb::CreateMemoryPlan(fbb, opts.kv.budget_tokens, opts.slots, opts.chunk_tokens,
                                         data_size, plan.persistent_bytes, plan.scratch_bytes);
 
@@ -297,6 +298,25 @@ keel::PlanShape plan_shape(const SourceModel& m) {
                          h.head_dim,   h.ffn_dim, static_cast<uint32_t>(tokenizer_table_bytes(m.tokenizer))};
 }
 
+keel::RunDefaults run_defaults(const WriteOptions& opts) {
+  keel::RunDefaults d;
+  d.policy = static_cast<keel::KvPolicyKind>(opts.kv.policy);
+  d.kv_budget_tokens = opts.kv.budget_tokens;
+  d.sinks = opts.kv.sinks;
+  d.window = opts.kv.window;
+  d.obs_window = opts.kv.obs_window;
+  // The kernel runs use, not a placeholder: the reader takes the file's number for its policy.
+  d.snap_kernel = keel::snap_kernel_of(d.policy, opts.kv.snap_kernel);
+  d.chunk_tokens = opts.chunk_tokens;
+  return d;
+}
+
+keel::RuntimeConfig file_run_config(const WriteOptions& opts) {
+  keel::RunOverrides o;
+  o.slots = opts.slots;
+  return keel::resolve_runtime_config(run_defaults(opts), o);
+}
+
 bool write_keel(const SourceModel& m, const WriteOptions& opts, const std::string& out_path,
                 WriteStats& stats, std::string& error) {
   stats = WriteStats{};
@@ -320,11 +340,8 @@ bool write_keel(const SourceModel& m, const WriteOptions& opts, const std::strin
   // The data section ends with the last tensor (no trailing padding).
   const uint64_t data_size = planned.empty() ? 0 : planned.back().offset + planned.back().size;
 
-  keel::PlanConfig pc;
-  pc.kv_budget_tokens = opts.kv.budget_tokens;
-  pc.slots = opts.slots;
-  pc.chunk_tokens = opts.chunk_tokens;
-  const keel::MemoryPlan plan = keel::plan_memory(plan_shape(m), pc, kv_policy_config(opts.kv));
+  const keel::RuntimeConfig rc = file_run_config(opts);
+  const keel::MemoryPlan plan = keel::plan_memory(plan_shape(m), rc.plan, rc.kv);
 
   // 2. Metadata: build once to learn its size, then again with the final data offset. All
   // fields are forced present, so the size does not change between the two builds.

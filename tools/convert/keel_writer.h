@@ -10,35 +10,28 @@
 #include "flatbuffers/flatbuffers.h"
 #include "keel_generated.h"
 #include "llm/plan.h"
+#include "llm/run_config.h"
 
 namespace keel::convert {
 
 enum class QuantMode { Keep, F32, F16, Q8, Q4 };
 
+// What the file's kv_defaults will say: the engine's defaults (llm/run_config.h) under the
+// snapstream policy unless the caller chooses otherwise.
 struct KvDefaultsOptions {
   keel::fb::KvPolicy policy = keel::fb::KvPolicy::SnapStream;
-  uint32_t budget_tokens = 1024;
-  uint32_t sinks = 4;
+  uint32_t budget_tokens = keel::kDefaultKvBudgetTokens;
+  uint32_t sinks = keel::kDefaultSinks;
   uint32_t window = 0;
-  uint32_t obs_window = 32;
-  uint32_t snap_kernel = 7;
+  uint32_t obs_window = keel::kDefaultObsWindow;
+  uint32_t snap_kernel = keel::kSnapKernelPolicyDefault;  // written resolved: the policy's kernel
 };
-
-// The engine's policy configuration these defaults describe (what the memory plan depends on).
-inline KvPolicyConfig kv_policy_config(const KvDefaultsOptions& o) {
-  KvPolicyConfig c;
-  c.kind = static_cast<KvPolicyKind>(o.policy);
-  c.sinks = o.sinks;
-  c.window = o.window;
-  c.obs_window = o.obs_window;
-  return c;
-}
 
 struct WriteOptions {
   QuantMode quant = QuantMode::Keep;
   KvDefaultsOptions kv;
   uint32_t slots = 1;
-  uint32_t chunk_tokens = 64;
+  uint32_t chunk_tokens = keel::kDefaultChunkTokens;
   // Called after each tensor: (tensors done, tensors total, bytes written so far).
   std::function<void(size_t, size_t, uint64_t)> progress;
 };
@@ -67,4 +60,8 @@ namespace keel::convert {
 uint64_t tokenizer_table_bytes(const SourceTokenizer& tok);
 // The plan inputs of a source model.
 keel::PlanShape plan_shape(const SourceModel& m);
+// What a run of the written file uses by default (its kv_defaults and plan chunk), and the plan
+// configuration of the file's memory_plan (and of `keel convert --header`): one thread.
+keel::RunDefaults run_defaults(const WriteOptions& opts);
+keel::RuntimeConfig file_run_config(const WriteOptions& opts);
 }  // namespace keel::convert

@@ -95,7 +95,10 @@ int cmd_chat(int argc, char** argv) {
   Runtime& rt = session.runtime();
   Error e = rt.set_sampler(0, sc);
   if (!e.ok()) return fail("chat", e.message());
-  const std::vector<int32_t> stops = {tok->im_end_id(), tok->eos_id()};
+  // Ends at <|im_end|> or EOS (the defaults), which stays in the cache for the next turn.
+  GenerateOptions go;
+  go.max_tokens = n_predict;
+  go.feed_last = true;
 
   const bool interactive = !has_once && isatty(STDIN_FILENO);
   std::string pending = system.empty() ? "" : "<|im_start|>system\n" + system + "<|im_end|>\n";
@@ -129,17 +132,14 @@ int cmd_chat(int argc, char** argv) {
       if (ids.size() + 1 > budget) return fail("chat", "one message of " + std::to_string(ids.size()) +
                                                            " tokens exceeds the KV budget; raise --kv-budget");
     }
-    const double t0 = now_seconds();
-    e = rt.prefill(0, Span<const int32_t>(ids.data(), ids.size()));
-    const double prefill_s = now_seconds() - t0;
-    if (!e.ok()) return fail("chat", std::string(to_string(e.status())) + ": " + e.message());
+    Generation g;
+    if (!generate(rt, ids, go, stdout, g, error)) return fail("chat", error);
+    const double prefill_s = g.result.prefill_seconds;
     pending.clear();
     fresh = false;
-    Generation g;
-    if (!generate(rt, n_predict, stops, true, stdout, g, error)) return fail("chat", error);
     printf("\n");
     fflush(stdout);
-    if (g.budget_reached) {
+    if (g.result.stop_reason == StopReason::Budget) {
       fprintf(stderr, "[KV budget of %u tokens reached; the next message starts a new conversation]\n", budget);
       (void)rt.reset(0);
       fresh = true;
@@ -151,7 +151,7 @@ int cmd_chat(int argc, char** argv) {
               "[prompt %zu tokens in %.0f ms (%.1f t/s), answer %zu tokens at %.1f t/s; KV %llu/%u tokens; "
               "weights %s mapped, arenas %s + %s, peak RSS %s]\n",
               ids.size(), prefill_s * 1000, ids.size() / prefill_s, g.ids.size(),
-              g.decoded ? g.decoded / g.decode_seconds : 0.0, (unsigned long long)rt.sequence_length(0), budget,
+              g.result.tokens_decoded ? g.result.tokens_decoded / g.result.decode_seconds : 0.0, (unsigned long long)rt.sequence_length(0), budget,
               human_bytes(model.weights_bytes()).c_str(), human_bytes(p.persistent_bytes).c_str(),
               human_bytes(p.scratch_bytes).c_str(), human_bytes(port::peak_rss_bytes()).c_str());
     }

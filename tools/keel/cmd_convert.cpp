@@ -38,9 +38,10 @@ const char kHelp[] =
     "                           snapkv | snapstream (default snapstream)\n"
     "  --kv-budget N          default KV budget in tokens (default 1024)\n"
     "  --sinks N              attention sinks (default 4)\n"
-    "  --window N             recent window (default: budget - sinks)\n"
+    "  --window N             snapstream's recent window (default 0: a quarter of the budget)\n"
     "  --obs-window N         SnapKV observation window (default 32)\n"
-    "  --snap-kernel N        SnapKV pooling kernel (default 7)\n"
+    "  --snap-kernel N        SnapKV pooling kernel, odd; 0 = adaptive (default: the policy's,\n"
+    "                           7 for snapkv, 31 for snapstream)\n"
     "  --slots N              sequences planned for (default 1)\n"
     "  --chunk N              prefill chunk in tokens (default 64)\n"
     "  --header FILE          also write a C++ header with constexpr shape and arena sizes for\n"
@@ -121,6 +122,12 @@ int cmd_convert(int argc, char** argv) {
   }
   if (opts.slots == 0 || opts.chunk_tokens == 0 || opts.kv.budget_tokens == 0) {
     return usage_error("convert", "--slots, --chunk and --kv-budget must be at least 1");
+  }
+  {
+    // The defaults the file names must be ones a run can use.
+    const RuntimeConfig rc = resolve_runtime_config(convert::run_defaults(opts), RunOverrides{});
+    const Error e = validate_kv_policy(rc.kv, rc.plan.kv_budget_tokens, rc.plan.chunk_tokens);
+    if (!e.ok()) return usage_error("convert", std::string("the KV defaults: ") + e.message());
   }
 
   const std::string& in = pos[0];

@@ -8,6 +8,7 @@
 #include "keel/commands.h"
 #include "llm/plan.h"
 #include "llm/plan_model.h"
+#include "llm/run_config.h"
 #include "model/model.h"
 #include "ports/linux/mapped_file.h"
 
@@ -17,14 +18,16 @@ namespace {
 const char kHelp[] =
     "usage: keel info MODEL.keel [--json] [--kv-budget N] [--slots N] [--chunk N] [--threads N]\n"
     "\n"
-    "Verifies a .keel file and prints its hyper-parameters, tensor summary, tokenizer summary\n"
-    "and memory plan: weights (mapped, read-only), persistent arena (KV cache, tokenizer tables,\n"
+    "Verifies a .keel file and prints its hyper-parameters, tensor summary, tokenizer summary,\n"
+    "what a run uses when given no options (\"run\": KV policy, budget, sinks, window,\n"
+    "observation window, kernel and chunk, from the file's KV defaults, else the engine's) and\n"
+    "the memory plan: weights (mapped, read-only), persistent arena (KV cache, tokenizer tables,\n"
     "logits) and scratch arena (one prefill chunk), in bytes.\n"
     "\n"
     "options:\n"
-    "  --kv-budget N   KV budget in tokens for the plan (default: the file's default budget)\n"
+    "  --kv-budget N   KV budget in tokens for the plan (default: the run default)\n"
     "  --slots N       concurrent sequences (default: the file's plan, usually 1)\n"
-    "  --chunk N       prefill chunk in tokens (default: the file's plan)\n"
+    "  --chunk N       prefill chunk in tokens (default: the run default)\n"
     "  --threads N     worker threads (default 1)\n"
     "  --json          machine-readable output\n"
     "\n"
@@ -73,17 +76,19 @@ int cmd_info(int argc, char** argv) {
   const fb::MemoryPlan* fp = m->memory_plan();
   const fb::KvDefaults* kv = m->kv_defaults();
 
-  PlanConfig pc;
-  pc.kv_budget_tokens = has_budget ? budget : (kv ? kv->budget_tokens() : 1024);
-  pc.slots = has_slots ? slots : (fp && fp->slots() ? fp->slots() : 1);
-  pc.chunk_tokens = has_chunk ? chunk : (fp && fp->chunk_tokens() ? fp->chunk_tokens() : 64);
-  pc.threads = threads;
-  KvPolicyConfig kvc;
-  if (kv) {
-    kvc.kind = static_cast<KvPolicyKind>(kv->policy());
-    kvc.obs_window = kv->obs_window();
-  }
-  const MemoryPlan plan = plan_memory(plan_shape(model), pc, kvc);
+  // What `keel run` (and keel_init with a zeroed keel_config) uses; the plan below for it, with
+  // this command's options on top.
+  const RuntimeConfig run = default_runtime_config(model);
+  RunOverrides o;
+  o.kv_budget_tokens = has_budget ? budget : 0;
+  o.slots = has_slots ? slots : (fp && fp->slots() ? fp->slots() : 1);
+  o.chunk_tokens = has_chunk ? chunk : 0;
+  o.threads = threads;
+  const RuntimeConfig planned = resolve_runtime_config(model_run_defaults(model), o);
+  const PlanConfig& pc = planned.plan;
+  const MemoryPlan plan = plan_memory(plan_shape(model), pc, planned.kv);
+  const uint32_t run_budget = run.plan.kv_budget_tokens;
+  const uint32_t run_window = snapstream_window(run.kv, run_budget);
 
   std::map<std::string, std::pair<uint64_t, uint64_t>> by_dtype;  // dtype -> (count, bytes)
   for (const fb::Tensor* t : *m->tensors()) {
@@ -122,6 +127,10 @@ int cmd_info(int argc, char** argv) {
              kv_policy_name(kv->policy()), kv->budget_tokens(), kv->sinks(), kv->window(), kv->obs_window(),
              kv->snap_kernel());
     }
+    printf("\"run\":{\"policy\":\"%s\",\"budget_tokens\":%u,\"sinks\":%u,\"window\":%u,\"obs_window\":%u,"
+           "\"snap_kernel\":%u,\"chunk_tokens\":%u},",
+           kv_policy_name(run.kv.kind), run_budget, run.kv.sinks, run_window, run.kv.obs_window, run.kv.snap_kernel,
+           run.plan.chunk_tokens);
     printf("\"memory\":{\"kv_budget_tokens\":%u,\"slots\":%u,\"chunk_tokens\":%u,\"threads\":%u,"
            "\"weights_bytes\":%llu,\"persistent_bytes\":%llu,\"scratch_bytes\":%llu,\"kv_capacity_tokens\":%llu,"
            "\"kv_bytes\":%llu,\"tokenizer_bytes\":%llu,\"total_bytes\":%llu,\"regions\":[",
@@ -160,10 +169,18 @@ int cmd_info(int argc, char** argv) {
          pre, tok->tokens()->size(), n_merges, tok->bos_id(), tok->eos_id());
   if (tok->im_start_id() >= 0) printf(", ChatML %d/%d", tok->im_start_id(), tok->im_end_id());
   printf("\n");
-  if (kv) {
-    printf("kv default  %s, budget %u tokens, %u sinks, snap window %u, kernel %u\n", kv_policy_name(kv->policy()),
-           kv->budget_tokens(), kv->sinks(), kv->obs_window(), kv->snap_kernel());
+  // The run defaults: the file's kv_defaults and plan chunk, else the engine's (llm/run_config.h).
+  printf("run         %s%s, budget %u tokens", kv_policy_name(run.kv.kind), kv ? "" : " (the file names none)",
+         run_budget);
+  const KvPolicyKind k = run.kv.kind;
+  if (k == KvPolicyKind::Streaming || k == KvPolicyKind::SnapStream) printf(", %u sinks", run.kv.sinks);
+  if (k == KvPolicyKind::SnapStream) printf(", window %u", run_window);
+  if (kv_policy_uses_snapkv(k)) {
+    printf(", obs window %u, kernel ", run.kv.obs_window);
+    if (run.kv.snap_kernel) printf("%u", run.kv.snap_kernel);
+    else printf("adaptive");
   }
+  printf(", chunk %u\n", run.plan.chunk_tokens);
   printf("memory      budget %u tokens, %u slot(s), chunk %u, %u thread(s)\n", pc.kv_budget_tokens, pc.slots,
          pc.chunk_tokens, pc.threads);
   printf("  weights     %14llu bytes  (%s, mapped read-only)\n", (unsigned long long)model.weights_bytes(),

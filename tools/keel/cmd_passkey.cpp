@@ -168,12 +168,11 @@ int cmd_passkey(int argc, char** argv) {
         const double t0 = now_seconds();
         Error e = rt.reset(0);
         if (e.ok()) e = rt.set_sampler(0, text::SamplerConfig{});
-        if (e.ok()) e = rt.prefill(0, Span<const int32_t>(ids.data(), ids.size()));
         if (!e.ok()) return fail("passkey", std::string(to_string(e.status())) + ": " + e.message());
+        GenerateOptions go;
+        go.max_tokens = 24;
         Generation g;
-        if (!generate(rt, 24, {rt.tokenizer().eos_id(), rt.tokenizer().im_end_id()}, false, nullptr, g, error)) {
-          return fail("passkey", error);
-        }
+        if (!generate(rt, ids, go, nullptr, g, error)) return fail("passkey", error);
         // The answer is the first run of digits in the reply.
         std::string answer;
         for (char c : g.text) {

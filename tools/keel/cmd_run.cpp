@@ -87,25 +87,17 @@ int cmd_run(int argc, char** argv) {
   }
   if (!session.start(budget, error)) return fail("run", error);
   Runtime& rt = session.runtime();
-  Error e = rt.set_sampler(0, sc);
-  if (!e.ok()) return fail("run", e.message());
-
-  const double t0 = now_seconds();
-  e = rt.prefill(0, Span<const int32_t>(ids.data(), ids.size()));
-  if (!e.ok()) return fail("run", std::string(to_string(e.status())) + ": " + e.message());
-  const double t1 = now_seconds();
-
+  GenerateOptions go;
+  go.max_tokens = n_predict;
+  go.sampler = &sc;
   Generation g;
-  std::vector<int32_t> stops;
-  if (rt.tokenizer().eos_id() >= 0) stops.push_back(rt.tokenizer().eos_id());
-  if (rt.tokenizer().im_end_id() >= 0) stops.push_back(rt.tokenizer().im_end_id());
-  if (!generate(rt, n_predict, stops, false, json ? nullptr : stdout, g, error)) return fail("run", error);
+  if (!generate(rt, ids, go, json ? nullptr : stdout, g, error)) return fail("run", error);
   if (!json) printf("\n");
-  const uint32_t generated = uint32_t(g.ids.size()), decoded = g.decoded;
-  const double decode_time = g.decode_seconds;
+  const uint32_t generated = g.result.tokens_generated, decoded = g.result.tokens_decoded;
+  const double decode_time = g.result.decode_seconds;
   const std::string& out_text = g.text;
   const std::vector<int32_t>& out_ids = g.ids;
-  const double prefill_tps = ids.size() / (t1 - t0);
+  const double prefill_tps = ids.size() / g.result.prefill_seconds;
   const double decode_tps = decoded ? decoded / decode_time : 0.0;
   const MemoryPlan& p = session.plan();
   if (json) {

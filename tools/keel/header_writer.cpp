@@ -9,12 +9,9 @@ namespace keel::cli {
 bool write_model_header(const convert::SourceModel& model, const convert::WriteOptions& opts,
                         const std::string& path, const std::string& ns, std::string& error) {
   const PlanShape s = convert::plan_shape(model);
-  PlanConfig c;
-  c.kv_budget_tokens = opts.kv.budget_tokens;
-  c.slots = opts.slots;
-  c.chunk_tokens = opts.chunk_tokens;
-  c.threads = 1;
-  const MemoryPlan p = plan_memory(s, c, convert::kv_policy_config(opts.kv));
+  const RuntimeConfig rc = convert::file_run_config(opts);
+  const PlanConfig& c = rc.plan;
+  const MemoryPlan p = plan_memory(s, c, rc.kv);
 
   FILE* f = fopen(path.c_str(), "w");
   if (!f) {

@@ -1,6 +1,7 @@
 #include "keel/session.h"
 
 #include "keel/cli_util.h"
+#include "llm/run_config.h"
 #include "ports/linux/backend_plan.h"
 #include "ports/linux/mapped_file.h"
 
@@ -23,7 +24,8 @@ const char kSessionHelp[] =
     "  --obs-window N         SnapKV observation window (default 32)\n"
     "  --snap-kernel N        SnapKV max-pool kernel, odd; 0 = adaptive (default: 7 for snapkv,\n"
     "                         31 for snapstream)\n"
-    "  --chunk N              prefill chunk in tokens (default 64)\n";
+    "  --chunk N              prefill chunk in tokens (default 64)\n"
+    "  Defaults are the model's where its file names them (keel info: run defaults).\n";
 
 void parse_session_options(Args& args, SessionOptions& o) {
   args.value("--model", "-m", o.model_path);
@@ -31,12 +33,41 @@ void parse_session_options(Args& args, SessionOptions& o) {
   args.value("--backend", nullptr, o.backend);
   args.value("--kv-policy", nullptr, o.kv_policy);
   args.u32("--kv-budget", nullptr, o.kv_budget);
-  args.u32("--sinks", nullptr, o.sinks);
+  // 0 means "the default" to the engine (RunOverrides); given here it is a value it cannot take.
+  auto at_least_one = [&](const char* name, uint32_t& field) {
+    if (args.u32(name, nullptr, field) && field == 0 && o.error.empty()) {
+      o.error = std::string(name) + " must be at least 1";
+    }
+  };
+  at_least_one("--sinks", o.sinks);
   args.u32("--window", nullptr, o.window);
-  args.u32("--obs-window", nullptr, o.obs_window);
-  args.u32("--snap-kernel", nullptr, o.snap_kernel);
-  args.u32("--chunk", nullptr, o.chunk);
+  at_least_one("--obs-window", o.obs_window);
+  uint32_t kernel = 0;
+  if (args.u32("--snap-kernel", nullptr, kernel)) {
+    if (kernel > uint32_t(INT32_MAX)) {
+      if (o.error.empty()) o.error = "--snap-kernel " + std::to_string(kernel) + " is too large";
+    } else {
+      o.snap_kernel = kernel == 0 ? -1 : int32_t(kernel);
+    }
+  }
+  at_least_one("--chunk", o.chunk);
 }
+
+namespace {
+
+// The engine names its parameters; the keel tool's user knows them as options.
+std::string engine_error(const Error& e) {
+  std::string m = e.message();
+  static const char* const kFlags[][2] = {{"snap_kernel", "--snap-kernel"}, {"obs_window", "--obs-window"},
+                                          {"kv_budget_tokens", "--kv-budget"}, {"chunk_tokens", "--chunk"}};
+  for (const auto& f : kFlags) {
+    const size_t n = strlen(f[0]);
+    if (m.compare(0, n, f[0]) == 0 && (m.size() == n || m[n] == ' ')) m = f[1] + m.substr(n);
+  }
+  return std::string(to_string(e.status())) + ": " + m;
+}
+
+}  // namespace
 
 void parse_sampler_options(Args& args, text::SamplerConfig& c) {
   args.f32("--temp", nullptr, c.temperature);
@@ -57,8 +88,8 @@ bool Session::load(const SessionOptions& o, std::string& error) {
     error = "missing -m MODEL.keel";
     return false;
   }
-  if (o.chunk == 0) {
-    error = "--chunk must be at least 1";
+  if (!o.error.empty()) {
+    error = o.error;
     return false;
   }
   if (!file_.open(o.model_path, error)) return false;
@@ -75,40 +106,42 @@ bool Session::load(const SessionOptions& o, std::string& error) {
 bool Session::resolve_policy(const char* fallback, std::string& error) {
   std::string name = opts_.kv_policy;
   if (name.empty() && fallback) name = fallback;
-  const fb::KvDefaults* kv = model_.meta()->kv_defaults();
-  if (name.empty()) name = kv ? kv_policy_name(static_cast<KvPolicyKind>(kv->policy())) : "full";
-  if (!parse_kv_policy(name.c_str(), policy_.kind)) {
+  if (name.empty()) name = kv_policy_name(model_run_defaults(model_).policy);
+  if (!parse_kv_policy(name.c_str(), policy_)) {
     error = "--kv-policy expects full, window, streaming, snapkv or snapstream, got '" + name + "'";
     return false;
   }
-  policy_.sinks = opts_.sinks;
-  policy_.window = opts_.window;
-  policy_.obs_window = opts_.obs_window;
-  policy_.snap_kernel = opts_.snap_kernel;
   return true;
 }
 
-uint32_t Session::default_budget() const {
-  const fb::KvDefaults* kv = model_.meta()->kv_defaults();
-  return kv && kv->budget_tokens() ? kv->budget_tokens() : 1024;
-}
+uint32_t Session::default_budget() const { return model_run_defaults(model_).kv_budget_tokens; }
 
 bool Session::start(uint32_t budget, std::string& error) {
-  RuntimeConfig cfg;
-  cfg.kv = policy_;
-  if (opts_.backend == "auto") cfg.backend = BackendKind::Auto;
-  else if (opts_.backend == "ref") cfg.backend = BackendKind::Ref;
-  else if (opts_.backend == "native") cfg.backend = BackendKind::Native;
-  else if (opts_.backend == "xnnpack") cfg.backend = BackendKind::Xnnpack;
+  RunOverrides o;
+  if (opts_.backend == "auto") o.backend = BackendKind::Auto;
+  else if (opts_.backend == "ref") o.backend = BackendKind::Ref;
+  else if (opts_.backend == "native") o.backend = BackendKind::Native;
+  else if (opts_.backend == "xnnpack") o.backend = BackendKind::Xnnpack;
   else {
     error = "--backend expects auto, ref, native or xnnpack, got '" + opts_.backend + "'";
     return false;
   }
-  cfg.plan.kv_budget_tokens = budget;
-  cfg.plan.slots = 1;
-  cfg.plan.chunk_tokens = opts_.chunk;
-  cfg.plan.threads = threads_;
-  cfg.plan.logit_rows = opts_.logit_rows < opts_.chunk ? opts_.logit_rows : opts_.chunk;
+  o.kv_policy = run_policy(policy_);
+  o.kv_budget_tokens = budget;
+  o.slots = 1;
+  o.chunk_tokens = opts_.chunk;
+  o.threads = threads_;
+  o.logit_rows = opts_.logit_rows;
+  o.sinks = opts_.sinks;
+  o.window = opts_.window;
+  o.obs_window = opts_.obs_window;
+  o.snap_kernel = opts_.snap_kernel;
+  RuntimeConfig cfg;
+  Error e = make_runtime_config(model_, o, &cfg);
+  if (!e.ok()) {
+    error = engine_error(e);
+    return false;
+  }
   if (!port::reserve_backend_bytes(model_, cfg, error)) return false;
   const MemoryPlan p = Runtime::plan(model_, cfg);
   // The arenas are touched below; a plan larger than the machine's free memory would end in the
@@ -129,10 +162,10 @@ bool Session::start(uint32_t budget, std::string& error) {
   memset(persistent_.get(), 0, p.persistent_bytes);
   memset(scratch_.get(), 0, p.scratch_bytes);
   if (threads_ > 1) pool_ = std::make_unique<port::LinuxThreadPool>(threads_);
-  const Error e = runtime_.init(model_, cfg, Span<uint8_t>(persistent_.get(), p.persistent_bytes),
+  e = runtime_.init(model_, cfg, Span<uint8_t>(persistent_.get(), p.persistent_bytes),
                                 Span<uint8_t>(scratch_.get(), p.scratch_bytes), pool_ ? pool_->pool() : nullptr);
   if (!e.ok()) {
-    error = std::string(to_string(e.status())) + ": " + e.message();
+    error = engine_error(e);
     return false;
   }
   return true;

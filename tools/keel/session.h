@@ -20,16 +20,19 @@ struct SessionOptions {
   std::string backend = "auto";
   std::string kv_policy;       // empty = the command's default
   uint32_t kv_budget = 0;      // 0 = the command's default
-  uint32_t sinks = 4;
-  uint32_t window = 0;         // snapstream recent window, 0 = budget / 4
-  uint32_t obs_window = 32;
-  uint32_t snap_kernel = kSnapKernelPolicyDefault;
-  uint32_t chunk = 64;
+  // 0 = the model's default (llm/run_config.h), as in RunOverrides.
+  uint32_t sinks = 0;
+  uint32_t window = 0;         // snapstream recent window
+  uint32_t obs_window = 0;
+  int32_t snap_kernel = 0;     // -1 = adaptive (--snap-kernel 0)
+  uint32_t chunk = 0;
   uint32_t logit_rows = 1;
+  std::string error;           // set by parse_session_options for a value out of range
 };
 
 // Parses the options every model command takes: -m, -t, --backend, --kv-policy, --kv-budget,
-// --chunk. Returns false with args.error() set on a malformed value.
+// --sinks, --window, --obs-window, --snap-kernel, --chunk. Returns false with args.error() set on
+// a malformed value; a value the engine cannot take (--chunk 0) is o.error, which load() reports.
 void parse_session_options(Args& args, SessionOptions& o);
 // Parses --temp --top-k --top-p --min-p --repeat-penalty --seed over the command's defaults in `c`.
 void parse_sampler_options(Args& args, text::SamplerConfig& c);
@@ -41,8 +44,8 @@ class Session {
   bool load(const SessionOptions& o, std::string& error);
   // The policy in force: --kv-policy, else `fallback` (a command's default), else the model's.
   bool resolve_policy(const char* fallback, std::string& error);
-  KvPolicyKind policy() const { return policy_.kind; }
-  // The model's default budget (from the file), 1024 if it has none.
+  KvPolicyKind policy() const { return policy_; }
+  // The model's default budget (from the file), the engine's if it has none.
   uint32_t default_budget() const;
   // Plans for `budget` tokens and initializes the runtime.
   bool start(uint32_t budget, std::string& error);
@@ -61,7 +64,7 @@ class Session {
   port::MappedFile file_;
   Model model_;
   uint32_t threads_ = 1;
-  KvPolicyConfig policy_;
+  KvPolicyKind policy_ = KvPolicyKind::Full;
   std::unique_ptr<port::LinuxThreadPool> pool_;
   std::unique_ptr<uint8_t, Free> persistent_, scratch_;
   Runtime runtime_;

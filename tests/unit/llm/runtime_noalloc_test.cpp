@@ -8,6 +8,7 @@
 #include <string>
 
 #include "convert/keel_writer.h"
+#include "llm/generate.h"
 #include "llm/runtime.h"
 #include "ports/linux/backend_plan.h"
 #include "ports/linux/mapped_file.h"
@@ -113,7 +114,24 @@ void run_case(const Case& c) {
     if (!de.ok()) break;
   }
   (void)rt.reset(0);
+  // The engine's generation loop: prefill, sampling, streaming text, decode.
+  GenerateOptions go;
+  go.max_tokens = c.decode_steps / 4;
+  go.default_stops = false;
+  GenerateResult gr;
+  size_t streamed = 0;
+  const Error ge = generate(
+      rt, 0, Span<const int32_t>(ids, n), go,
+      [](void* ctx, int32_t, const char*, size_t len) {
+        *static_cast<size_t*>(ctx) += len;
+        return true;
+      },
+      &streamed, &gr);
+  (void)rt.reset(0);
   const test::AllocCounts counts = test::stop_alloc_counting();
+  EXPECT_TRUE(ge.ok()) << ge.message();
+  EXPECT_EQ(gr.tokens_generated, go.max_tokens);
+  EXPECT_GT(streamed, 0u);
 
   EXPECT_TRUE(te.ok()) << te.message();
   EXPECT_TRUE(pe.ok()) << pe.message();

@@ -106,23 +106,16 @@ void expect_plan_near(const std::string& what, const MemoryPlan& p, const Record
   expect_near_record(what + " scratch arena", p.scratch_bytes, r.scratch_bytes);
 }
 
-// Session::start's configuration for `keel run -m MODEL` with no options (the model's default
-// policy and budget, the CLI's defaults for everything else).
+// Session::start's configuration for `keel run -m MODEL` with no options: the model's run
+// defaults (llm/run_config.h) on the native backend and kPinnedCliThreads threads.
 RuntimeConfig cli_config(const Model& model) {
+  EXPECT_NE(model.meta()->kv_defaults(), nullptr);
+  RunOverrides o;
+  o.backend = BackendKind::Native;
+  o.threads = kPinnedCliThreads;
   RuntimeConfig rc;
-  const fb::KvDefaults* kv = model.meta()->kv_defaults();
-  EXPECT_NE(kv, nullptr);
-  rc.kv.kind = kv ? static_cast<KvPolicyKind>(kv->policy()) : KvPolicyKind::Full;
-  rc.kv.sinks = 4;
-  rc.kv.window = 0;
-  rc.kv.obs_window = 32;
-  rc.kv.snap_kernel = 7;
-  rc.backend = BackendKind::Native;
-  rc.plan.kv_budget_tokens = kv && kv->budget_tokens() ? kv->budget_tokens() : 1024;
-  rc.plan.slots = 1;
-  rc.plan.chunk_tokens = 64;
-  rc.plan.threads = kPinnedCliThreads;
-  rc.plan.logit_rows = 1;
+  const Error e = make_runtime_config(model, o, &rc);
+  EXPECT_TRUE(e.ok()) << e.message();
   return rc;
 }
 

@@ -1,0 +1,56 @@
+#include "llm/run_config.h"
+
+#include <cinttypes>
+
+#include "core/check.h"
+
+namespace keel {
+
+static_assert(resolve_runtime_config(RunDefaults{}, RunOverrides{}).kv.snap_kernel == kSnapKernelSnapKV,
+              "the kernel comes out resolved");
+
+namespace {
+constexpr uint32_t kLegacySnapStreamKernel = 7;
+}  // namespace
+
+RunDefaults model_run_defaults(const Model& model) {
+  RunDefaults d;
+  const fb::Model* m = model.meta();
+  if (!m) return d;
+  if (const fb::KvDefaults* kv = m->kv_defaults()) {
+    d.policy = static_cast<KvPolicyKind>(kv->policy());
+    if (kv->budget_tokens()) d.kv_budget_tokens = kv->budget_tokens();
+    d.sinks = kv->sinks();
+    d.window = kv->window();
+    if (kv->obs_window()) d.obs_window = kv->obs_window();
+    d.snap_kernel = kv->snap_kernel();
+    // Converters before run_config.h wrote 7 (the schema's default) for every policy while runs
+    // of snapstream used 31: that 7 is a placeholder, read as the policy's kernel
+    // (docs/format.md, KV defaults).
+    if (d.policy == KvPolicyKind::SnapStream && d.snap_kernel == kLegacySnapStreamKernel) {
+      d.snap_kernel = kSnapKernelPolicyDefault;
+    }
+  }
+  if (const fb::MemoryPlan* mp = m->memory_plan(); mp && mp->chunk_tokens()) d.chunk_tokens = mp->chunk_tokens();
+  return d;
+}
+
+Error make_runtime_config(const Model& model, const RunOverrides& o, RuntimeConfig* out) {
+  KEEL_ENSURE(out != nullptr, Status::InvalidArgument, "out is null");
+  KEEL_ENSURE(o.kv_policy <= kRunPolicyMax, Status::InvalidArgument,
+              "kv_policy %" PRIu32 "; expected 0 (the model's) .. %" PRIu32 " (snapstream)", o.kv_policy, kRunPolicyMax);
+  KEEL_ENSURE(o.snap_kernel >= -1, Status::InvalidArgument, "snap_kernel %" PRId32 "; expected -1 (adaptive), 0 or odd",
+              o.snap_kernel);
+  const int backend = int(o.backend);
+  KEEL_ENSURE(backend >= int(BackendKind::Auto) && backend <= int(BackendKind::Xnnpack), Status::InvalidArgument,
+              "backend %d; expected 0..3", backend);
+  const RunDefaults d = model_run_defaults(model);
+  KEEL_ENSURE(uint32_t(d.policy) < kRunPolicyMax, Status::InvalidArgument,
+              "the model's kv_defaults name policy %u; expected 0..%" PRIu32, unsigned(d.policy), kRunPolicyMax - 1);
+  *out = resolve_runtime_config(d, o);
+  return validate_kv_policy(out->kv, out->plan.kv_budget_tokens, out->plan.chunk_tokens);
+}
+
+RuntimeConfig default_runtime_config(const Model& model) { return resolve_runtime_config(model_run_defaults(model), {}); }
+
+}  // namespace keel

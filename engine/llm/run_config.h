@@ -1,0 +1,90 @@
+// The runtime configuration a run uses: what the model file asks for (its kv_defaults and
+// memory_plan), else the engine's defaults, with the caller's choices on top. The C API's
+// keel_config, the keel tool's options and Engine<>'s template parameters all resolve here, so
+// `keel info` can print what a run will use and every entry point agrees on it.
+#pragma once
+
+#include <cstdint>
+
+#include "core/status.h"
+#include "kv/kv_policy.h"
+#include "llm/plan.h"
+#include "llm/runtime.h"
+#include "model/model.h"
+
+namespace keel {
+
+// The budget and the chunk default to PlanConfig's (llm/plan.h); the KV numbers to
+// KvPolicyConfig's (kv/kv_policy.h). Named here, defined there.
+constexpr uint32_t kDefaultKvBudgetTokens = PlanConfig{}.kv_budget_tokens;
+constexpr uint32_t kDefaultChunkTokens = PlanConfig{}.chunk_tokens;
+
+// What a run uses when the caller says nothing.
+struct RunDefaults {
+  KvPolicyKind policy = KvPolicyKind::Full;
+  uint32_t kv_budget_tokens = kDefaultKvBudgetTokens;
+  uint32_t sinks = kDefaultSinks;
+  uint32_t window = 0;  // snapstream's recent ring; 0 = budget / 4
+  uint32_t obs_window = kDefaultObsWindow;
+  // The max-pool kernel of `policy` (0 = adaptive); another policy chosen by the caller runs
+  // with its own default kernel.
+  uint32_t snap_kernel = kSnapKernelPolicyDefault;
+  uint32_t chunk_tokens = kDefaultChunkTokens;
+};
+
+// The caller's choices. Every field's zero means "the default", as in keel_config.
+struct RunOverrides {
+  uint32_t kv_policy = 0;         // 0 = the default; else run_policy(KvPolicyKind) (= keel_kv_policy)
+  uint32_t kv_budget_tokens = 0;  // per slot
+  uint32_t slots = 0;             // 0 = 1
+  uint32_t chunk_tokens = 0;
+  uint32_t threads = 0;           // 0 = 1
+  uint32_t logit_rows = 0;        // 0 = 1; at most the chunk
+  uint32_t sinks = 0;
+  uint32_t window = 0;
+  uint32_t obs_window = 0;
+  int32_t snap_kernel = 0;        // 0 = the policy's, -1 = adaptive, else an odd size
+  BackendKind backend = BackendKind::Auto;
+};
+
+constexpr uint32_t kRunPolicyMax = uint32_t(KvPolicyKind::SnapStream) + 1;
+constexpr uint32_t run_policy(KvPolicyKind k) { return uint32_t(k) + 1; }
+
+// The file's kv_defaults (policy, budget, sinks, window, obs_window, snap_kernel) and
+// memory_plan (chunk) where present, else RunDefaults' values.
+RunDefaults model_run_defaults(const Model& model);
+
+// Defaults + overrides. The kernel comes out resolved (never kSnapKernelPolicyDefault) and the
+// plan's SnapKV buffers are sized for the policy. Not checked: make_runtime_config() checks.
+// constexpr, so Engine<> sizes its arenas at compile time from the same rules.
+constexpr RuntimeConfig resolve_runtime_config(const RunDefaults& d, const RunOverrides& o) {
+  RuntimeConfig rc;
+  KvPolicyConfig& kv = rc.kv;
+  kv.kind = o.kv_policy >= 1 && o.kv_policy <= kRunPolicyMax ? static_cast<KvPolicyKind>(o.kv_policy - 1) : d.policy;
+  kv.sinks = o.sinks ? o.sinks : d.sinks;
+  kv.window = o.window ? o.window : d.window;
+  kv.obs_window = o.obs_window ? o.obs_window : d.obs_window;
+  const uint32_t kernel = o.snap_kernel == -1 ? 0u
+                          : o.snap_kernel > 0 ? uint32_t(o.snap_kernel)
+                          : kv.kind == d.policy ? d.snap_kernel
+                                                : kSnapKernelPolicyDefault;
+  kv.snap_kernel = snap_kernel_of(kv.kind, kernel);
+  PlanConfig& pc = rc.plan;
+  pc.kv_budget_tokens = o.kv_budget_tokens ? o.kv_budget_tokens : d.kv_budget_tokens;
+  pc.slots = o.slots ? o.slots : 1;
+  pc.chunk_tokens = o.chunk_tokens ? o.chunk_tokens : d.chunk_tokens;
+  pc.threads = o.threads ? o.threads : 1;
+  const uint32_t rows = o.logit_rows ? o.logit_rows : 1;
+  pc.logit_rows = rows < pc.chunk_tokens ? rows : pc.chunk_tokens;
+  rc.backend = o.backend;
+  return rc;
+}
+
+// The configuration `model` runs with under `overrides`: InvalidArgument for a policy number or
+// kernel out of range, a zero budget or chunk in the file, and validate_kv_policy()'s errors.
+Error make_runtime_config(const Model& model, const RunOverrides& overrides, RuntimeConfig* out);
+
+// What a run of `model` uses when the caller chooses nothing.
+RuntimeConfig default_runtime_config(const Model& model);
+
+}  // namespace keel
