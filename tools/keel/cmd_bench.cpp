@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "keel/cli_util.h"
+#include "keel/command.h"
 #include "keel/commands.h"
 #include "keel/membw.h"
 #include "keel/session.h"
@@ -57,13 +58,10 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  Args args(argc, argv);
-  if (args.flag("--help", "-h")) {
-    printf(kHelp, kSessionHelp);
-    return 0;
-  }
   SessionOptions so;
-  parse_session_options(args, so);
+  CommandLine cl("bench", argc, argv, kHelp, &so);
+  if (cl.help_shown()) return 0;
+  Args& args = cl.args;
   uint32_t n_prompt = 512, n_gen = 128, depth = 0, reps = 5;
   args.u32("--n-prompt", "-p", n_prompt);
   args.u32("--n-gen", "-n", n_gen);
@@ -71,9 +69,7 @@ int cmd_bench(int argc, char** argv) {
   args.u32("--repetitions", "-r", reps);
   const bool json = args.flag("--json");
   const bool bandwidth = args.flag("--bandwidth");
-  std::vector<std::string> pos;
-  if (!args.finish(pos)) return usage_error("bench", args.error());
-  if (!pos.empty()) return usage_error("bench", "unexpected argument '" + pos[0] + "'");
+  if (!cl.finish()) return 2;
   if (reps == 0) return usage_error("bench", "--repetitions must be at least 1");
   if (n_prompt == 0 && n_gen == 0) return usage_error("bench", "nothing to measure: -p and -n are both 0");
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "keel/cli_util.h"
+#include "keel/command.h"
 #include "keel/commands.h"
 #include "keel/session.h"
 
@@ -172,13 +173,10 @@ std::string error_text(const Error& e) { return std::string(to_string(e.status()
 }  // namespace
 
 int cmd_memcheck(int argc, char** argv) {
-  Args args(argc, argv);
-  if (args.flag("--help", "-h")) {
-    printf(kHelp, kSessionHelp);
-    return 0;
-  }
   SessionOptions so;
-  parse_session_options(args, so);
+  CommandLine cl("memcheck", argc, argv, kHelp, &so);
+  if (cl.help_shown()) return 0;
+  Args& args = cl.args;
   uint64_t tokens = 100000, prompt_n = 1000, rss_every = 1000, inject_at = 0;
   uint64_t warmup = ~0ull, tolerance = 1ull << 20, max_rss = 0;
   std::string text_path = "../shared/data/paul_graham_essays", error;
@@ -201,9 +199,7 @@ int cmd_memcheck(int argc, char** argv) {
   [[maybe_unused]] const bool trap = args.flag("--trap");  // unused only in builds without the probe
   [[maybe_unused]] const bool quiet = args.flag("--quiet", "-q");
   [[maybe_unused]] const bool json = args.flag("--json");
-  std::vector<std::string> pos;
-  if (!args.finish(pos)) return usage_error("memcheck", args.error());
-  if (!pos.empty()) return usage_error("memcheck", "unexpected argument '" + pos[0] + "'");
+  if (!cl.finish()) return 2;
   if (tokens == 0) return usage_error("memcheck", "--tokens must be at least 1");
   if (prompt_n == 0) {
     return usage_error("memcheck", "--prompt-tokens must be at least 1 (the first token is sampled from its logits)");

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "keel/cli_util.h"
+#include "keel/command.h"
 #include "keel/commands.h"
 #include "keel/session.h"
 
@@ -53,21 +54,16 @@ void accumulate(void* ctx, size_t i, const float* logits) {
 }  // namespace
 
 int cmd_ppl(int argc, char** argv) {
-  Args args(argc, argv);
-  if (args.flag("--help", "-h")) {
-    printf(kHelp, kSessionHelp);
-    return 0;
-  }
   SessionOptions so;
-  parse_session_options(args, so);
+  CommandLine cl("ppl", argc, argv, kHelp, &so);
+  if (cl.help_shown()) return 0;
+  Args& args = cl.args;
   std::string path;
   args.value("--file", "-f", path);
   uint32_t ctx = 0;
   args.u32("--ctx", nullptr, ctx);
   const bool json = args.flag("--json");
-  std::vector<std::string> pos;
-  if (!args.finish(pos)) return usage_error("ppl", args.error());
-  if (!pos.empty()) return usage_error("ppl", "unexpected argument '" + pos[0] + "'");
+  if (!cl.finish()) return 2;
   if (path.empty()) return usage_error("ppl", "missing -f TEXT");
   std::ifstream f(path, std::ios::binary);
   if (!f) return fail("ppl", "cannot read " + path);
