@@ -8,10 +8,9 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
+#include "convert/source_file.h"
 #include "keel/cli_util.h"
 #include "keel/command.h"
 #include "keel/commands.h"
@@ -114,17 +113,15 @@ bool prompt_tokens(const Model& model, const std::string& path, uint64_t want, s
   std::string text;
   size_t goal = size_t(want) * 8 + 1024;  // no tokenizer we know averages 8 bytes per token
   for (size_t f = 0; f < files.size(); ++f) {
-    std::ifstream in(files[f], std::ios::binary);
-    std::stringstream ss;
-    if (in) ss << in.rdbuf();
-    if (!in || ss.str().empty()) {
+    std::string part;
+    if (!convert::read_file(files[f], part, error) || part.empty()) {
       error = "cannot read the text " + files[f] +
               (files.size() == 1 ? ": expected a text file or a directory of .txt files (--text PATH; the default "
                                    "is relative to the current directory)"
                                  : "");
       return false;
     }
-    text += ss.str();
+    text += part;
     text += "\n\n";
     if (text.size() < goal && f + 1 < files.size()) continue;
     if (!encode_text(model, text, true, false, ids, error)) return false;

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
-#include <fstream>
 #include <random>
 #include <sstream>
 
+#include "convert/source_file.h"
 #include "keel/cli_util.h"
 #include "keel/command.h"
 #include "keel/commands.h"
@@ -50,11 +50,9 @@ bool read_text(const std::string& path, std::string& out) {
     files.push_back(path);
   }
   for (const std::string& f : files) {
-    std::ifstream in(f, std::ios::binary);
-    if (!in) return false;
-    std::stringstream ss;
-    ss << in.rdbuf();
-    out += ss.str();
+    std::string part, error;
+    if (!convert::read_file(f, part, error)) return false;
+    out += part;
     out += "\n\n";
   }
   return !out.empty();

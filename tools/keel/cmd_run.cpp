@@ -2,9 +2,8 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
+#include "convert/source_file.h"
 #include "keel/cli_util.h"
 #include "keel/command.h"
 #include "keel/commands.h"
@@ -59,11 +58,8 @@ int cmd_run(int argc, char** argv) {
   if (!cl.finish()) return 2;
   if (has_prompt == has_file) return usage_error("run", "give exactly one of -p TEXT or -f FILE");
   if (has_file) {
-    std::ifstream f(prompt_file, std::ios::binary);
-    if (!f) return fail("run", "cannot read prompt file " + prompt_file);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    prompt = ss.str();
+    std::string error;
+    if (!convert::read_file(prompt_file, prompt, error)) return fail("run", "prompt file: " + error);
   }
 
   Session session;
