@@ -4,7 +4,6 @@
 #include <cctype>
 #include <cstdio>
 #include <random>
-#include <sstream>
 
 #include "convert/source_file.h"
 #include "keel/cli_util.h"
@@ -54,19 +53,6 @@ bool read_text(const std::string& path, std::string& out) {
     if (!convert::read_file(f, part, error)) return false;
     out += part;
     out += "\n\n";
-  }
-  return !out.empty();
-}
-
-template <typename T>
-bool parse_list(const std::string& s, std::vector<T>& out) {
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    std::stringstream is(item);
-    T v;
-    if (!(is >> v) || !is.eof()) return false;
-    out.push_back(v);
   }
   return !out.empty();
 }

@@ -6,11 +6,12 @@
 
 namespace keel::cli {
 
-CommandLine::CommandLine(const char* name, int argc, char** argv, const char* help, SessionOptions* session)
+CommandLine::CommandLine(const char* name, int argc, char** argv, const char* help, SessionOptions* session,
+                         const char* session_help)
     : args(argc, argv), name_(name), session_(session) {
   if (!args.flag("--help", "-h")) return;
   help_shown_ = true;
-  if (session) printf(help, kSessionHelp);
+  if (session) printf(help, session_help);
   else fputs(help, stdout);
 }
 
