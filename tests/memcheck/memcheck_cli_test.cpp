@@ -15,17 +15,7 @@ using test::run_cli;
 
 std::string q(const std::string& s) { return "'" + s + "'"; }
 
-const std::string& stories260k() {
-  static const std::string path = [] {
-    const std::string out = test::tmp_path("memcheck_cli_stories260K.keel");
-    const auto r = run_cli("convert " + q(test::require_file(test::shared_path("models/stories260K/stories260K.bin"))) +
-                           " --tokenizer " + q(test::require_file(test::shared_path("models/stories260K/tok512.bin"))) +
-                           " -o " + q(out) + " -q");
-    EXPECT_EQ(r.exit_code, 0) << r.out;
-    return out;
-  }();
-  return path;
-}
+const std::string& stories260k() { return test::stories260k_keel(); }
 
 std::string memcheck(const std::string& options) {
   return "memcheck -m " + q(stories260k()) + " --text " +

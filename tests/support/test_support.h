@@ -25,5 +25,8 @@ struct CommandResult {
 };
 // Runs the `keel` CLI with the given arguments (shell-quoted by the caller).
 CommandResult run_cli(const std::string& args);
+// stories260K converted to .keel by the CLI, once per process; the calling test fails when the
+// checkpoint is missing or the conversion does.
+const std::string& stories260k_keel();
 
 }  // namespace keel::test

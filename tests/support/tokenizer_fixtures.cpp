@@ -3,11 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "convert/source_file.h"
 #include "flatbuffers/flatbuffers.h"
 #include "support/test_support.h"
 #include "text/stream_decoder.h"
@@ -23,12 +23,8 @@ using nlohmann::json;
 constexpr uint8_t kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kByte = 6;
 
 bool read_text(const std::string& path, std::string& out) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return false;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  out = ss.str();
-  return true;
+  std::string error;
+  return convert::read_file(path, out, error);
 }
 
 const char* kLlama3Pattern =

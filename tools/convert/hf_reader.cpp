@@ -58,15 +58,8 @@ bool is_file(const std::string& path) {
 }
 
 bool parse_json_file(const std::string& path, json& out, std::string& error) {
-  auto f = open_file(path, error);
-  if (!f) return false;
-  if (f->size > kMaxJsonFile) {
-    error = "'" + path + "' is " + std::to_string(f->size) + " bytes, more than the " +
-            std::to_string(kMaxJsonFile) + " a JSON file may have";
-    return false;
-  }
-  std::string text(f->size, '\0');
-  if (!read_at(*f, text.data(), text.size(), 0, error)) return false;
+  std::string text;
+  if (!read_file(path, text, error, kMaxJsonFile)) return false;
   out = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (out.is_discarded()) {
     error = "'" + path + "' is not valid JSON";
@@ -969,12 +962,8 @@ std::string chat_template(const json& tcfg, const std::string& dir) {
   }
   const std::string path = dir + "/chat_template.jinja";
   if (is_file(path)) {
-    std::string error;
-    auto f = open_file(path, error);
-    if (f && f->size <= kMaxJsonFile) {
-      std::string text(f->size, '\0');
-      if (read_at(*f, text.data(), text.size(), 0, error)) return text;
-    }
+    std::string text, error;
+    if (read_file(path, text, error, kMaxJsonFile)) return text;
   }
   return {};
 }

@@ -53,4 +53,16 @@ bool read_at(const OpenFile& f, void* dst, uint64_t n, uint64_t offset, std::str
   return true;
 }
 
+bool read_file(const std::string& path, std::string& out, std::string& error, uint64_t max_bytes) {
+  const auto f = open_file(path, error);
+  if (!f) return false;
+  if (f->size > max_bytes) {
+    error = "'" + path + "' is " + std::to_string(f->size) + " bytes, more than the " + std::to_string(max_bytes) +
+            " it may have";
+    return false;
+  }
+  out.assign(f->size, '\0');
+  return read_at(*f, out.data(), out.size(), 0, error);
+}
+
 }  // namespace keel::convert

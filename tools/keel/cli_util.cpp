@@ -70,6 +70,18 @@ std::string namespace_from_path(const std::string& path) {
   return ns;
 }
 
+bool split_list(const std::string& s, std::vector<std::string>& out) {
+  size_t begin = 0;
+  while (true) {
+    const size_t end = s.find(',', begin);
+    const std::string item = s.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+    if (item.empty()) return false;
+    out.push_back(item);
+    if (end == std::string::npos) return true;
+    begin = end + 1;
+  }
+}
+
 bool parse_kv_policy(const std::string& s, fb::KvPolicy& out) {
   static const struct { const char* name; fb::KvPolicy p; } kPolicies[] = {
       {"full", fb::KvPolicy::Full},       {"window", fb::KvPolicy::Window},

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "keel_generated.h"
@@ -19,6 +21,24 @@ std::string json_string(const std::string& s);
 std::vector<std::string> list_directory(const std::string& dir);
 // "models/smollm2.keel" -> "smollm2"
 std::string namespace_from_path(const std::string& path);
+
+// "a,b,c" -> {"a", "b", "c"} (appended); false for an empty list or an empty item.
+bool split_list(const std::string& s, std::vector<std::string>& out);
+// "1024,2048" -> {1024, 2048} (appended); false for an empty list or an item that is not a number
+// of type T (a negative one for an unsigned T).
+template <typename T>
+bool parse_list(const std::string& s, std::vector<T>& out) {
+  std::vector<std::string> items;
+  if (!split_list(s, items)) return false;
+  for (const std::string& item : items) {
+    if (std::is_unsigned_v<T> && item[0] == '-') return false;
+    std::istringstream is(item);
+    T v;
+    if (!(is >> v) || !is.eof()) return false;
+    out.push_back(v);
+  }
+  return true;
+}
 
 bool parse_kv_policy(const std::string& s, fb::KvPolicy& out);
 const char* kv_policy_name(fb::KvPolicy p);

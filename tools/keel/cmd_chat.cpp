@@ -7,6 +7,7 @@
 #include <string>
 
 #include "keel/cli_util.h"
+#include "keel/command.h"
 #include "keel/commands.h"
 #include "keel/generate.h"
 #include "keel/session.h"
@@ -53,13 +54,10 @@ std::string default_system(const Model& m) {
 }  // namespace
 
 int cmd_chat(int argc, char** argv) {
-  Args args(argc, argv);
-  if (args.flag("--help", "-h")) {
-    printf(kHelp, kSessionHelp);
-    return 0;
-  }
   SessionOptions so;
-  parse_session_options(args, so);
+  CommandLine cl("chat", argc, argv, kHelp, &so);
+  if (cl.help_shown()) return 0;
+  Args& args = cl.args;
   std::string once, system;
   const bool has_once = args.value("--prompt", "-p", once);
   const bool has_system = args.value("--system", nullptr, system);
@@ -74,9 +72,7 @@ int cmd_chat(int argc, char** argv) {
   sc.seed = 42;
   parse_sampler_options(args, sc);
   const bool stats = args.flag("--stats");
-  std::vector<std::string> pos;
-  if (!args.finish(pos)) return usage_error("chat", args.error());
-  if (!pos.empty()) return usage_error("chat", "unexpected argument '" + pos[0] + "'");
+  if (!cl.finish()) return 2;
 
   Session session;
   std::string error;

@@ -12,6 +12,7 @@
 #include "convert/source_model.h"
 #include "keel/args.h"
 #include "keel/cli_util.h"
+#include "keel/command.h"
 #include "keel/commands.h"
 #include "keel/header_writer.h"
 #include "ports/linux/mapped_file.h"
@@ -84,11 +85,9 @@ std::string find_llama2c_tokenizer(const std::string& checkpoint) {
 }  // namespace
 
 int cmd_convert(int argc, char** argv) {
-  Args args(argc, argv);
-  if (args.flag("--help", "-h")) {
-    fputs(kHelp, stdout);
-    return 0;
-  }
+  CommandLine cl("convert", argc, argv, kHelp);
+  if (cl.help_shown()) return 0;
+  Args& args = cl.args;
   std::string out_path, quant = "keep", tokenizer, policy = "snapstream", header, header_ns;
   convert::WriteOptions opts;
   args.value("--output", "-o", out_path);
@@ -106,9 +105,8 @@ int cmd_convert(int argc, char** argv) {
   args.value("--header-namespace", nullptr, header_ns);
   const bool json = args.flag("--json");
   const bool quiet = args.flag("--quiet", "-q");
-  std::vector<std::string> pos;
-  if (!args.finish(pos)) return usage_error("convert", args.error());
-  if (pos.size() != 1) return usage_error("convert", "expected exactly one input, got " + std::to_string(pos.size()));
+  if (!cl.finish(1, "exactly one input")) return 2;
+  const std::vector<std::string>& pos = cl.positionals;
   if (out_path.empty()) return usage_error("convert", "missing -o OUT.keel");
 
   if (quant == "keep") opts.quant = convert::QuantMode::Keep;

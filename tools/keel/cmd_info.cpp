@@ -5,6 +5,7 @@
 
 #include "keel/args.h"
 #include "keel/cli_util.h"
+#include "keel/command.h"
 #include "keel/commands.h"
 #include "llm/plan.h"
 #include "llm/plan_model.h"
@@ -44,20 +45,17 @@ const char* tokenizer_kind_name(fb::TokenizerKind k) {
 }  // namespace
 
 int cmd_info(int argc, char** argv) {
-  Args args(argc, argv);
-  if (args.flag("--help", "-h")) {
-    fputs(kHelp, stdout);
-    return 0;
-  }
+  CommandLine cl("info", argc, argv, kHelp);
+  if (cl.help_shown()) return 0;
+  Args& args = cl.args;
   const bool json = args.flag("--json");
   uint32_t budget = 0, slots = 0, chunk = 0, threads = 1;
   const bool has_budget = args.u32("--kv-budget", nullptr, budget);
   const bool has_slots = args.u32("--slots", nullptr, slots);
   const bool has_chunk = args.u32("--chunk", nullptr, chunk);
   args.u32("--threads", "-t", threads);
-  std::vector<std::string> pos;
-  if (!args.finish(pos)) return usage_error("info", args.error());
-  if (pos.size() != 1) return usage_error("info", "expected one MODEL.keel");
+  if (!cl.finish(1, "one MODEL.keel")) return 2;
+  const std::vector<std::string>& pos = cl.positionals;
   if ((has_budget && budget == 0) || (has_slots && slots == 0) || (has_chunk && chunk == 0) || threads == 0) {
     return usage_error("info", "--kv-budget, --slots, --chunk and --threads must be at least 1");
   }

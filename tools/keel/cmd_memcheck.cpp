@@ -8,11 +8,11 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
+#include "convert/source_file.h"
 #include "keel/cli_util.h"
+#include "keel/command.h"
 #include "keel/commands.h"
 #include "keel/session.h"
 
@@ -113,17 +113,15 @@ bool prompt_tokens(const Model& model, const std::string& path, uint64_t want, s
   std::string text;
   size_t goal = size_t(want) * 8 + 1024;  // no tokenizer we know averages 8 bytes per token
   for (size_t f = 0; f < files.size(); ++f) {
-    std::ifstream in(files[f], std::ios::binary);
-    std::stringstream ss;
-    if (in) ss << in.rdbuf();
-    if (!in || ss.str().empty()) {
+    std::string part;
+    if (!convert::read_file(files[f], part, error) || part.empty()) {
       error = "cannot read the text " + files[f] +
               (files.size() == 1 ? ": expected a text file or a directory of .txt files (--text PATH; the default "
                                    "is relative to the current directory)"
                                  : "");
       return false;
     }
-    text += ss.str();
+    text += part;
     text += "\n\n";
     if (text.size() < goal && f + 1 < files.size()) continue;
     if (!encode_text(model, text, true, false, ids, error)) return false;
@@ -172,13 +170,10 @@ std::string error_text(const Error& e) { return std::string(to_string(e.status()
 }  // namespace
 
 int cmd_memcheck(int argc, char** argv) {
-  Args args(argc, argv);
-  if (args.flag("--help", "-h")) {
-    printf(kHelp, kSessionHelp);
-    return 0;
-  }
   SessionOptions so;
-  parse_session_options(args, so);
+  CommandLine cl("memcheck", argc, argv, kHelp, &so);
+  if (cl.help_shown()) return 0;
+  Args& args = cl.args;
   uint64_t tokens = 100000, prompt_n = 1000, rss_every = 1000, inject_at = 0;
   uint64_t warmup = ~0ull, tolerance = 1ull << 20, max_rss = 0;
   std::string text_path = "../shared/data/paul_graham_essays", error;
@@ -201,9 +196,7 @@ int cmd_memcheck(int argc, char** argv) {
   [[maybe_unused]] const bool trap = args.flag("--trap");  // unused only in builds without the probe
   [[maybe_unused]] const bool quiet = args.flag("--quiet", "-q");
   [[maybe_unused]] const bool json = args.flag("--json");
-  std::vector<std::string> pos;
-  if (!args.finish(pos)) return usage_error("memcheck", args.error());
-  if (!pos.empty()) return usage_error("memcheck", "unexpected argument '" + pos[0] + "'");
+  if (!cl.finish()) return 2;
   if (tokens == 0) return usage_error("memcheck", "--tokens must be at least 1");
   if (prompt_n == 0) {
     return usage_error("memcheck", "--prompt-tokens must be at least 1 (the first token is sampled from its logits)");

@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
-#include <fstream>
 #include <random>
-#include <sstream>
 
+#include "convert/source_file.h"
 #include "keel/cli_util.h"
+#include "keel/command.h"
 #include "keel/commands.h"
 #include "keel/generate.h"
 #include "keel/session.h"
@@ -49,25 +49,10 @@ bool read_text(const std::string& path, std::string& out) {
     files.push_back(path);
   }
   for (const std::string& f : files) {
-    std::ifstream in(f, std::ios::binary);
-    if (!in) return false;
-    std::stringstream ss;
-    ss << in.rdbuf();
-    out += ss.str();
+    std::string part, error;
+    if (!convert::read_file(f, part, error)) return false;
+    out += part;
     out += "\n\n";
-  }
-  return !out.empty();
-}
-
-template <typename T>
-bool parse_list(const std::string& s, std::vector<T>& out) {
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    std::stringstream is(item);
-    T v;
-    if (!(is >> v) || !is.eof()) return false;
-    out.push_back(v);
   }
   return !out.empty();
 }
@@ -75,13 +60,10 @@ bool parse_list(const std::string& s, std::vector<T>& out) {
 }  // namespace
 
 int cmd_passkey(int argc, char** argv) {
-  Args args(argc, argv);
-  if (args.flag("--help", "-h")) {
-    printf(kHelp, kSessionHelp);
-    return 0;
-  }
   SessionOptions so;
-  parse_session_options(args, so);
+  CommandLine cl("passkey", argc, argv, kHelp, &so);
+  if (cl.help_shown()) return 0;
+  Args& args = cl.args;
   std::string lengths_s = "1024,2048,4096,8192,16384", depths_s = "0,0.25,0.5,0.75,1";
   std::string haystack = "../shared/data/paul_graham_essays";
   uint32_t trials = 1;
@@ -93,9 +75,7 @@ int cmd_passkey(int argc, char** argv) {
   args.u64("--seed", nullptr, seed);
   const bool json = args.flag("--json");
   const bool quiet = args.flag("--quiet", "-q");
-  std::vector<std::string> pos;
-  if (!args.finish(pos)) return usage_error("passkey", args.error());
-  if (!pos.empty()) return usage_error("passkey", "unexpected argument '" + pos[0] + "'");
+  if (!cl.finish()) return 2;
   std::vector<uint32_t> lengths;
   std::vector<double> depths;
   if (!parse_list(lengths_s, lengths)) return usage_error("passkey", "--lengths expects numbers like 1024,2048");

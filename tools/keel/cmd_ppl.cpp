@@ -2,10 +2,10 @@
 #include <cmath>
 #include <vector>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
+#include "convert/source_file.h"
 #include "keel/cli_util.h"
+#include "keel/command.h"
 #include "keel/commands.h"
 #include "keel/session.h"
 
@@ -53,33 +53,26 @@ void accumulate(void* ctx, size_t i, const float* logits) {
 }  // namespace
 
 int cmd_ppl(int argc, char** argv) {
-  Args args(argc, argv);
-  if (args.flag("--help", "-h")) {
-    printf(kHelp, kSessionHelp);
-    return 0;
-  }
   SessionOptions so;
-  parse_session_options(args, so);
+  CommandLine cl("ppl", argc, argv, kHelp, &so);
+  if (cl.help_shown()) return 0;
+  Args& args = cl.args;
   std::string path;
   args.value("--file", "-f", path);
   uint32_t ctx = 0;
   args.u32("--ctx", nullptr, ctx);
   const bool json = args.flag("--json");
-  std::vector<std::string> pos;
-  if (!args.finish(pos)) return usage_error("ppl", args.error());
-  if (!pos.empty()) return usage_error("ppl", "unexpected argument '" + pos[0] + "'");
+  if (!cl.finish()) return 2;
   if (path.empty()) return usage_error("ppl", "missing -f TEXT");
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return fail("ppl", "cannot read " + path);
-  std::stringstream ss;
-  ss << f.rdbuf();
+  std::string text, read_error;
+  if (!convert::read_file(path, text, read_error)) return fail("ppl", read_error);
 
   so.logit_rows = 16;
   Session session;
   std::string error;
   if (!session.load(so, error)) return fail("ppl", error);
   std::vector<int32_t> ids;
-  if (!encode_text(session.model(), ss.str(), true, false, ids, error)) return fail("ppl", error);
+  if (!encode_text(session.model(), text, true, false, ids, error)) return fail("ppl", error);
   if (!session.resolve_policy("full", error)) return usage_error("ppl", error);
   const bool full = session.policy() == KvPolicyKind::Full;
   if (ctx == 0 && full) ctx = session.model().shape().context_length;

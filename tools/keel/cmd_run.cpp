@@ -2,10 +2,10 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
+#include "convert/source_file.h"
 #include "keel/cli_util.h"
+#include "keel/command.h"
 #include "keel/commands.h"
 #include "keel/session.h"
 #include "keel/generate.h"
@@ -38,13 +38,10 @@ const char kHelp[] =
 }  // namespace
 
 int cmd_run(int argc, char** argv) {
-  Args args(argc, argv);
-  if (args.flag("--help", "-h")) {
-    printf(kHelp, kSessionHelp);
-    return 0;
-  }
   SessionOptions so;
-  parse_session_options(args, so);
+  CommandLine cl("run", argc, argv, kHelp, &so);
+  if (cl.help_shown()) return 0;
+  Args& args = cl.args;
   std::string prompt, prompt_file;
   const bool has_prompt = args.value("--prompt", "-p", prompt);
   const bool has_file = args.value("--file", "-f", prompt_file);
@@ -58,16 +55,11 @@ int cmd_run(int argc, char** argv) {
   sc.seed = 42;
   parse_sampler_options(args, sc);
   const bool json = args.flag("--json");
-  std::vector<std::string> pos;
-  if (!args.finish(pos)) return usage_error("run", args.error());
-  if (!pos.empty()) return usage_error("run", "unexpected argument '" + pos[0] + "'");
+  if (!cl.finish()) return 2;
   if (has_prompt == has_file) return usage_error("run", "give exactly one of -p TEXT or -f FILE");
   if (has_file) {
-    std::ifstream f(prompt_file, std::ios::binary);
-    if (!f) return fail("run", "cannot read prompt file " + prompt_file);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    prompt = ss.str();
+    std::string error;
+    if (!convert::read_file(prompt_file, prompt, error)) return fail("run", "prompt file: " + error);
   }
 
   Session session;

@@ -22,17 +22,7 @@ json info_json(const std::string& model, const std::string& extra = "") {
   return json::parse(r.out, nullptr, false);
 }
 
-const std::string& stories_keel() {
-  static const std::string path = [] {
-    const std::string out = test::tmp_path("cli_stories.keel");
-    const auto r = run_cli("convert " + q(test::require_file(test::shared_path("models/stories260K/stories260K.bin"))) +
-                           " --tokenizer " + q(test::require_file(test::shared_path("models/stories260K/tok512.bin"))) +
-                           " -o " + q(out));
-    EXPECT_EQ(r.exit_code, 0) << r.out;
-    return out;
-  }();
-  return path;
-}
+const std::string& stories_keel() { return test::stories260k_keel(); }
 
 TEST(ConvertCli, Stories260KInfo) {
   const json j = info_json(stories_keel());
