@@ -264,7 +264,9 @@ constexpr MemoryPlan plan_memory(const PlanShape& s, const PlanConfig& c, const 
 }
 
 // A region's buffer of `slot` inside arenas laid out by `plan`. Arenas are checked against the
-// plan's totals once (Runtime::init); each slice is then in bounds by construction.
+// plan's totals once (Runtime::init); each slice is then in bounds by construction. The map
+// records how far into each arena the buffers it handed out reach: after init that is the
+// arenas' use, which tests compare with the plan's totals.
 class RegionMap {
  public:
   RegionMap() = default;
@@ -275,17 +277,26 @@ class RegionMap {
   T* get(Region r, uint32_t slot = 0) const {
     static_assert(alignof(T) <= kPlanAlign, "regions are 64-byte aligned");
     if (!plan_ || region_info(r).elem_bytes % sizeof(T) != 0 || slot >= plan_->slots) return nullptr;
-    if (plan_->regions[uint32_t(r)].bytes == 0) return nullptr;
-    uint8_t* base = region_info(r).arena == PlanArena::Persistent ? persistent_ : scratch_;
-    return reinterpret_cast<T*>(base + plan_->region_offset(r, slot));
+    const uint64_t bytes = plan_->regions[uint32_t(r)].bytes;
+    if (bytes == 0) return nullptr;
+    const bool persistent = region_info(r).arena == PlanArena::Persistent;
+    const uint64_t at = plan_->region_offset(r, slot);
+    uint64_t& reach = persistent ? persistent_reach_ : scratch_reach_;
+    if (at + bytes > reach) reach = at + bytes;
+    return reinterpret_cast<T*>((persistent ? persistent_ : scratch_) + at);
   }
   // Bytes of one instance of `r`.
   uint64_t bytes(Region r) const { return plan_ ? plan_->regions[uint32_t(r)].bytes : 0; }
+  // The end of the furthest buffer handed out, per arena.
+  uint64_t persistent_reach() const { return persistent_reach_; }
+  uint64_t scratch_reach() const { return scratch_reach_; }
 
  private:
   const MemoryPlan* plan_ = nullptr;
   uint8_t* persistent_ = nullptr;
   uint8_t* scratch_ = nullptr;
+  mutable uint64_t persistent_reach_ = 0;
+  mutable uint64_t scratch_reach_ = 0;
 };
 
 // What the backend's per-model state may depend on.

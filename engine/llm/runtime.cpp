@@ -84,6 +84,8 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
     Arena sampler_arena(sampler_mem_, p.sampler_bytes);
     KEEL_TRY(s->sampler.init(text::SamplerConfig{}, model.shape().vocab_size, sampler_arena));
   }
+  persistent_used_bytes_ = regions.persistent_reach();
+  scratch_used_bytes_ = regions.scratch_reach();
   model_ = &model;
   config_ = config;
   return Error();
@@ -229,12 +231,12 @@ uint64_t Runtime::sequence_length(uint32_t slot) const {
 
 RuntimeStats Runtime::stats() const {
   RuntimeStats st;
-  // Every region is placed at its planned offset (RegionMap), so the arenas are used exactly as
-  // planned; the tokenizer is the one region filled to a measured extent within its bytes.
-  st.persistent_used_bytes = model_ ? plan_.persistent_bytes : 0;
+  // How far the buffers init took reach into each arena (RegionMap); the tokenizer's tables
+  // are measured within their region.
+  st.persistent_used_bytes = model_ ? persistent_used_bytes_ : 0;
   st.persistent_planned_bytes = plan_.persistent_bytes;
   st.tokenizer_used_bytes = tokenizer_used_bytes_;
-  st.scratch_high_water_bytes = model_ ? plan_.scratch_bytes : 0;
+  st.scratch_high_water_bytes = model_ ? scratch_used_bytes_ : 0;
   st.scratch_planned_bytes = plan_.scratch_bytes;
   for (uint32_t i = 0; model_ && i < config_.plan.slots; ++i) {
     st.tokens_prefilled += slot_at(i).prefilled;

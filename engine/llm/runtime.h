@@ -110,6 +110,8 @@ class Runtime {
   Transformer transformer_;
   KvManager kv_;
   uint64_t tokenizer_used_bytes_ = 0;
+  uint64_t persistent_used_bytes_ = 0;  // reach of the buffers init placed (RegionMap)
+  uint64_t scratch_used_bytes_ = 0;
   uint8_t* sampler_mem_ = nullptr;  // scratch region shared by the slots' samplers
   uint8_t* text_mem_ = nullptr;     // scratch region for tokenize()
   uint8_t* slots_ = nullptr;        // [slots][kSlotStateBytes] records in the persistent arena

@@ -2,7 +2,8 @@
 // q/k/v (+bias) -> RoPE -> grouped-query attention over the KV cache -> output projection ->
 // residual -> RMSNorm -> SwiGLU FFN -> residual, then the final norm and the LM head. It runs a
 // chunk of up to `chunk_tokens` tokens at a time (prefill) or a single token (decode); every
-// buffer is a region of the plan (llm/plan.h), every op goes to the backend.
+// buffer is a region of the plan (llm/plan.h); matmuls, attention and the row ops go to the
+// backend (the embedding lookup and RoPE rotation run here).
 #pragma once
 
 #include <cstdint>
