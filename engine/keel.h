@@ -24,7 +24,12 @@ typedef enum keel_status {
   KEEL_ERR_INTERNAL = 5
 } keel_status;
 
-typedef enum keel_backend { KEEL_BACKEND_AUTO = 0, KEEL_BACKEND_REF = 1, KEEL_BACKEND_NATIVE = 2, KEEL_BACKEND_XNNPACK = 3 } keel_backend;
+typedef enum keel_backend {
+  KEEL_BACKEND_AUTO = 0,
+  KEEL_BACKEND_REF = 1,
+  KEEL_BACKEND_NATIVE = 2,
+  KEEL_BACKEND_XNNPACK = 3
+} keel_backend;
 
 /* What a slot's KV cache keeps when a sequence outgrows its budget (docs/kv.md). */
 typedef enum keel_kv_policy {
@@ -45,13 +50,13 @@ typedef struct keel_config {
   uint32_t chunk_tokens;     /* prefill chunk; 0 = the model's (else 64) */
   uint32_t threads;          /* workers of `thread_pool`; 0 or 1 = the caller's thread only */
   keel_backend backend;
-  const void* thread_pool;   /* a keel::ThreadPool (core/threads.h) or NULL */
-  uint32_t kv_policy;         /* a keel_kv_policy (a fixed-size field: any value is checked) */
-  uint32_t kv_sinks;         /* streaming, snapstream: attention sinks; 0 = the model's (else 4) */
-  uint32_t kv_window;        /* snapstream: recent ring; 0 = the model's (else budget / 4) */
-  uint32_t obs_window;       /* snapkv, snapstream: observation window; 0 = the model's (else 32) */
-  int32_t snap_kernel;       /* max-pool kernel (odd); 0 = the model's for its own policy, else the
-                                policy's (7 snapkv, 31 snapstream); -1 = adaptive */
+  const void* thread_pool; /* a keel::ThreadPool (core/threads.h) or NULL */
+  uint32_t kv_policy;      /* a keel_kv_policy (a fixed-size field: any value is checked) */
+  uint32_t kv_sinks;       /* streaming, snapstream: attention sinks; 0 = the model's (else 4) */
+  uint32_t kv_window;      /* snapstream: recent ring; 0 = the model's (else budget / 4) */
+  uint32_t obs_window;     /* snapkv, snapstream: observation window; 0 = the model's (else 32) */
+  int32_t snap_kernel;     /* max-pool kernel (odd); 0 = the model's for its own policy, else the
+                              policy's (7 snapkv, 31 snapstream); -1 = adaptive */
 } keel_config;
 
 typedef struct keel_plan_info {
@@ -63,11 +68,11 @@ typedef struct keel_plan_info {
 } keel_plan_info;
 
 typedef struct keel_sampling {
-  float temperature;         /* 0 = greedy */
-  uint32_t top_k;            /* 0 = off */
-  float top_p;               /* 1 = off */
-  float min_p;               /* 0 = off */
-  float repetition_penalty;  /* 1 = off */
+  float temperature;        /* 0 = greedy */
+  uint32_t top_k;           /* 0 = off */
+  float top_p;              /* 1 = off */
+  float min_p;              /* 0 = off */
+  float repetition_penalty; /* 1 = off */
   uint64_t seed;
 } keel_sampling;
 
@@ -91,23 +96,23 @@ typedef enum keel_stop_reason {
 } keel_stop_reason;
 
 typedef struct keel_generate_options {
-  uint32_t max_tokens;          /* tokens to generate at most; 0 = prefill only */
+  uint32_t max_tokens;                       /* tokens to generate at most; 0 = prefill only */
   int32_t stop_tokens[KEEL_MAX_STOP_TOKENS]; /* more tokens that end the generation */
-  uint32_t n_stop_tokens;       /* entries of stop_tokens in use (at most KEEL_MAX_STOP_TOKENS) */
-  int no_default_stops;         /* 0: the model's EOS and <|im_end|> stop too */
-  int feed_last;                /* feed the stop token (or the last token) back into the cache, as a
-                                   chat does before its next turn */
-  const keel_sampling* sampling; /* set the slot's sampling first; NULL keeps it (and its random
-                                   state) */
-  double (*now)(void);          /* monotonic seconds, for the timings of the result; NULL = none */
+  uint32_t n_stop_tokens;                    /* entries of stop_tokens in use (at most KEEL_MAX_STOP_TOKENS) */
+  int no_default_stops;                      /* 0: the model's EOS and <|im_end|> stop too */
+  int feed_last;                             /* feed the stop token (or the last token) back into the cache, as a
+                                                chat does before its next turn */
+  const keel_sampling* sampling;             /* set the slot's sampling first; NULL keeps it (and its random
+                                               state) */
+  double (*now)(void);                       /* monotonic seconds, for the timings of the result; NULL = none */
 } keel_generate_options;
 
 typedef struct keel_generate_result {
-  uint32_t tokens_generated;    /* tokens streamed (stop tokens are not) */
-  uint32_t tokens_decoded;      /* tokens fed back into the cache */
+  uint32_t tokens_generated; /* tokens streamed (stop tokens are not) */
+  uint32_t tokens_decoded;   /* tokens fed back into the cache */
   uint32_t prompt_tokens;
-  uint32_t stop_reason;         /* a keel_stop_reason */
-  int32_t stop_token;           /* the stop token sampled, -1 if none */
+  uint32_t stop_reason;                   /* a keel_stop_reason */
+  int32_t stop_token;                     /* the stop token sampled, -1 if none */
   double prefill_seconds, decode_seconds; /* 0 without options->now */
 } keel_generate_result;
 
@@ -128,8 +133,8 @@ keel_status keel_init(void* memory, size_t memory_bytes, const void* model, size
 /* Text -> ids. add_bos: prepend BOS when the model asks for it; parse_special: recognize
  * special-token texts such as <|im_start|>. *n_tokens is the count the text needs, also when
  * it is more than `capacity` (then KEEL_ERR_BAD_ARGUMENT and the first `capacity` ids). */
-keel_status keel_tokenize(keel_engine* e, const char* text, size_t len, int add_bos, int parse_special,
-                          int32_t* tokens, size_t capacity, size_t* n_tokens);
+keel_status keel_tokenize(keel_engine* e, const char* text, size_t len, int add_bos, int parse_special, int32_t* tokens,
+                          size_t capacity, size_t* n_tokens);
 
 keel_status keel_prefill(keel_engine* e, uint32_t slot, const int32_t* tokens, size_t n);
 keel_status keel_decode(keel_engine* e, uint32_t slot, int32_t token);

@@ -21,19 +21,18 @@
 
 namespace keel {
 
-// `Policy` is the KV policy every slot runs (DESIGN.md section 5); SnapKV's buffers are planned
+// `Policy` is the KV policy every slot runs (docs/kv.md); SnapKV's buffers are planned
 // only for the policies that use them.
 template <typename Shape, uint32_t KvBudget, uint32_t Slots = 1, uint32_t Chunk = 16,
           KvPolicyKind Policy = KvPolicyKind::SnapStream>
 class Engine {
  public:
-  static constexpr PlanShape kShape{Shape::vocab_size, Shape::dim,     Shape::n_layers,
-                                    Shape::n_heads,    Shape::n_kv_heads, Shape::head_dim,
-                                    Shape::ffn_dim,    Shape::tokenizer_bytes};
+  static constexpr PlanShape kShape{Shape::vocab_size, Shape::dim,      Shape::n_layers, Shape::n_heads,
+                                    Shape::n_kv_heads, Shape::head_dim, Shape::ffn_dim,  Shape::tokenizer_bytes};
   // The engine's defaults (llm/run_config.h) under the template's policy, budget, slots and
   // chunk; one thread.
-  static constexpr RuntimeConfig kRuntimeConfig = resolve_runtime_config(
-      RunDefaults{}, RunOverrides{run_policy(Policy), KvBudget, Slots, Chunk, 1});
+  static constexpr RuntimeConfig kRuntimeConfig =
+      resolve_runtime_config(RunDefaults{}, RunOverrides{run_policy(Policy), KvBudget, Slots, Chunk, 1});
   static constexpr PlanConfig kConfig = kRuntimeConfig.plan;
   static constexpr KvPolicyConfig kKv = kRuntimeConfig.kv;
   static constexpr MemoryPlan kPlan = plan_memory(kShape, kConfig, kKv);
@@ -55,8 +54,8 @@ class Engine {
                 s.vocab_size, s.dim, s.n_layers, s.n_heads, s.n_kv_heads, s.head_dim, s.ffn_dim);
     RuntimeConfig rc = kRuntimeConfig;
     rc.backend = backend;
-    return runtime_.init(model_, rc, Span<uint8_t>(persistent_, kPersistentBytes), Span<uint8_t>(scratch_, kScratchBytes),
-                         nullptr);
+    return runtime_.init(model_, rc, Span<uint8_t>(persistent_, kPersistentBytes),
+                         Span<uint8_t>(scratch_, kScratchBytes), nullptr);
   }
 
   Runtime& runtime() { return runtime_; }

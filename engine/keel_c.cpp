@@ -42,8 +42,9 @@ keel_status record(keel_engine* e, const keel::Error& err) {
   return to_c(err.status());
 }
 
-static_assert(int(keel::KvPolicyKind::Full) == KEEL_KV_FULL - 1 && int(keel::KvPolicyKind::SnapStream) == KEEL_KV_SNAPSTREAM - 1 &&
-              int(keel::fb::KvPolicy::SnapStream) == int(keel::KvPolicyKind::SnapStream),
+static_assert(int(keel::KvPolicyKind::Full) == KEEL_KV_FULL - 1 &&
+                  int(keel::KvPolicyKind::SnapStream) == KEEL_KV_SNAPSTREAM - 1 &&
+                  int(keel::fb::KvPolicy::SnapStream) == int(keel::KvPolicyKind::SnapStream),
               "keel_kv_policy, KvPolicyKind and the file's KvPolicy name the policies in one order");
 
 // The runtime configuration a keel_config asks for: its fields are keel::RunOverrides' one to
@@ -74,7 +75,8 @@ keel::Error runtime_config(const keel::Model& m, const keel_config* c, keel::Run
   return keel::make_runtime_config(m, o, &rc);
 }
 
-static_assert(KEEL_KV_SNAPSTREAM == keel::kRunPolicyMax && KEEL_KV_SNAPKV == keel::run_policy(keel::KvPolicyKind::SnapKV),
+static_assert(KEEL_KV_SNAPSTREAM == keel::kRunPolicyMax &&
+                  KEEL_KV_SNAPKV == keel::run_policy(keel::KvPolicyKind::SnapKV),
               "keel_kv_policy numbers are RunOverrides::kv_policy's");
 static_assert(int(KEEL_BACKEND_XNNPACK) == int(keel::BackendKind::Xnnpack), "keel_backend is BackendKind");
 
@@ -104,8 +106,10 @@ struct CallbackBridge {
   }
 };
 
-static_assert(int(keel::StopReason::Callback) == KEEL_STOP_CALLBACK && int(keel::StopReason::Budget) == KEEL_STOP_BUDGET &&
-              int(keel::StopReason::EndToken) == KEEL_STOP_END_TOKEN && keel::kMaxStopTokens == KEEL_MAX_STOP_TOKENS,
+static_assert(int(keel::StopReason::Callback) == KEEL_STOP_CALLBACK &&
+                  int(keel::StopReason::Budget) == KEEL_STOP_BUDGET &&
+                  int(keel::StopReason::EndToken) == KEEL_STOP_END_TOKEN &&
+                  keel::kMaxStopTokens == KEEL_MAX_STOP_TOKENS,
               "keel_stop_reason is keel::StopReason");
 
 }  // namespace
@@ -145,8 +149,9 @@ keel_status keel_init(void* memory, size_t memory_bytes, const void* model, size
   uint8_t* base = static_cast<uint8_t*>(memory);
   const size_t pad = (keel::kPlanAlign - reinterpret_cast<uintptr_t>(base) % keel::kPlanAlign) % keel::kPlanAlign;
   if (memory_bytes < pad + engine_block_bytes()) {
-    return fail(keel::Error(keel::Status::ArenaTooSmall, "memory block of %zu bytes cannot hold the engine object (%llu)",
-                            memory_bytes, (unsigned long long)(pad + engine_block_bytes())));
+    return fail(keel::Error(keel::Status::ArenaTooSmall,
+                            "memory block of %zu bytes cannot hold the engine object (%llu)", memory_bytes,
+                            (unsigned long long)(pad + engine_block_bytes())));
   }
   keel_engine* e = new (base + pad) keel_engine();
   e->last_error[0] = '\0';
@@ -176,8 +181,8 @@ keel_status keel_tokenize(keel_engine* e, const char* text, size_t len, int add_
   keel::text::EncodeOptions o;
   o.add_bos = add_bos != 0;
   o.parse_special = parse_special != 0;
-  return record(e, e->runtime.tokenize(text ? text : "", len, o, keel::Span<int32_t>(tokens, tokens ? capacity : 0),
-                                       n_tokens));
+  return record(
+      e, e->runtime.tokenize(text ? text : "", len, o, keel::Span<int32_t>(tokens, tokens ? capacity : 0), n_tokens));
 }
 
 keel_status keel_prefill(keel_engine* e, uint32_t slot, const int32_t* tokens, size_t n) {

@@ -10,6 +10,8 @@ DEBIAN_PACKAGES=(
   libflatbuffers-dev flatbuffers-compiler
   libxnnpack-dev libpthreadpool-dev
   libmimalloc-dev libgtest-dev nlohmann-json3-dev
+  # the C++ style of the tree (.clang-format; scripts/format.sh --check is a test)
+  clang-format
   # Cortex-M33 cross build (scripts/freestanding.sh): compiler, newlib, and libstdc++'s headers
   # plus the static libraries the g++ driver links against
   gcc-arm-none-eabi libnewlib-arm-none-eabi libstdc++-arm-none-eabi-newlib

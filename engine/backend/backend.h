@@ -30,20 +30,20 @@ const char* backend_name(BackendKind k);
 // Keys [0, prefix) were rotated at their cache index, so the query is re-rotated by
 // (cache index - position) for them; the others were rotated at their original position.
 struct AttentionArgs {
-  const float* q;            // [n][n_heads * head_dim], rotated at each token's position
-  float* out;                // [n][n_heads * head_dim]
-  const uint16_t* keys;      // KV head 0 of the layer, [capacity][head_dim] f16
-  const uint16_t* values;    // same layout
-  uint64_t head_stride;      // elements from one KV head's keys (values) to the next
+  const float* q;          // [n][n_heads * head_dim], rotated at each token's position
+  float* out;              // [n][n_heads * head_dim]
+  const uint16_t* keys;    // KV head 0 of the layer, [capacity][head_dim] f16
+  const uint16_t* values;  // same layout
+  uint64_t head_stride;    // elements from one KV head's keys (values) to the next
   uint32_t n, n_heads, n_kv_heads, head_dim;
-  uint32_t visible;          // entries before the chunk
-  uint32_t prefix;           // of which the first `prefix` are rotated at their cache index
-  uint32_t rope_pairs;       // rotated pairs per head
-  bool rope_halves;          // pair (i, i + pairs) instead of (2i, 2i + 1)
-  const float* shift_cos;    // [rope_pairs] rotation by (cache index - position)
+  uint32_t visible;        // entries before the chunk
+  uint32_t prefix;         // of which the first `prefix` are rotated at their cache index
+  uint32_t rope_pairs;     // rotated pairs per head
+  bool rope_halves;        // pair (i, i + pairs) instead of (2i, 2i + 1)
+  const float* shift_cos;  // [rope_pairs] rotation by (cache index - position)
   const float* shift_sin;
-  float* rows;               // [threads][row_capacity] score rows, one per worker
-  float* qrot;               // [threads][head_dim] re-rotated queries, one per worker
+  float* rows;  // [threads][row_capacity] score rows, one per worker
+  float* qrot;  // [threads][head_dim] re-rotated queries, one per worker
   uint32_t row_capacity;
 };
 
@@ -77,8 +77,7 @@ class Backend {
   // In place; `worker` is the calling attention worker (backends may keep per-worker state).
   virtual void softmax(uint32_t worker, float* x, uint32_t n) = 0;
   // scores[j] = scale * dot(q, k_j) over n half keys [n][head_dim].
-  virtual void scores(const float* q, const uint16_t* keys, uint32_t n, uint32_t head_dim, float scale,
-                      float* out) = 0;
+  virtual void scores(const float* q, const uint16_t* keys, uint32_t n, uint32_t head_dim, float scale, float* out) = 0;
   virtual void to_half(const float* x, uint32_t n, uint16_t* out) = 0;
 
  protected:

@@ -56,7 +56,8 @@ Result<Backend*> make_backend(BackendKind kind, const ThreadPool* pool, BackendS
   KEEL_TRY(backend_supported(kind));
   switch (kind) {
     case BackendKind::Ref:
-      return construct<KernelBackend>(storage, kind, pool, kernels_ref(), vector_kernels_ref(), attention_kernels_ref());
+      return construct<KernelBackend>(storage, kind, pool, kernels_ref(), vector_kernels_ref(),
+                                      attention_kernels_ref());
     case BackendKind::Native:
       return construct<KernelBackend>(storage, kind, pool, *kernels_x86(), *vector_kernels_x86(),
                                       *attention_kernels_x86());
@@ -77,7 +78,8 @@ uint64_t backend_state_work_bytes(const Model& model, BackendKind kind, const Ba
   return b.ok() ? b.value()->state_work_bytes(model, plan) : 0;
 }
 
-Result<uint64_t> backend_state_bytes(const Model& model, BackendKind kind, const BackendPlan& plan, Span<uint8_t> work) {
+Result<uint64_t> backend_state_bytes(const Model& model, BackendKind kind, const BackendPlan& plan,
+                                     Span<uint8_t> work) {
   KEEL_ENSURE(model.loaded(), Status::InvalidArgument, "model is not loaded");
   BackendStorage storage;
   Result<Backend*> b = make_backend(kind, nullptr, storage);

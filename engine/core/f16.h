@@ -41,9 +41,9 @@ inline uint16_t f32_to_f16(float f) {
   const uint32_t x = bits_from_f32(f);
   const uint32_t sign = (x >> 16) & 0x8000;
   const uint32_t absx = x & 0x7fffffff;
-  if (absx > 0x7f800000) return uint16_t(sign | 0x7e00);  // NaN
-  if (absx >= 0x477ff000) return uint16_t(sign | 0x7c00); // overflow -> inf
-  if (absx < 0x38800000) {                                // subnormal or zero in f16
+  if (absx > 0x7f800000) return uint16_t(sign | 0x7e00);   // NaN
+  if (absx >= 0x477ff000) return uint16_t(sign | 0x7c00);  // overflow -> inf
+  if (absx < 0x38800000) {                                 // subnormal or zero in f16
     if (absx < 0x33000000) return uint16_t(sign);
     const uint32_t e = absx >> 23;
     const uint32_t m = (absx & 0x7fffff) | 0x800000;

@@ -181,7 +181,7 @@ uint64_t round_scaled(const Scaled& s) {
 int estimate_exponent10(double v) {
   uint64_t bits = std::bit_cast<uint64_t>(v);
   int e2 = int((bits >> 52) & 0x7ff) - 1023;
-  if (e2 == -1023) {  // subnormal: the exponent field is 0, normalize first
+  if (e2 == -1023) {                                             // subnormal: the exponent field is 0, normalize first
     bits = std::bit_cast<uint64_t>(v * 18446744073709551616.0);  // 2^64
     e2 = int((bits >> 52) & 0x7ff) - 1023 - 64;
   }

@@ -12,9 +12,9 @@ namespace keel {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(const T& v) : ok_(true) { new (&value_) T(v); }           // NOLINT: implicit by design
-  Result(T&& v) : ok_(true) { new (&value_) T(std::move(v)); }    // NOLINT
-  Result(const Error& e) : ok_(false), error_(e) {}                // NOLINT
+  Result(const T& v) : ok_(true) { new (&value_) T(v); }        // NOLINT: implicit by design
+  Result(T&& v) : ok_(true) { new (&value_) T(std::move(v)); }  // NOLINT
+  Result(const Error& e) : ok_(false), error_(e) {}             // NOLINT
   Result(const Result& o) : ok_(o.ok_), error_(o.error_) {
     if (ok_) new (&value_) T(o.value());
   }

@@ -1,4 +1,4 @@
-// Status codes grouped by kind (DESIGN.md section 7) and a fixed-size message buffer so that
+// Status codes grouped by kind and a fixed-size message buffer so that
 // an error can say what was expected and what was found without allocating.
 #pragma once
 
@@ -19,18 +19,18 @@ enum class Status : uint16_t {
   // Bad model (file contents)
   ModelTruncated = 200,
   ModelBadIdentifier,
-  ModelVerifyFailed,       // FlatBuffers structural verification
+  ModelVerifyFailed,  // FlatBuffers structural verification
   ModelBadVersion,
   ModelMissingField,
-  ModelBadOffset,          // tensor bytes outside the data section
+  ModelBadOffset,  // tensor bytes outside the data section
   ModelMisaligned,
-  ModelShapeMismatch,      // shape inconsistent with hyper-parameters
-  ModelBadHyper,           // absurd or inconsistent hyper-parameters
+  ModelShapeMismatch,  // shape inconsistent with hyper-parameters
+  ModelBadHyper,       // absurd or inconsistent hyper-parameters
   ModelBadDType,
   ModelBadTokenizer,
   ModelMissingTensor,
   ModelDuplicateTensor,
-  ModelBadSize,            // tensor byte size inconsistent with dtype and shape
+  ModelBadSize,  // tensor byte size inconsistent with dtype and shape
   // Out of memory in an arena
   ArenaTooSmall = 300,
   KvFull,

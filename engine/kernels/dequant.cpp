@@ -17,8 +17,7 @@ inline uint16_t load_u16(const uint8_t* p) {
 
 }  // namespace
 
-void dequantize_row(fb::DType dtype, const uint8_t* tensor, uint32_t rows, uint32_t cols, uint32_t row,
-                    float* out) {
+void dequantize_row(fb::DType dtype, const uint8_t* tensor, uint32_t rows, uint32_t cols, uint32_t row, float* out) {
   (void)rows;
   switch (dtype) {
     case fb::DType::F32: memcpy(out, tensor + uint64_t(row) * cols * 4, uint64_t(cols) * 4); return;

@@ -12,7 +12,6 @@ namespace keel {
 // out[0..cols) = row `row` of the [rows, cols] tensor `tensor` (row < rows). Exact: the
 // quantized formats give d * (u - z) (Q8: z = 128, Q4: z = 8) or d * u + m (Q4M) in f32,
 // bit-identical to GGUF's Q8_0 / Q4_0 / Q4_1 dequantization of the same block.
-void dequantize_row(fb::DType dtype, const uint8_t* tensor, uint32_t rows, uint32_t cols, uint32_t row,
-                    float* out);
+void dequantize_row(fb::DType dtype, const uint8_t* tensor, uint32_t rows, uint32_t cols, uint32_t row, float* out);
 
 }  // namespace keel

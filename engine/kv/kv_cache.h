@@ -24,9 +24,9 @@ struct KvShape {
   uint32_t n_layers = 0;
   uint32_t n_kv_heads = 0;
   uint32_t head_dim = 0;
-  uint32_t capacity = 0;  // budget + one chunk of staging
-  uint32_t budget = 0;    // entries kept between forward passes
-  uint32_t q_dim = 0;     // n_heads * head_dim, for the observation queries
+  uint32_t capacity = 0;    // budget + one chunk of staging
+  uint32_t budget = 0;      // entries kept between forward passes
+  uint32_t q_dim = 0;       // n_heads * head_dim, for the observation queries
   uint32_t obs_window = 0;  // SnapKV observation window (0: no observation queries kept)
 };
 
@@ -110,7 +110,8 @@ class KvCache {
   void drop_lookahead() { look_count_ = 0; }
   // The unrotated query of lookahead token i (0 = earliest) in layer `layer`.
   const float* lookahead(uint32_t layer, uint32_t i) const {
-    return look_ + (uint64_t(layer) * shape_.obs_window + uint64_t((look_pos0_ + i) % shape_.obs_window)) * shape_.q_dim;
+    return look_ +
+           (uint64_t(layer) * shape_.obs_window + uint64_t((look_pos0_ + i) % shape_.obs_window)) * shape_.q_dim;
   }
 
  private:

@@ -20,8 +20,8 @@ class KvModelHooks {
   // cache index) and by angles_t against keys [prefix, total) (rotated at their position);
   // entries whose position is after `t` are masked (causal). `worker` is the calling worker.
   virtual void attention_row(uint32_t worker, const float* q, const float* angles_t, const float* angles_c,
-                             const uint16_t* keys, const int32_t* positions, uint32_t prefix, uint32_t total,
-                             int64_t t, float* row) = 0;
+                             const uint16_t* keys, const int32_t* positions, uint32_t prefix, uint32_t total, int64_t t,
+                             float* row) = 0;
 
  protected:
   ~KvModelHooks() = default;

@@ -9,9 +9,8 @@ namespace keel {
 Error KvManager::init(const KvPolicyConfig& policy, uint32_t budget, uint32_t chunk, uint32_t capacity,
                       uint32_t threads, const SnapScratch& scratch, const ThreadPool* pool, KvModelHooks* hooks) {
   KEEL_TRY(validate_kv_policy(policy, budget, chunk));
-  KEEL_ENSURE(!kv_policy_uses_snapkv(policy.kind) ||
-                  (scratch.rows && scratch.sums && scratch.pooled && scratch.order && scratch.keep &&
-                   scratch.compact && scratch.rope && hooks),
+  KEEL_ENSURE(!kv_policy_uses_snapkv(policy.kind) || (scratch.rows && scratch.sums && scratch.pooled && scratch.order &&
+                                                      scratch.keep && scratch.compact && scratch.rope && hooks),
               Status::InvalidArgument, "policy %s needs SnapKV scoring buffers in the plan",
               kv_policy_name(policy.kind));
   policy_ = policy;
@@ -50,9 +49,7 @@ Error KvManager::settle(KvCache& kv, uint32_t n, bool prefill, bool lookahead) {
   const bool overflow = kv.visible() + n > budget_;
   switch (p.kind) {
     case KvPolicyKind::Full:
-    case KvPolicyKind::Window:
-      kv.append_ring(n);
-      return Error();
+    case KvPolicyKind::Window: kv.append_ring(n); return Error();
     case KvPolicyKind::Streaming:
       if (overflow && kv.prefix() == 0 && kv.evicted() == 0) kv.pin_sinks(p.sinks);
       kv.append_ring(n);

@@ -47,8 +47,8 @@ class KvManager {
   // SnapKV: keeps `target` entries of prefix + ring + `staged` per (layer, KV head): the first
   // `sinks`, the last `window` (the observation window) and the best-scored others. `kernel` 0
   // = adaptive pooling. The newest `recent` entries stay whole as the ring (snapstream).
-  Error compress_snapkv(KvCache& kv, uint32_t staged, uint32_t target, uint32_t sinks, uint32_t kernel,
-                        bool lookahead, uint32_t recent);
+  Error compress_snapkv(KvCache& kv, uint32_t staged, uint32_t target, uint32_t sinks, uint32_t kernel, bool lookahead,
+                        uint32_t recent);
   struct SnapJob;
   static void snap_task(void* ctx, size_t worker);
   void snap_head(const SnapJob& job, uint32_t worker, uint32_t layer, uint32_t head);

@@ -1,4 +1,4 @@
-// KV-cache policies (DESIGN.md section 5, docs/kv.md): what a slot's cache keeps between
+// KV-cache policies (docs/kv.md): what a slot's cache keeps between
 // forward passes when a sequence outgrows its budget.
 #pragma once
 

@@ -35,8 +35,8 @@ void sift_down(const float* pooled, uint32_t* heap, uint32_t n, uint32_t i) {
 
 }  // namespace
 
-uint32_t snapkv_select(const float* scores, uint32_t n, uint32_t keep, uint32_t kernel, float* pooled,
-                       uint32_t* heap, uint32_t* out) {
+uint32_t snapkv_select(const float* scores, uint32_t n, uint32_t keep, uint32_t kernel, float* pooled, uint32_t* heap,
+                       uint32_t* out) {
   if (keep >= n) {
     for (uint32_t i = 0; i < n; ++i) out[i] = i;
     return n;

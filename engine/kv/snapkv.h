@@ -17,7 +17,7 @@ uint32_t snapkv_kernel(uint32_t kernel, uint32_t candidates, uint32_t keep);
 // |i - j| <= kernel / 2 (window clipped at the ends). Top `keep` by pooled score; ties go to the
 // earlier token. `work` holds n floats and `order` n uint32 (scratch). keep >= n keeps all.
 // Returns the number of indices written (min(keep, n)).
-uint32_t snapkv_select(const float* scores, uint32_t n, uint32_t keep, uint32_t kernel, float* work,
-                       uint32_t* order, uint32_t* out);
+uint32_t snapkv_select(const float* scores, uint32_t n, uint32_t keep, uint32_t kernel, float* work, uint32_t* order,
+                       uint32_t* out);
 
 }  // namespace keel

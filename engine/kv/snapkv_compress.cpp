@@ -65,8 +65,8 @@ void KvManager::snap_head(const SnapJob& j, uint32_t worker, uint32_t l, uint32_
     const int64_t t = own ? j.last - (j.obs - 1 - i) : j.last + 1 + (i - j.obs);
     const float* r = snap_.rope + i * rope_row;
     for (uint32_t g = 0; g < group; ++g) {
-      hooks_->attention_row(worker, q_all + uint64_t(h * group + g) * hd, r, r + 2 * pairs, keys, pos, prefix, total,
-                            t, row);
+      hooks_->attention_row(worker, q_all + uint64_t(h * group + g) * hd, r, r + 2 * pairs, keys, pos, prefix, total, t,
+                            row);
       for (uint32_t p = 0; p < total; ++p) sums[p] += row[p];
     }
   }

@@ -29,8 +29,8 @@ bool is_stop(const GenerateOptions& o, const text::Tokenizer& tok, int32_t id) {
 
 }  // namespace
 
-Error generate(Runtime& rt, uint32_t slot, Span<const int32_t> prompt, const GenerateOptions& o,
-               TokenCallback callback, void* ctx, GenerateResult* result) {
+Error generate(Runtime& rt, uint32_t slot, Span<const int32_t> prompt, const GenerateOptions& o, TokenCallback callback,
+               void* ctx, GenerateResult* result) {
   GenerateResult local;
   GenerateResult& r = result ? *result : local;
   r = GenerateResult{};
@@ -71,7 +71,8 @@ Error generate(Runtime& rt, uint32_t slot, Span<const int32_t> prompt, const Gen
       size_t n = 0;
       const Error e = dec.push(id, out, &n);
       KEEL_ENSURE(e.ok(), Status::InvalidArgument,
-                  "token %" PRId32 " streams more text than generate()'s %zu-byte buffer (longest token: %zu bytes): %s",
+                  "token %" PRId32
+                  " streams more text than generate()'s %zu-byte buffer (longest token: %zu bytes): %s",
                   id, sizeof buf, tok.max_token_bytes(), e.message());
       if (callback && !callback(ctx, id, buf, n)) {
         r.stop_reason = StopReason::Callback;

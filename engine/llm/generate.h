@@ -52,8 +52,8 @@ struct GenerateResult {
   uint32_t tokens_decoded = 0;    // tokens fed back through decode()
   uint32_t prompt_tokens = 0;     // prefilled
   StopReason stop_reason = StopReason::None;
-  int32_t stop_token = -1;        // the stop token sampled, -1 if none
-  double prefill_seconds = 0;     // with GenerateOptions::now
+  int32_t stop_token = -1;     // the stop token sampled, -1 if none
+  double prefill_seconds = 0;  // with GenerateOptions::now
   double decode_seconds = 0;
 };
 

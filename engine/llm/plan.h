@@ -23,7 +23,7 @@ struct PlanShape {
   uint32_t n_kv_heads;
   uint32_t head_dim;
   uint32_t ffn_dim;
-  uint32_t tokenizer_bytes;   // tokenizer lookup tables (engine/text), from the model file
+  uint32_t tokenizer_bytes;  // tokenizer lookup tables (engine/text), from the model file
 };
 
 struct PlanConfig {
@@ -31,7 +31,7 @@ struct PlanConfig {
   uint32_t slots = 1;
   uint32_t chunk_tokens = 64;
   uint32_t threads = 1;
-  uint32_t logit_rows = 1;    // tokens of a chunk whose logits are computed together (ppl: more)
+  uint32_t logit_rows = 1;  // tokens of a chunk whose logits are computed together (ppl: more)
   // Persistent bytes of backend state that exists only at run time (XNNPACK's operators and its
   // packed copy of the F32 weights), measured by backend_state_bytes() (backend/registry.h).
   // 0 for the ref and native backends, and in firmware plans.
@@ -40,7 +40,7 @@ struct PlanConfig {
 
 constexpr uint64_t kPlanAlign = 64;
 constexpr uint64_t plan_align(uint64_t n) { return (n + kPlanAlign - 1) / kPlanAlign * kPlanAlign; }
-constexpr uint64_t kActBlockBytes = 40;   // keel::ActBlock: f32 scale, i32 sum, 32 x i8
+constexpr uint64_t kActBlockBytes = 40;  // keel::ActBlock: f32 scale, i32 sum, 32 x i8
 constexpr uint64_t act_block_count(uint64_t cols) { return (cols + 31) / 32; }
 constexpr uint64_t kSlotStateBytes = 1024;  // slot record: cache view, sampler state, recent tokens
 // Scratch one tokenizer encode() call may take (text::Tokenizer::scratch_bytes() fits in it).
@@ -49,19 +49,58 @@ constexpr uint64_t kTextScratchBytes = 64 * 1024;
 enum class PlanArena : uint8_t { Persistent, Scratch };
 
 // What a region is for; MemoryPlan sums the bytes of each.
-enum class RegionGroup : uint8_t { Tokenizer, Rope, Backend, Kv, Logits, Activations, Attention, LogitRows, Sampler, Text };
+enum class RegionGroup : uint8_t {
+  Tokenizer,
+  Rope,
+  Backend,
+  Kv,
+  Logits,
+  Activations,
+  Attention,
+  LogitRows,
+  Sampler,
+  Text
+};
 
 // Every buffer, in placement order within its arena. Per-slot regions are laid out slot after
 // slot, each slot's block holding all of them in this order.
 enum class Region : uint8_t {
   // persistent
-  Tokenizer, RopeInvFreq, BackendState, SlotRecords,
-  KvKeysValues, KvPositions, KvObservations, KvLookahead, Logits,  // per slot
+  Tokenizer,
+  RopeInvFreq,
+  BackendState,
+  SlotRecords,
+  KvKeysValues,
+  KvPositions,
+  KvObservations,
+  KvLookahead,
+  Logits,  // per slot
   // scratch: one chunk's activations, reused layer after layer
-  X, Xb, Q, K, V, Att, Hb, Hb2, Xq, RopeCos, RopeSin,
-  AttRows, QRot, ShiftCos, ShiftSin,
-  SnapRows, SnapSums, SnapPooled, SnapOrder, SnapKeep, SnapCompact, SnapRope,
-  LogitRows, Sampler, Text,
+  X,
+  Xb,
+  Q,
+  K,
+  V,
+  Att,
+  Hb,
+  Hb2,
+  Xq,
+  RopeCos,
+  RopeSin,
+  AttRows,
+  QRot,
+  ShiftCos,
+  ShiftSin,
+  SnapRows,
+  SnapSums,
+  SnapPooled,
+  SnapOrder,
+  SnapKeep,
+  SnapCompact,
+  SnapRope,
+  LogitRows,
+  Sampler,
+  Text,
   kCount
 };
 constexpr uint32_t kRegionCount = uint32_t(Region::kCount);
@@ -77,7 +116,8 @@ struct RegionInfo {
 };
 
 inline constexpr RegionInfo kRegions[kRegionCount] = {
-    {Region::Tokenizer, "tokenizer", PlanArena::Persistent, RegionGroup::Tokenizer, false, 1, "[tokenizer_bytes] tables"},
+    {Region::Tokenizer, "tokenizer", PlanArena::Persistent, RegionGroup::Tokenizer, false, 1,
+     "[tokenizer_bytes] tables"},
     {Region::RopeInvFreq, "rope_inv_freq", PlanArena::Persistent, RegionGroup::Rope, false, 8, "[head_dim/2] f64"},
     {Region::BackendState, "backend_state", PlanArena::Persistent, RegionGroup::Backend, false, 1, "[backend_bytes]"},
     {Region::SlotRecords, "slot_records", PlanArena::Persistent, RegionGroup::Logits, false, 1, "[slots][1024]"},
@@ -108,7 +148,8 @@ inline constexpr RegionInfo kRegions[kRegionCount] = {
     {Region::ShiftSin, "shift_sin", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[head_dim/2] f32"},
     {Region::SnapRows, "snap_rows", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[threads][capacity] f32"},
     {Region::SnapSums, "snap_sums", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[threads][capacity] f32"},
-    {Region::SnapPooled, "snap_pooled", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[threads][capacity] f32"},
+    {Region::SnapPooled, "snap_pooled", PlanArena::Scratch, RegionGroup::Attention, false, 4,
+     "[threads][capacity] f32"},
     {Region::SnapOrder, "snap_order", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[threads][capacity] u32"},
     {Region::SnapKeep, "snap_keep", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[threads][capacity] u32"},
     {Region::SnapCompact, "snap_compact", PlanArena::Scratch, RegionGroup::Attention, false, 1,
@@ -126,7 +167,9 @@ constexpr const RegionInfo& region_info(Region r) { return kRegions[uint32_t(r)]
 constexpr uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
 // The SnapKV observation window the plan holds queries for: the policy's, when it uses SnapKV.
-constexpr uint32_t plan_obs_window(const KvPolicyConfig& kv) { return kv_policy_uses_snapkv(kv.kind) ? kv.obs_window : 0; }
+constexpr uint32_t plan_obs_window(const KvPolicyConfig& kv) {
+  return kv_policy_uses_snapkv(kv.kind) ? kv.obs_window : 0;
+}
 
 // Elements of one instance of region `r`.
 constexpr uint64_t region_elements(Region r, const PlanShape& s, const PlanConfig& c, uint32_t obs_window) {

@@ -38,7 +38,8 @@ RunDefaults model_run_defaults(const Model& model) {
 Error make_runtime_config(const Model& model, const RunOverrides& o, RuntimeConfig* out) {
   KEEL_ENSURE(out != nullptr, Status::InvalidArgument, "out is null");
   KEEL_ENSURE(o.kv_policy <= kRunPolicyMax, Status::InvalidArgument,
-              "kv_policy %" PRIu32 "; expected 0 (the model's) .. %" PRIu32 " (snapstream)", o.kv_policy, kRunPolicyMax);
+              "kv_policy %" PRIu32 "; expected 0 (the model's) .. %" PRIu32 " (snapstream)", o.kv_policy,
+              kRunPolicyMax);
   KEEL_ENSURE(o.snap_kernel >= -1, Status::InvalidArgument, "snap_kernel %" PRId32 "; expected -1 (adaptive), 0 or odd",
               o.snap_kernel);
   const int backend = int(o.backend);
@@ -51,6 +52,8 @@ Error make_runtime_config(const Model& model, const RunOverrides& o, RuntimeConf
   return validate_kv_policy(out->kv, out->plan.kv_budget_tokens, out->plan.chunk_tokens);
 }
 
-RuntimeConfig default_runtime_config(const Model& model) { return resolve_runtime_config(model_run_defaults(model), {}); }
+RuntimeConfig default_runtime_config(const Model& model) {
+  return resolve_runtime_config(model_run_defaults(model), {});
+}
 
 }  // namespace keel

@@ -38,12 +38,12 @@ struct RunOverrides {
   uint32_t kv_budget_tokens = 0;  // per slot
   uint32_t slots = 0;             // 0 = 1
   uint32_t chunk_tokens = 0;
-  uint32_t threads = 0;           // 0 = 1
-  uint32_t logit_rows = 0;        // 0 = 1; at most the chunk
+  uint32_t threads = 0;     // 0 = 1
+  uint32_t logit_rows = 0;  // 0 = 1; at most the chunk
   uint32_t sinks = 0;
   uint32_t window = 0;
   uint32_t obs_window = 0;
-  int32_t snap_kernel = 0;        // 0 = the policy's, -1 = adaptive, else an odd size
+  int32_t snap_kernel = 0;  // 0 = the policy's, -1 = adaptive, else an odd size
   BackendKind backend = BackendKind::Auto;
 };
 
@@ -64,8 +64,8 @@ constexpr RuntimeConfig resolve_runtime_config(const RunDefaults& d, const RunOv
   kv.sinks = o.sinks ? o.sinks : d.sinks;
   kv.window = o.window ? o.window : d.window;
   kv.obs_window = o.obs_window ? o.obs_window : d.obs_window;
-  const uint32_t kernel = o.snap_kernel == -1 ? 0u
-                          : o.snap_kernel > 0 ? uint32_t(o.snap_kernel)
+  const uint32_t kernel = o.snap_kernel == -1   ? 0u
+                          : o.snap_kernel > 0   ? uint32_t(o.snap_kernel)
                           : kv.kind == d.policy ? d.snap_kernel
                                                 : kSnapKernelPolicyDefault;
   kv.snap_kernel = snap_kernel_of(kv.kind, kernel);

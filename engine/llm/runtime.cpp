@@ -14,7 +14,7 @@ MemoryPlan Runtime::plan(const Model& model, const RuntimeConfig& config) {
 }
 
 Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_t> persistent, Span<uint8_t> scratch,
-                   const ThreadPool* pool) {
+                    const ThreadPool* pool) {
   model_ = nullptr;
   KEEL_ENSURE(model.loaded(), Status::InvalidArgument, "model is not loaded");
   const PlanConfig& pc = config.plan;
@@ -47,8 +47,9 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
   KEEL_ENSURE(text::Tokenizer::scratch_bytes() <= kTextScratchBytes, Status::Internal,
               "tokenizer scratch %zu exceeds the planned %llu", text::Tokenizer::scratch_bytes(),
               (unsigned long long)kTextScratchBytes);
-  KEEL_TRY(backend_->create_state(model, backend_plan(pc),
-                                  Span<uint8_t>(regions.get<uint8_t>(Region::BackendState), regions.bytes(Region::BackendState))));
+  KEEL_TRY(backend_->create_state(
+      model, backend_plan(pc),
+      Span<uint8_t>(regions.get<uint8_t>(Region::BackendState), regions.bytes(Region::BackendState))));
   KEEL_TRY(transformer_.init(model, *backend_, pc, regions));
   SnapScratch snap;
   snap.rows = regions.get<float>(Region::SnapRows);
@@ -66,9 +67,12 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
   sampler_mem_ = regions.get<uint8_t>(Region::Sampler);
   text_mem_ = regions.get<uint8_t>(Region::Text);
 
-  const KvShape kvs{model.shape().n_layers,        model.shape().n_kv_heads,
-                    model.shape().head_dim,        uint32_t(p.kv_capacity_tokens),
-                    pc.kv_budget_tokens,           model.shape().n_heads * model.shape().head_dim,
+  const KvShape kvs{model.shape().n_layers,
+                    model.shape().n_kv_heads,
+                    model.shape().head_dim,
+                    uint32_t(p.kv_capacity_tokens),
+                    pc.kv_budget_tokens,
+                    model.shape().n_heads * model.shape().head_dim,
                     p.obs_window};
   static_assert(sizeof(Slot) <= kSlotStateBytes, "slot record exceeds its planned bytes");
   slots_ = regions.get<uint8_t>(Region::SlotRecords);
@@ -158,8 +162,8 @@ Error Runtime::score(uint32_t slot, Span<const int32_t> tokens, void (*fn)(void*
   const uint32_t vocab = model_->shape().vocab_size;
   KEEL_TRY(model_->check_tokens(tokens));
   KEEL_TRY(kv_.make_room(s.kv, tokens.size()));
-  const uint32_t step = config_.plan.logit_rows < config_.plan.chunk_tokens ? config_.plan.logit_rows
-                                                                            : config_.plan.chunk_tokens;
+  const uint32_t step =
+      config_.plan.logit_rows < config_.plan.chunk_tokens ? config_.plan.logit_rows : config_.plan.chunk_tokens;
   float* rows = transformer_.logit_rows();
   for (size_t done = 0; done < tokens.size();) {
     const uint32_t n = uint32_t(tokens.size() - done < step ? tokens.size() - done : step);
@@ -198,8 +202,8 @@ Error Runtime::set_sampler(uint32_t slot, const text::SamplerConfig& config) {
 Result<int32_t> Runtime::sample(uint32_t slot) {
   KEEL_TRY(check_slot(slot));
   Slot& s = slot_at(slot);
-  KEEL_ENSURE(s.prefilled + s.decoded > 0, Status::InvalidArgument,
-              "slot %" PRIu32 " has no logits yet: prefill first", slot);
+  KEEL_ENSURE(s.prefilled + s.decoded > 0, Status::InvalidArgument, "slot %" PRIu32 " has no logits yet: prefill first",
+              slot);
   const int32_t id = s.sampler.sample(Span<float>(s.logits, model_->shape().vocab_size),
                                       Span<const int32_t>(s.recent, size_t(s.recent_count)));
   KEEL_ENSURE(id >= 0, Status::Internal, "sampler found no valid logit (all NaN?)");

@@ -61,8 +61,7 @@ class Runtime {
   Span<const float> logits(uint32_t slot) const;
 
   // Text -> ids with the model's tokenizer, using the runtime's text scratch.
-  Error tokenize(const char* text, size_t len, const text::EncodeOptions& options, Span<int32_t> out,
-                 size_t* n_tokens);
+  Error tokenize(const char* text, size_t len, const text::EncodeOptions& options, Span<int32_t> out, size_t* n_tokens);
   // Sampling settings of a slot (greedy until set).
   Error set_sampler(uint32_t slot, const text::SamplerConfig& config);
   // Picks the next token from the slot's current logits (the repetition penalty sees the

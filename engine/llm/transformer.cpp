@@ -15,10 +15,11 @@ using fb::TensorRole;
 
 LayerWeights layer_weights(const Model& m, uint32_t l) {
   const int L = int(l);
-  return LayerWeights{m.tensor(TensorRole::AttnNorm, L), m.tensor(TensorRole::Wq, L),  m.tensor(TensorRole::Wk, L),
-                      m.tensor(TensorRole::Wv, L),       m.tensor(TensorRole::Wo, L),  m.tensor(TensorRole::Bq, L),
-                      m.tensor(TensorRole::Bk, L),       m.tensor(TensorRole::Bv, L),  m.tensor(TensorRole::FfnNorm, L),
-                      m.tensor(TensorRole::FfnGate, L),  m.tensor(TensorRole::FfnUp, L), m.tensor(TensorRole::FfnDown, L)};
+  return LayerWeights{
+      m.tensor(TensorRole::AttnNorm, L), m.tensor(TensorRole::Wq, L),    m.tensor(TensorRole::Wk, L),
+      m.tensor(TensorRole::Wv, L),       m.tensor(TensorRole::Wo, L),    m.tensor(TensorRole::Bq, L),
+      m.tensor(TensorRole::Bk, L),       m.tensor(TensorRole::Bv, L),    m.tensor(TensorRole::FfnNorm, L),
+      m.tensor(TensorRole::FfnGate, L),  m.tensor(TensorRole::FfnUp, L), m.tensor(TensorRole::FfnDown, L)};
 }
 
 void rope_inverse_frequencies(const Model& model, uint32_t rope_dim, double* out) {
@@ -37,7 +38,8 @@ void rope_inverse_frequencies(const Model& model, uint32_t rope_dim, double* out
       if (wavelen > low_wavelen) {
         f /= rs->factor();
       } else if (wavelen >= high_wavelen) {
-        const double smooth = (orig / wavelen - rs->low_freq_factor()) / (rs->high_freq_factor() - rs->low_freq_factor());
+        const double smooth =
+            (orig / wavelen - rs->low_freq_factor()) / (rs->high_freq_factor() - rs->low_freq_factor());
         f = (1 - smooth) * f / rs->factor() + smooth * f;
       }
     }
@@ -110,7 +112,8 @@ void Transformer::apply_rope(float* rows, uint32_t n, uint32_t n_heads, uint32_t
   for (uint32_t t = 0; t < n; ++t) {
     const float* c = cos_ + uint64_t(t) * half;
     const float* s = sin_ + uint64_t(t) * half;
-    for (uint32_t h = 0; h < n_heads; ++h) rope_rotate(rows + uint64_t(t) * row_stride + uint64_t(h) * hd, half, rope_halves_, c, s);
+    for (uint32_t h = 0; h < n_heads; ++h)
+      rope_rotate(rows + uint64_t(t) * row_stride + uint64_t(h) * hd, half, rope_halves_, c, s);
   }
 }
 
@@ -193,7 +196,8 @@ Error Transformer::forward(KvCache& kv, const int32_t* tokens, uint32_t n, float
   for (uint32_t l = 0; l < shape_.n_layers; ++l) {
     const LayerWeights w = layer_weights(*model_, l);
     const float* attn_norm = reinterpret_cast<const float*>(w.attn_norm.data);
-    for (uint32_t t = 0; t < n; ++t) be.rmsnorm(x_ + uint64_t(t) * dim, attn_norm, dim, norm_eps_, xb_ + uint64_t(t) * dim);
+    for (uint32_t t = 0; t < n; ++t)
+      be.rmsnorm(x_ + uint64_t(t) * dim, attn_norm, dim, norm_eps_, xb_ + uint64_t(t) * dim);
     // q, k and v read the same normalized input: quantize it once.
     const bool shared_q = is_quantized(w.wq.dtype) && is_quantized(w.wk.dtype) && is_quantized(w.wv.dtype);
     if (shared_q) be.quantize_rows(xb_, n, dim, dim, xq_);
@@ -227,17 +231,21 @@ Error Transformer::forward(KvCache& kv, const int32_t* tokens, uint32_t n, float
     }
     attention(kv, l, n);
     be.matmul(w.wo, att_, q_dim, xq_, false, n, xb_, dim);
-    for (uint32_t t = 0; t < n; ++t) be.add(x_ + uint64_t(t) * dim, xb_ + uint64_t(t) * dim, dim, x_ + uint64_t(t) * dim);
+    for (uint32_t t = 0; t < n; ++t)
+      be.add(x_ + uint64_t(t) * dim, xb_ + uint64_t(t) * dim, dim, x_ + uint64_t(t) * dim);
 
     const float* ffn_norm = reinterpret_cast<const float*>(w.ffn_norm.data);
-    for (uint32_t t = 0; t < n; ++t) be.rmsnorm(x_ + uint64_t(t) * dim, ffn_norm, dim, norm_eps_, xb_ + uint64_t(t) * dim);
+    for (uint32_t t = 0; t < n; ++t)
+      be.rmsnorm(x_ + uint64_t(t) * dim, ffn_norm, dim, norm_eps_, xb_ + uint64_t(t) * dim);
     const bool shared_f = is_quantized(w.gate.dtype) && is_quantized(w.up.dtype);
     if (shared_f) be.quantize_rows(xb_, n, dim, dim, xq_);
     be.matmul(w.gate, xb_, dim, xq_, shared_f, n, hb_, ffn);
     be.matmul(w.up, xb_, dim, xq_, shared_f, n, hb2_, ffn);
-    for (uint32_t t = 0; t < n; ++t) be.silu_mul(hb_ + uint64_t(t) * ffn, hb2_ + uint64_t(t) * ffn, ffn, hb_ + uint64_t(t) * ffn);
+    for (uint32_t t = 0; t < n; ++t)
+      be.silu_mul(hb_ + uint64_t(t) * ffn, hb2_ + uint64_t(t) * ffn, ffn, hb_ + uint64_t(t) * ffn);
     be.matmul(w.down, hb_, ffn, xq_, false, n, xb_, dim);
-    for (uint32_t t = 0; t < n; ++t) be.add(x_ + uint64_t(t) * dim, xb_ + uint64_t(t) * dim, dim, x_ + uint64_t(t) * dim);
+    for (uint32_t t = 0; t < n; ++t)
+      be.add(x_ + uint64_t(t) * dim, xb_ + uint64_t(t) * dim, dim, x_ + uint64_t(t) * dim);
   }
   kv.advance(n);
 

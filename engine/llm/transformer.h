@@ -62,14 +62,14 @@ class Transformer final : public KvModelHooks {
   uint32_t capacity_ = 0;
 
   double* inv_freq_ = nullptr;  // [rope_dim / 2]
-  float *x_ = nullptr, *xb_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *att_ = nullptr,
-        *hb_ = nullptr, *hb2_ = nullptr;
+  float *x_ = nullptr, *xb_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *att_ = nullptr, *hb_ = nullptr,
+        *hb2_ = nullptr;
   ActBlock* xq_ = nullptr;
   float *cos_ = nullptr, *sin_ = nullptr;
-  float* att_rows_ = nullptr;     // [threads][capacity]
-  float* qrot_ = nullptr;         // [threads][head_dim]
+  float* att_rows_ = nullptr;                          // [threads][capacity]
+  float* qrot_ = nullptr;                              // [threads][head_dim]
   float *shift_cos_ = nullptr, *shift_sin_ = nullptr;  // [rope_dim / 2]
-  float* logit_rows_ = nullptr;   // [logit_rows][vocab]
+  float* logit_rows_ = nullptr;                        // [logit_rows][vocab]
 };
 
 LayerWeights layer_weights(const Model& model, uint32_t layer);

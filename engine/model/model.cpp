@@ -36,8 +36,8 @@ const char* role_suffix(TensorRole r) {
 }
 
 bool role_is_vector(TensorRole r) {
-  return r == TensorRole::AttnNorm || r == TensorRole::FfnNorm || r == TensorRole::OutputNorm ||
-         r == TensorRole::Bq || r == TensorRole::Bk || r == TensorRole::Bv;
+  return r == TensorRole::AttnNorm || r == TensorRole::FfnNorm || r == TensorRole::OutputNorm || r == TensorRole::Bq ||
+         r == TensorRole::Bk || r == TensorRole::Bv;
 }
 
 bool dtype_known(DType t) { return static_cast<unsigned>(t) <= static_cast<unsigned>(DType::Q4M); }
@@ -48,20 +48,38 @@ void expected_shape(TensorRole r, const ModelShape& s, uint64_t& rows, uint64_t&
   rows = 1;
   switch (r) {
     case TensorRole::TokenEmbedding:
-    case TensorRole::Output: rows = s.vocab_size; cols = s.dim; return;
+    case TensorRole::Output:
+      rows = s.vocab_size;
+      cols = s.dim;
+      return;
     case TensorRole::AttnNorm:
     case TensorRole::FfnNorm:
     case TensorRole::OutputNorm: cols = s.dim; return;
-    case TensorRole::Wq: rows = q; cols = s.dim; return;
+    case TensorRole::Wq:
+      rows = q;
+      cols = s.dim;
+      return;
     case TensorRole::Wk:
-    case TensorRole::Wv: rows = kv; cols = s.dim; return;
-    case TensorRole::Wo: rows = s.dim; cols = q; return;
+    case TensorRole::Wv:
+      rows = kv;
+      cols = s.dim;
+      return;
+    case TensorRole::Wo:
+      rows = s.dim;
+      cols = q;
+      return;
     case TensorRole::Bq: cols = q; return;
     case TensorRole::Bk:
     case TensorRole::Bv: cols = kv; return;
     case TensorRole::FfnGate:
-    case TensorRole::FfnUp: rows = s.ffn_dim; cols = s.dim; return;
-    case TensorRole::FfnDown: rows = s.dim; cols = s.ffn_dim; return;
+    case TensorRole::FfnUp:
+      rows = s.ffn_dim;
+      cols = s.dim;
+      return;
+    case TensorRole::FfnDown:
+      rows = s.dim;
+      cols = s.ffn_dim;
+      return;
   }
   cols = 0;
 }
@@ -71,8 +89,7 @@ Error check_hyper(const fb::Model* m, ModelShape& s) {
   KEEL_ENSURE(h != nullptr, Status::ModelMissingField, "model has no hyper-parameters table");
   KEEL_ENSURE(m->arch() != nullptr, Status::ModelMissingField, "model has no architecture table");
   KEEL_ENSURE(m->arch()->family() == fb::ArchFamily::Llama, Status::UnsupportedArch,
-              "architecture family %u is unknown; expected Llama (0)",
-              unsigned(m->arch()->family()));
+              "architecture family %u is unknown; expected Llama (0)", unsigned(m->arch()->family()));
   s.vocab_size = h->vocab_size();
   s.dim = h->dim();
   s.n_layers = h->n_layers();
@@ -81,7 +98,10 @@ Error check_hyper(const fb::Model* m, ModelShape& s) {
   s.head_dim = h->head_dim();
   s.ffn_dim = h->ffn_dim();
   s.context_length = h->context_length();
-  struct Bound { const char* name; uint32_t v, max; } bounds[] = {
+  struct Bound {
+    const char* name;
+    uint32_t v, max;
+  } bounds[] = {
       {"vocab_size", s.vocab_size, kMaxVocab}, {"dim", s.dim, kMaxDim},
       {"n_layers", s.n_layers, kMaxLayers},    {"n_heads", s.n_heads, kMaxHeads},
       {"n_kv_heads", s.n_kv_heads, kMaxHeads}, {"head_dim", s.head_dim, kMaxHeadDim},
@@ -96,15 +116,15 @@ Error check_hyper(const fb::Model* m, ModelShape& s) {
   KEEL_ENSURE(s.head_dim % 2 == 0, Status::ModelBadHyper, "head_dim = %" PRIu32 "; expected even", s.head_dim);
   KEEL_ENSURE(h->rope_dim() <= s.head_dim && h->rope_dim() % 2 == 0, Status::ModelBadHyper,
               "rope_dim = %" PRIu32 "; expected even and <= head_dim = %" PRIu32, h->rope_dim(), s.head_dim);
-  KEEL_ENSURE(static_cast<unsigned>(h->rope_style()) <= 1, Status::ModelBadHyper,
-              "rope_style = %u is unknown", unsigned(h->rope_style()));
+  KEEL_ENSURE(static_cast<unsigned>(h->rope_style()) <= 1, Status::ModelBadHyper, "rope_style = %u is unknown",
+              unsigned(h->rope_style()));
   KEEL_ENSURE(h->rope_theta() > 0.0f && h->rope_theta() < 1e12f, Status::ModelBadHyper,
               "rope_theta = %g; expected a positive finite value", double(h->rope_theta()));
-  KEEL_ENSURE(h->norm_eps() > 0.0f && h->norm_eps() < 1.0f, Status::ModelBadHyper,
-              "norm_eps = %g; expected in (0, 1)", double(h->norm_eps()));
+  KEEL_ENSURE(h->norm_eps() > 0.0f && h->norm_eps() < 1.0f, Status::ModelBadHyper, "norm_eps = %g; expected in (0, 1)",
+              double(h->norm_eps()));
   if (const fb::RopeScaling* rs = h->rope_scaling()) {
-    KEEL_ENSURE(static_cast<unsigned>(rs->kind()) <= 2, Status::ModelBadHyper,
-                "rope scaling kind %u is unknown", unsigned(rs->kind()));
+    KEEL_ENSURE(static_cast<unsigned>(rs->kind()) <= 2, Status::ModelBadHyper, "rope scaling kind %u is unknown",
+                unsigned(rs->kind()));
     KEEL_ENSURE(rs->kind() == fb::RopeScalingKind::None || (rs->factor() >= 1.0f && rs->factor() < 1e6f),
                 Status::ModelBadHyper, "rope scaling factor %g; expected >= 1", double(rs->factor()));
   }
@@ -114,10 +134,10 @@ Error check_hyper(const fb::Model* m, ModelShape& s) {
 Error check_tokenizer(const fb::Model* m, const ModelShape& s) {
   const fb::Tokenizer* t = m->tokenizer();
   KEEL_ENSURE(t != nullptr, Status::ModelMissingField, "model has no tokenizer table");
-  KEEL_ENSURE(static_cast<unsigned>(t->kind()) <= 1, Status::ModelBadTokenizer,
-              "tokenizer kind %u is unknown", unsigned(t->kind()));
-  KEEL_ENSURE(static_cast<unsigned>(t->pre()) <= 4, Status::ModelBadTokenizer,
-              "pre-tokenizer %u is unknown", unsigned(t->pre()));
+  KEEL_ENSURE(static_cast<unsigned>(t->kind()) <= 1, Status::ModelBadTokenizer, "tokenizer kind %u is unknown",
+              unsigned(t->kind()));
+  KEEL_ENSURE(static_cast<unsigned>(t->pre()) <= 4, Status::ModelBadTokenizer, "pre-tokenizer %u is unknown",
+              unsigned(t->pre()));
   const uint32_t n = t->tokens() ? t->tokens()->size() : 0;
   KEEL_ENSURE(n == s.vocab_size, Status::ModelBadTokenizer,
               "tokenizer has %" PRIu32 " tokens; expected vocab_size = %" PRIu32, n, s.vocab_size);
@@ -134,8 +154,7 @@ Error check_tokenizer(const fb::Model* m, const ModelShape& s) {
     }
   }
   if (t->kind() == fb::TokenizerKind::SentencePieceBpe) {
-    KEEL_ENSURE(t->scores() != nullptr, Status::ModelBadTokenizer,
-                "SentencePiece tokenizer has no scores");
+    KEEL_ENSURE(t->scores() != nullptr, Status::ModelBadTokenizer, "SentencePiece tokenizer has no scores");
     KEEL_ENSURE(t->merges() == nullptr || t->merges()->size() == 0, Status::ModelBadTokenizer,
                 "SentencePiece tokenizer carries %" PRIu32 " merges; expected none", t->merges()->size());
   } else {
@@ -145,9 +164,12 @@ Error check_tokenizer(const fb::Model* m, const ModelShape& s) {
   for (uint32_t i = 0; i < n; ++i) {
     KEEL_ENSURE(t->tokens()->Get(i) != nullptr, Status::ModelBadTokenizer, "token %" PRIu32 " is null", i);
   }
-  struct Id { const char* name; int32_t v; } ids[] = {
-      {"bos_id", t->bos_id()},     {"eos_id", t->eos_id()},           {"pad_id", t->pad_id()},
-      {"unk_id", t->unk_id()},     {"im_start_id", t->im_start_id()}, {"im_end_id", t->im_end_id()},
+  struct Id {
+    const char* name;
+    int32_t v;
+  } ids[] = {
+      {"bos_id", t->bos_id()}, {"eos_id", t->eos_id()},           {"pad_id", t->pad_id()},
+      {"unk_id", t->unk_id()}, {"im_start_id", t->im_start_id()}, {"im_end_id", t->im_end_id()},
   };
   for (const Id& id : ids) {
     KEEL_ENSURE(id.v >= -1 && id.v < int64_t(n), Status::ModelBadTokenizer,
@@ -179,8 +201,7 @@ Error Model::load(Span<const uint8_t> image) {
   const uint8_t* p = image.data();
   const size_t n = image.size();
 
-  KEEL_ENSURE(p != nullptr && n >= 8, Status::ModelTruncated,
-              "file is %zu bytes; a .keel file has at least 8", n);
+  KEEL_ENSURE(p != nullptr && n >= 8, Status::ModelTruncated, "file is %zu bytes; a .keel file has at least 8", n);
   KEEL_ENSURE(reinterpret_cast<uintptr_t>(p) % 8 == 0, Status::ModelMisaligned,
               "image address is not 8-byte aligned; map or place the file on a 64-byte boundary");
   KEEL_ENSURE(flatbuffers::BufferHasIdentifier(p, fb::ModelIdentifier()), Status::ModelBadIdentifier,
@@ -198,10 +219,9 @@ Error Model::load(Span<const uint8_t> image) {
   KEEL_ENSURE(doff % 64 == 0 && doff >= 8, Status::ModelMisaligned,
               "data section offset %llu; expected a non-zero multiple of 64", (unsigned long long)doff);
   KEEL_ENSURE(doff <= n && dsize <= n - doff, Status::ModelTruncated,
-              "data section [%llu, +%llu) ends past the end of the file (%zu bytes)",
-              (unsigned long long)doff, (unsigned long long)dsize, n);
-  KEEL_ENSURE(doff + dsize == n, Status::ModelBadOffset,
-              "data section ends at %llu but the file has %zu bytes",
+              "data section [%llu, +%llu) ends past the end of the file (%zu bytes)", (unsigned long long)doff,
+              (unsigned long long)dsize, n);
+  KEEL_ENSURE(doff + dsize == n, Status::ModelBadOffset, "data section ends at %llu but the file has %zu bytes",
               (unsigned long long)(doff + dsize), n);
   {
     // No metadata may lie inside the data section.
@@ -217,8 +237,8 @@ Error Model::load(Span<const uint8_t> image) {
   // like every enum of the format, a value this engine does not know is refused here.
   if (const fb::KvDefaults* kv = m->kv_defaults()) {
     KEEL_ENSURE(static_cast<unsigned>(kv->policy()) <= static_cast<unsigned>(fb::KvPolicy::SnapStream),
-                Status::ModelBadHyper, "kv_defaults.policy = %u is unknown; expected 0..%u",
-                unsigned(kv->policy()), unsigned(fb::KvPolicy::SnapStream));
+                Status::ModelBadHyper, "kv_defaults.policy = %u is unknown; expected 0..%u", unsigned(kv->policy()),
+                unsigned(fb::KvPolicy::SnapStream));
   }
   const bool tied = m->arch()->tied_output();
   const bool qkv_bias = m->arch()->qkv_bias();
@@ -243,8 +263,8 @@ Error Model::load(Span<const uint8_t> image) {
     canonical_tensor_name(role, layer, want, sizeof want);
     KEEL_ENSURE(strcmp(name, want) == 0, Status::ModelShapeMismatch,
                 "tensor %" PRIu32 " is named '%s' but its role and layer make it '%s'", i, name, want);
-    KEEL_ENSURE(dtype_known(t->dtype()), Status::ModelBadDType, "tensor %s has unknown dtype %u",
-                name, unsigned(t->dtype()));
+    KEEL_ENSURE(dtype_known(t->dtype()), Status::ModelBadDType, "tensor %s has unknown dtype %u", name,
+                unsigned(t->dtype()));
     KEEL_ENSURE(t->layout() == layout_for(t->dtype()), Status::ModelBadDType,
                 "tensor %s has layout %u; dtype %s requires layout %s", name, unsigned(t->layout()),
                 fb::EnumNameDType(t->dtype()), fb::EnumNameLayout(layout_for(t->dtype())));
@@ -253,8 +273,8 @@ Error Model::load(Span<const uint8_t> image) {
                   "tensor %s has block size %" PRIu32 "; expected %" PRIu32, name, t->block_size(), kQuantBlock);
     }
     if (role_is_vector(role)) {
-      KEEL_ENSURE(t->dtype() == DType::F32, Status::ModelBadDType, "tensor %s is %s; norms and biases are F32",
-                  name, fb::EnumNameDType(t->dtype()));
+      KEEL_ENSURE(t->dtype() == DType::F32, Status::ModelBadDType, "tensor %s is %s; norms and biases are F32", name,
+                  fb::EnumNameDType(t->dtype()));
     }
     if (role == TensorRole::Bq || role == TensorRole::Bk || role == TensorRole::Bv) {
       KEEL_ENSURE(qkv_bias, Status::ModelShapeMismatch, "tensor %s present but arch.qkv_bias is false", name);
@@ -268,8 +288,8 @@ Error Model::load(Span<const uint8_t> image) {
     const auto* shape = t->shape();
     const uint32_t rank = shape ? shape->size() : 0;
     const bool vec = role_is_vector(role);
-    const bool shape_ok = vec ? (rank == 1 && shape->Get(0) == cols)
-                              : (rank == 2 && shape->Get(0) == rows && shape->Get(1) == cols);
+    const bool shape_ok =
+        vec ? (rank == 1 && shape->Get(0) == cols) : (rank == 2 && shape->Get(0) == rows && shape->Get(1) == cols);
     KEEL_ENSURE(shape_ok, Status::ModelShapeMismatch,
                 "tensor %s has shape [%" PRIu32 "%s%" PRIu32 "]; hyper-parameters require [%llu%s%llu]", name,
                 rank > 0 ? shape->Get(0) : 0, rank > 1 ? ", " : "", rank > 1 ? shape->Get(1) : 0,
@@ -280,16 +300,16 @@ Error Model::load(Span<const uint8_t> image) {
     KEEL_ENSURE(off % 64 == 0, Status::ModelMisaligned, "tensor %s at data offset %llu; expected a multiple of 64",
                 name, (unsigned long long)off);
     KEEL_ENSURE(off <= dsize && size <= dsize - off, Status::ModelBadOffset,
-                "tensor %s spans [%llu, %llu) but the data section has %llu bytes", name,
-                (unsigned long long)off, (unsigned long long)off + size, (unsigned long long)dsize);
+                "tensor %s spans [%llu, %llu) but the data section has %llu bytes", name, (unsigned long long)off,
+                (unsigned long long)off + size, (unsigned long long)dsize);
     KEEL_ENSURE(off >= prev_end, Status::ModelDuplicateTensor,
                 "tensor %s starts at %llu, inside the previous tensor (ends at %llu); tensors must be "
                 "in increasing offset order without overlap",
                 name, (unsigned long long)off, (unsigned long long)prev_end);
     prev_end = off + size;
     const uint64_t want_bytes = tensor_bytes(t->dtype(), rows, cols);
-    KEEL_ENSURE(size == want_bytes, Status::ModelBadSize, "tensor %s is %llu bytes; %s [%llu, %llu] takes %llu",
-                name, (unsigned long long)size, fb::EnumNameDType(t->dtype()), (unsigned long long)rows,
+    KEEL_ENSURE(size == want_bytes, Status::ModelBadSize, "tensor %s is %llu bytes; %s [%llu, %llu] takes %llu", name,
+                (unsigned long long)size, fb::EnumNameDType(t->dtype()), (unsigned long long)rows,
                 (unsigned long long)cols, (unsigned long long)want_bytes);
 
     uint16_t& slot = index_[role_is_per_layer(role) ? layer : kMaxLayers][role_v];
@@ -299,9 +319,9 @@ Error Model::load(Span<const uint8_t> image) {
   }
 
   // Every required tensor present.
-  const TensorRole per_layer[] = {TensorRole::AttnNorm, TensorRole::Wq, TensorRole::Wk, TensorRole::Wv,
-                                  TensorRole::Wo, TensorRole::FfnNorm, TensorRole::FfnGate,
-                                  TensorRole::FfnDown, TensorRole::FfnUp};
+  const TensorRole per_layer[] = {TensorRole::AttnNorm, TensorRole::Wq,      TensorRole::Wk,
+                                  TensorRole::Wv,       TensorRole::Wo,      TensorRole::FfnNorm,
+                                  TensorRole::FfnGate,  TensorRole::FfnDown, TensorRole::FfnUp};
   const TensorRole biases[] = {TensorRole::Bq, TensorRole::Bk, TensorRole::Bv};
   for (uint32_t l = 0; l < s.n_layers; ++l) {
     for (TensorRole r : per_layer) {

@@ -36,7 +36,7 @@ struct ModelShape {
 
 struct TensorView {
   fb::DType dtype = fb::DType::F32;
-  uint32_t rows = 0;   // 1 for a vector
+  uint32_t rows = 0;  // 1 for a vector
   uint32_t cols = 0;
   const uint8_t* data = nullptr;
   uint64_t bytes = 0;

@@ -8,16 +8,14 @@
 
 namespace keel {
 
-constexpr uint32_t kQuantBlock = 32;   // elements per scale block along cols
-constexpr uint32_t kPanelRows = 16;    // rows per panel
-constexpr uint32_t kPanelGroup = 4;    // consecutive cols per lane
+constexpr uint32_t kQuantBlock = 32;  // elements per scale block along cols
+constexpr uint32_t kPanelRows = 16;   // rows per panel
+constexpr uint32_t kPanelGroup = 4;   // consecutive cols per lane
 
 constexpr uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 constexpr uint64_t align64(uint64_t n) { return (n + 63) & ~uint64_t(63); }
 
-constexpr bool is_quantized(fb::DType t) {
-  return t == fb::DType::Q8 || t == fb::DType::Q4 || t == fb::DType::Q4M;
-}
+constexpr bool is_quantized(fb::DType t) { return t == fb::DType::Q8 || t == fb::DType::Q4 || t == fb::DType::Q4M; }
 
 constexpr uint32_t float_elem_bytes(fb::DType t) {
   return t == fb::DType::F32 ? 4 : (t == fb::DType::F16 || t == fb::DType::BF16) ? 2 : 0;
@@ -42,8 +40,6 @@ constexpr uint64_t tensor_bytes(fb::DType t, uint64_t rows, uint64_t cols) {
   return rows * cols * float_elem_bytes(t);
 }
 
-constexpr fb::Layout layout_for(fb::DType t) {
-  return is_quantized(t) ? fb::Layout::Panel16x4 : fb::Layout::RowMajor;
-}
+constexpr fb::Layout layout_for(fb::DType t) { return is_quantized(t) ? fb::Layout::Panel16x4 : fb::Layout::RowMajor; }
 
 }  // namespace keel

@@ -15,8 +15,8 @@ void push_pair(const Symbol* sym, int32_t left, const MergeTable& merges, PairHe
 
 }  // namespace
 
-void bpe_encode_word(const uint8_t* word, size_t n, const int32_t* byte_token,
-                     const MergeTable& merges, WordScratch& scratch, TokenSink& sink) {
+void bpe_encode_word(const uint8_t* word, size_t n, const int32_t* byte_token, const MergeTable& merges,
+                     WordScratch& scratch, TokenSink& sink) {
   Symbol* sym = scratch.symbols;
   int32_t count = 0;
   for (size_t i = 0; i < n && i < kMaxWordBytes; ++i) {

@@ -13,7 +13,7 @@ namespace keel::text {
 
 // `byte_token[b]` is the token of byte b's alphabet character (-1 drops the byte, as the
 // reference does for characters missing from the vocabulary). n <= kMaxWordBytes.
-void bpe_encode_word(const uint8_t* word, size_t n, const int32_t* byte_token,
-                     const MergeTable& merges, WordScratch& scratch, TokenSink& sink);
+void bpe_encode_word(const uint8_t* word, size_t n, const int32_t* byte_token, const MergeTable& merges,
+                     WordScratch& scratch, TokenSink& sink);
 
 }  // namespace keel::text

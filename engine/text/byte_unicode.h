@@ -14,7 +14,7 @@ constexpr bool byte_is_self_mapped(uint32_t b) {
 constexpr uint32_t kSubstituteBytes = 68;  // bytes that are not self-mapped
 
 struct ByteAlphabet {
-  uint16_t code_point[256];              // byte -> code point
+  uint16_t code_point[256];               // byte -> code point
   uint8_t substituted[kSubstituteBytes];  // (code point - 0x100) -> byte
 };
 

@@ -32,8 +32,8 @@ Error MergeTable::init(const TokenStrings* merges, const VocabIndex& vocab, Aren
   right_ = arena.allocate_array<int32_t>(n, alignof(int32_t));
   merged_ = arena.allocate_array<int32_t>(n, alignof(int32_t));
   slots_ = arena.allocate_array<int32_t>(cap, alignof(int32_t));
-  KEEL_ENSURE(left_ && right_ && merged_ && slots_, Status::ArenaTooSmall,
-              "tokenizer arena too small for %zu merges", n);
+  KEEL_ENSURE(left_ && right_ && merged_ && slots_, Status::ArenaTooSmall, "tokenizer arena too small for %zu merges",
+              n);
   mask_ = cap - 1;
   for (size_t i = 0; i < cap; ++i) slots_[i] = -1;
   for (size_t r = 0; r < n; ++r) {

@@ -17,11 +17,11 @@ constexpr size_t kMaxWordBytes = 1024;
 constexpr size_t kMaxHeapPairs = 3 * kMaxWordBytes;
 
 struct Symbol {
-  int32_t id;     // byte-level BPE: current token; SentencePiece: unused
-  uint16_t start; // first byte in the word
-  uint16_t len;   // bytes covered; 0 once merged into its left neighbour
-  int16_t prev;   // index of the previous live symbol, -1 at the start
-  int16_t next;   // index of the next live symbol, -1 at the end
+  int32_t id;      // byte-level BPE: current token; SentencePiece: unused
+  uint16_t start;  // first byte in the word
+  uint16_t len;    // bytes covered; 0 once merged into its left neighbour
+  int16_t prev;    // index of the previous live symbol, -1 at the start
+  int16_t next;    // index of the next live symbol, -1 at the end
 };
 
 // A candidate merge of symbol `left` with its right neighbour, ordered by (priority, left):

@@ -121,15 +121,9 @@ bool PreTokenIterator::next(size_t* begin, size_t* len) {
   const size_t rest = n_ - pos_;
   size_t k = rest;
   switch (kind_) {
-    case fb::PreTokenizer::Gpt2:
-      k = match_gpt2(s, rest);
-      break;
-    case fb::PreTokenizer::Llama3:
-      k = match_llama3(s, rest, 3);
-      break;
-    case fb::PreTokenizer::Qwen2:
-      k = match_llama3(s, rest, 1);
-      break;
+    case fb::PreTokenizer::Gpt2: k = match_gpt2(s, rest); break;
+    case fb::PreTokenizer::Llama3: k = match_llama3(s, rest, 3); break;
+    case fb::PreTokenizer::Qwen2: k = match_llama3(s, rest, 1); break;
     case fb::PreTokenizer::SmolLM: {
       const Char c0 = char_at(s_, n_, pos_);
       if (c0.cls == CharClass::Number) {
@@ -147,8 +141,7 @@ bool PreTokenIterator::next(size_t* begin, size_t* len) {
       k = match_gpt2(s, run_end_ - pos_);
       break;
     }
-    default:
-      break;
+    default: break;
   }
   *begin = pos_;
   *len = k;

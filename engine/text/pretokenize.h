@@ -29,8 +29,7 @@ size_t match_llama3(const uint8_t* s, size_t n, uint32_t max_digits);
 
 class PreTokenIterator {
  public:
-  PreTokenIterator(fb::PreTokenizer kind, const uint8_t* s, size_t n)
-      : kind_(kind), s_(s), n_(n) {}
+  PreTokenIterator(fb::PreTokenizer kind, const uint8_t* s, size_t n) : kind_(kind), s_(s), n_(n) {}
   // The next piece is s[*begin, *begin + *len); false when the text is exhausted.
   bool next(size_t* begin, size_t* len);
 

@@ -33,25 +33,24 @@ size_t bitmap_words(uint32_t vocab) { return (size_t(vocab) + 31) / 32; }
 }  // namespace
 
 size_t Sampler::arena_bytes(uint32_t vocab) {
-  return size_t(vocab) * sizeof(Candidate) + alignof(Candidate) +
-         bitmap_words(vocab) * sizeof(uint32_t) + alignof(uint32_t);
+  return size_t(vocab) * sizeof(Candidate) + alignof(Candidate) + bitmap_words(vocab) * sizeof(uint32_t) +
+         alignof(uint32_t);
 }
 
 Error Sampler::init(const SamplerConfig& config, uint32_t vocab, Arena& arena) {
   KEEL_ENSURE(vocab > 0, Status::InvalidArgument, "sampler: vocab must be > 0");
-  KEEL_ENSURE(config.temperature >= 0.0f, Status::InvalidArgument,
-              "sampler: temperature must be >= 0, found %g", double(config.temperature));
-  KEEL_ENSURE(config.top_p >= 0.0f, Status::InvalidArgument,
-              "sampler: top_p must be >= 0, found %g", double(config.top_p));
+  KEEL_ENSURE(config.temperature >= 0.0f, Status::InvalidArgument, "sampler: temperature must be >= 0, found %g",
+              double(config.temperature));
+  KEEL_ENSURE(config.top_p >= 0.0f, Status::InvalidArgument, "sampler: top_p must be >= 0, found %g",
+              double(config.top_p));
   KEEL_ENSURE(config.min_p >= 0.0f && config.min_p <= 1.0f, Status::InvalidArgument,
               "sampler: min_p must be in [0, 1], found %g", double(config.min_p));
   KEEL_ENSURE(config.repetition_penalty > 0.0f, Status::InvalidArgument,
-              "sampler: repetition_penalty must be > 0, found %g",
-              double(config.repetition_penalty));
+              "sampler: repetition_penalty must be > 0, found %g", double(config.repetition_penalty));
   candidates_ = arena.allocate_array<Candidate>(vocab, alignof(Candidate));
   seen_ = arena.allocate_array<uint32_t>(bitmap_words(vocab), alignof(uint32_t));
-  KEEL_ENSURE(candidates_ && seen_, Status::ArenaTooSmall,
-              "sampler arena too small: needs %zu bytes", arena_bytes(vocab));
+  KEEL_ENSURE(candidates_ && seen_, Status::ArenaTooSmall, "sampler arena too small: needs %zu bytes",
+              arena_bytes(vocab));
   for (size_t i = 0; i < bitmap_words(vocab); ++i) seen_[i] = 0;
   config_ = config;
   vocab_ = vocab;

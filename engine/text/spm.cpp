@@ -15,8 +15,7 @@ uint32_t priority_of_score(float s) {
   return ~u;
 }
 
-void push_pair(const uint8_t* word, const Symbol* sym, int32_t left, const SpmVocab& v,
-               PairHeap& heap) {
+void push_pair(const uint8_t* word, const Symbol* sym, int32_t left, const SpmVocab& v, PairHeap& heap) {
   if (left < 0) return;
   const int32_t right = sym[left].next;
   if (right < 0) return;
@@ -34,10 +33,8 @@ bool SpmVocab::usable(int32_t id) const {
       case fb::TokenType::Control:
       case fb::TokenType::Unknown:
       case fb::TokenType::Byte:
-      case fb::TokenType::Unused:
-        return false;
-      default:
-        break;
+      case fb::TokenType::Unused: return false;
+      default: break;
     }
   }
   const flatbuffers::String* s = index->text(id);
@@ -46,8 +43,7 @@ bool SpmVocab::usable(int32_t id) const {
 
 float SpmVocab::score(int32_t id) const { return scores ? scores->Get(uint32_t(id)) : 0.0f; }
 
-void spm_encode_word(const uint8_t* word, size_t n, const SpmVocab& v, WordScratch& scratch,
-                     TokenSink& sink) {
+void spm_encode_word(const uint8_t* word, size_t n, const SpmVocab& v, WordScratch& scratch, TokenSink& sink) {
   Symbol* sym = scratch.symbols;
   int32_t count = 0;
   for (size_t i = 0; i < n && i < kMaxWordBytes;) {

@@ -17,9 +17,9 @@ namespace keel::text {
 
 struct SpmVocab {
   const VocabIndex* index = nullptr;
-  const flatbuffers::Vector<float>* scores = nullptr;           // may be null: all scores 0
-  const flatbuffers::Vector<fb::TokenType>* types = nullptr;    // may be null: all Normal
-  const int32_t* byte_token = nullptr;  // [256], -1 where the vocabulary has no <0xNN>
+  const flatbuffers::Vector<float>* scores = nullptr;         // may be null: all scores 0
+  const flatbuffers::Vector<fb::TokenType>* types = nullptr;  // may be null: all Normal
+  const int32_t* byte_token = nullptr;                        // [256], -1 where the vocabulary has no <0xNN>
   int32_t unk_id = -1;
 
   // Tokens text may become: not control, unknown, byte (by type or by text) or unused tokens.
@@ -41,7 +41,6 @@ inline int parse_byte_token(const char* s, size_t n) {
 }
 
 // n <= kMaxWordBytes.
-void spm_encode_word(const uint8_t* word, size_t n, const SpmVocab& vocab, WordScratch& scratch,
-                     TokenSink& sink);
+void spm_encode_word(const uint8_t* word, size_t n, const SpmVocab& vocab, WordScratch& scratch, TokenSink& sink);
 
 }  // namespace keel::text

@@ -31,8 +31,8 @@ void StreamDecoder::reset(const Tokenizer& tok, DecodeOptions options) {
   options_ = options;
   n_pending_ = 0;
   need_ = 0;
-  strip_space_ = options.strip_leading_space &&
-                 tok.kind() == fb::TokenizerKind::SentencePieceBpe && tok.adds_space_prefix();
+  strip_space_ =
+      options.strip_leading_space && tok.kind() == fb::TokenizerKind::SentencePieceBpe && tok.adds_space_prefix();
 }
 
 size_t StreamDecoder::max_push_bytes() const {
@@ -90,8 +90,8 @@ Error StreamDecoder::push(int32_t id, Span<char> out, size_t* n_written) {
   } else {
     // Only a piece that starts with U+2581 loses its space: a <0x20> byte token keeps it.
     const Span<const char> text = tok_->token_text(id);
-    bool skip = strip_space_ && spm && text.size() >= 3 && uint8_t(text[0]) == 0xE2 &&
-                uint8_t(text[1]) == 0x96 && uint8_t(text[2]) == 0x81;
+    bool skip = strip_space_ && spm && text.size() >= 3 && uint8_t(text[0]) == 0xE2 && uint8_t(text[1]) == 0x96 &&
+                uint8_t(text[2]) == 0x81;
     tok_->for_each_token_byte(id, [&](uint8_t b) {
       if (skip) {
         skip = false;
@@ -106,8 +106,8 @@ Error StreamDecoder::push(int32_t id, Span<char> out, size_t* n_written) {
     n_pending_ = saved_n;
     need_ = saved_need;
     strip_space_ = saved_strip;
-    return Error(Status::InvalidArgument, "token %" PRId32 " needs more than the %zu output bytes given",
-                 id, out.size());
+    return Error(Status::InvalidArgument, "token %" PRId32 " needs more than the %zu output bytes given", id,
+                 out.size());
   }
   if (n_written) *n_written = w.n;
   return Error();
@@ -122,8 +122,7 @@ size_t StreamDecoder::flush(Span<char> out) {
   return w.n;
 }
 
-Error decode(const Tokenizer& tok, Span<const int32_t> ids, Span<char> out, size_t* n_written,
-             DecodeOptions options) {
+Error decode(const Tokenizer& tok, Span<const int32_t> ids, Span<char> out, size_t* n_written, DecodeOptions options) {
   StreamDecoder dec(tok, options);
   size_t n = 0;
   if (n_written) *n_written = 0;

@@ -27,9 +27,7 @@ struct DecodeOptions {
 class StreamDecoder {
  public:
   StreamDecoder() = default;
-  explicit StreamDecoder(const Tokenizer& tok, DecodeOptions options = {}) {
-    reset(tok, options);
-  }
+  explicit StreamDecoder(const Tokenizer& tok, DecodeOptions options = {}) { reset(tok, options); }
   // Starts a new stream; held-back bytes are dropped.
   void reset(const Tokenizer& tok, DecodeOptions options = {});
 
@@ -57,8 +55,8 @@ class StreamDecoder {
   DecodeOptions options_;
   uint8_t pending_[4] = {};
   uint8_t n_pending_ = 0;
-  uint8_t need_ = 0;         // length of the sequence being completed
-  bool strip_space_ = false; // drop a leading space from the next piece
+  uint8_t need_ = 0;          // length of the sequence being completed
+  bool strip_space_ = false;  // drop a leading space from the next piece
 };
 
 // Whole-sequence convenience over StreamDecoder: decodes ids and flushes. InvalidArgument when

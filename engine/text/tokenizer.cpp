@@ -13,9 +13,7 @@ namespace {
 constexpr uint8_t kSpaceMark[3] = {0xE2, 0x96, 0x81};  // U+2581, SentencePiece's space
 constexpr size_t kScratchAlign = 8;
 
-bool is_special_type(fb::TokenType t) {
-  return t == fb::TokenType::Control || t == fb::TokenType::UserDefined;
-}
+bool is_special_type(fb::TokenType t) { return t == fb::TokenType::Control || t == fb::TokenType::UserDefined; }
 
 size_t count_specials(const fb::Tokenizer* t) {
   const auto* types = t->token_types();
@@ -91,8 +89,7 @@ size_t Tokenizer::arena_bytes(const fb::Tokenizer* t) {
 }
 
 size_t Tokenizer::scratch_bytes() {
-  return kMaxWordBytes * sizeof(Symbol) + kMaxHeapPairs * sizeof(uint64_t) + kMaxWordBytes +
-         3 * kScratchAlign;
+  return kMaxWordBytes * sizeof(Symbol) + kMaxHeapPairs * sizeof(uint64_t) + kMaxWordBytes + 3 * kScratchAlign;
 }
 
 Error Tokenizer::init(const fb::Tokenizer* t, Arena& arena) {
@@ -100,15 +97,13 @@ Error Tokenizer::init(const fb::Tokenizer* t, Arena& arena) {
   KEEL_ENSURE(t != nullptr, Status::ModelMissingField, "model has no tokenizer table");
   const TokenStrings* tokens = t->tokens();
   KEEL_ENSURE(tokens && tokens->size() > 0, Status::ModelBadTokenizer,
-              "tokenizer: expected a non-empty token list, found %" PRIu32 " tokens",
-              tokens ? tokens->size() : 0u);
+              "tokenizer: expected a non-empty token list, found %" PRIu32 " tokens", tokens ? tokens->size() : 0u);
   const uint32_t n = tokens->size();
   KEEL_ENSURE(n < (1u << 30), Status::ModelBadTokenizer, "tokenizer: %" PRIu32 " tokens is too many", n);
-  KEEL_ENSURE(t->kind() == fb::TokenizerKind::ByteLevelBpe ||
-                  t->kind() == fb::TokenizerKind::SentencePieceBpe,
+  KEEL_ENSURE(t->kind() == fb::TokenizerKind::ByteLevelBpe || t->kind() == fb::TokenizerKind::SentencePieceBpe,
               Status::ModelBadTokenizer, "tokenizer: unknown kind %d", int(t->kind()));
-  KEEL_ENSURE(t->pre() >= fb::PreTokenizer::MIN && t->pre() <= fb::PreTokenizer::MAX,
-              Status::ModelBadTokenizer, "tokenizer: unknown pre-tokenizer %d", int(t->pre()));
+  KEEL_ENSURE(t->pre() >= fb::PreTokenizer::MIN && t->pre() <= fb::PreTokenizer::MAX, Status::ModelBadTokenizer,
+              "tokenizer: unknown pre-tokenizer %d", int(t->pre()));
   KEEL_ENSURE(!t->scores() || t->scores()->size() == n, Status::ModelBadTokenizer,
               "tokenizer: expected %" PRIu32 " scores, found %" PRIu32, n, t->scores()->size());
   KEEL_ENSURE(!t->token_types() || t->token_types()->size() == n, Status::ModelBadTokenizer,
@@ -139,12 +134,11 @@ Error Tokenizer::init(const fb::Tokenizer* t, Arena& arena) {
     if (len > max_token_bytes_) max_token_bytes_ = len;
   }
 
-  KEEL_ENSURE(vocab_.init(tokens, arena), Status::ArenaTooSmall,
-              "tokenizer arena too small: needs %zu bytes", arena_bytes(t));
+  KEEL_ENSURE(vocab_.init(tokens, arena), Status::ArenaTooSmall, "tokenizer arena too small: needs %zu bytes",
+              arena_bytes(t));
 
   byte_token_ = arena.allocate_array<int32_t>(256, alignof(int32_t));
-  KEEL_ENSURE(byte_token_, Status::ArenaTooSmall, "tokenizer arena too small: needs %zu bytes",
-              arena_bytes(t));
+  KEEL_ENSURE(byte_token_, Status::ArenaTooSmall, "tokenizer arena too small: needs %zu bytes", arena_bytes(t));
   for (int b = 0; b < 256; ++b) byte_token_[b] = -1;
   if (kind_ == fb::TokenizerKind::ByteLevelBpe) {
     for (int b = 0; b < 256; ++b) {
@@ -162,8 +156,7 @@ Error Tokenizer::init(const fb::Tokenizer* t, Arena& arena) {
 
   n_specials_ = uint32_t(count_specials(t));
   specials_ = arena.allocate_array<int32_t>(n_specials_, alignof(int32_t));
-  KEEL_ENSURE(specials_, Status::ArenaTooSmall, "tokenizer arena too small: needs %zu bytes",
-              arena_bytes(t));
+  KEEL_ENSURE(specials_, Status::ArenaTooSmall, "tokenizer arena too small: needs %zu bytes", arena_bytes(t));
   memset(special_first_byte_, 0, sizeof special_first_byte_);
   uint32_t k = 0;
   for (uint32_t i = 0; i < n && k < n_specials_; ++i) {
@@ -218,8 +211,8 @@ size_t Tokenizer::match_special(const uint8_t* s, size_t n, bool control, int32_
   return 0;
 }
 
-Error Tokenizer::encode(const char* text, size_t len, const EncodeOptions& options,
-                        Span<int32_t> out, size_t* n_written, Arena& scratch) const {
+Error Tokenizer::encode(const char* text, size_t len, const EncodeOptions& options, Span<int32_t> out,
+                        size_t* n_written, Arena& scratch) const {
   if (n_written) *n_written = 0;
   KEEL_ENSURE(table_ != nullptr, Status::InvalidArgument, "tokenizer is not initialized");
   KEEL_ENSURE(text != nullptr || len == 0, Status::InvalidArgument, "text is null");
@@ -239,8 +232,8 @@ Error Tokenizer::encode(const char* text, size_t len, const EncodeOptions& optio
   ws.symbols = scratch.allocate_array<Symbol>(kMaxWordBytes, kScratchAlign);
   ws.heap = scratch.allocate_array<uint64_t>(kMaxHeapPairs, kScratchAlign);
   ws.text = scratch.allocate_array<uint8_t>(kMaxWordBytes, kScratchAlign);
-  KEEL_ENSURE(ws.symbols && ws.heap && ws.text, Status::ArenaTooSmall,
-              "encode needs %zu scratch bytes, %zu are free", scratch_bytes(), free_bytes);
+  KEEL_ENSURE(ws.symbols && ws.heap && ws.text, Status::ArenaTooSmall, "encode needs %zu scratch bytes, %zu are free",
+              scratch_bytes(), free_bytes);
 
   TokenSink sink{out.data(), out.size()};
   if (options.add_bos && add_bos_ && bos_ >= 0) sink.push(bos_);
@@ -262,8 +255,8 @@ Error Tokenizer::encode(const char* text, size_t len, const EncodeOptions& optio
   encode_run(s + run_start, len - run_start, ws, sink);
 
   if (n_written) *n_written = sink.count;
-  KEEL_ENSURE(sink.count <= out.size(), Status::PromptTooLong,
-              "text encodes to %zu tokens, the output holds %zu", sink.count, out.size());
+  KEEL_ENSURE(sink.count <= out.size(), Status::PromptTooLong, "text encodes to %zu tokens, the output holds %zu",
+              sink.count, out.size());
   return Error();
 }
 
@@ -276,8 +269,7 @@ void Tokenizer::encode_run(const uint8_t* s, size_t n, WordScratch& ws, TokenSin
   }
 }
 
-void Tokenizer::encode_byte_level(const uint8_t* s, size_t n, WordScratch& ws,
-                                  TokenSink& sink) const {
+void Tokenizer::encode_byte_level(const uint8_t* s, size_t n, WordScratch& ws, TokenSink& sink) const {
   PreTokenIterator it(pre_, s, n);
   size_t begin, len;
   while (it.next(&begin, &len)) {
@@ -300,8 +292,7 @@ void Tokenizer::encode_byte_level(const uint8_t* s, size_t n, WordScratch& ws,
 // split_by_whitespace, the default), no merge crosses such a cut and the result is that of
 // merging the whole run at once. Otherwise, and for a word longer than kMaxWordBytes, words are
 // only cut every kMaxWordBytes bytes.
-void Tokenizer::encode_sentencepiece(const uint8_t* s, size_t n, WordScratch& ws,
-                                     TokenSink& sink) const {
+void Tokenizer::encode_sentencepiece(const uint8_t* s, size_t n, WordScratch& ws, TokenSink& sink) const {
   SpmVocab vocab;
   vocab.index = &vocab_;
   vocab.scores = table_->scores();
@@ -315,8 +306,7 @@ void Tokenizer::encode_sentencepiece(const uint8_t* s, size_t n, WordScratch& ws
     w = 0;
   };
   auto append = [&](const uint8_t* p, size_t k, bool is_space) {
-    if ((cut_words_at_spaces_ && is_space && w > 0 && !last_was_space) ||
-        w + k > kMaxWordBytes) {
+    if ((cut_words_at_spaces_ && is_space && w > 0 && !last_was_space) || w + k > kMaxWordBytes) {
       flush();
     }
     memcpy(ws.text + w, p, k);

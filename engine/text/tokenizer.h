@@ -54,8 +54,8 @@ class Tokenizer {
   // the result is PromptTooLong (so an empty `out` counts the ids). Ill-formed UTF-8 is encoded
   // anyway (byte-level: its bytes; SentencePiece: byte fallback per byte, or unk) unless
   // options.reject_invalid_utf8 is set. ArenaTooSmall if `scratch` has < scratch_bytes() left.
-  Error encode(const char* text, size_t len, const EncodeOptions& options, Span<int32_t> out,
-               size_t* n_written, Arena& scratch) const;
+  Error encode(const char* text, size_t len, const EncodeOptions& options, Span<int32_t> out, size_t* n_written,
+               Arena& scratch) const;
 
   bool initialized() const { return table_ != nullptr; }
   fb::TokenizerKind kind() const { return kind_; }
@@ -120,8 +120,8 @@ void Tokenizer::for_each_token_byte(int32_t id, F&& f) const {
   const uint8_t* p = reinterpret_cast<const uint8_t*>(s->data());
   const size_t n = s->size();
   const fb::TokenType type = token_type(id);
-  const bool raw = type == fb::TokenType::Control || type == fb::TokenType::UserDefined ||
-                   type == fb::TokenType::Unknown;
+  const bool raw =
+      type == fb::TokenType::Control || type == fb::TokenType::UserDefined || type == fb::TokenType::Unknown;
   if (raw) {
     for (size_t i = 0; i < n; ++i) f(p[i]);
     return;

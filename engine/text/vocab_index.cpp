@@ -22,9 +22,7 @@ size_t VocabIndex::capacity_for(size_t n_tokens) {
   return cap;
 }
 
-size_t VocabIndex::arena_bytes(size_t n_tokens) {
-  return capacity_for(n_tokens) * sizeof(int32_t) + alignof(int32_t);
-}
+size_t VocabIndex::arena_bytes(size_t n_tokens) { return capacity_for(n_tokens) * sizeof(int32_t) + alignof(int32_t); }
 
 bool VocabIndex::init(const TokenStrings* tokens, Arena& arena) {
   tokens_ = tokens;

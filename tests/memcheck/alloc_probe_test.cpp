@@ -111,7 +111,7 @@ TEST(MemcheckProbe, CountsCallsInsideTheLibraries) {
   char* copy = strdup("glibc allocates this copy itself");  // malloc called from inside libc
   std::string s(1000, 'x');                                 // operator new from libstdc++
   std::vector<int> v;
-  for (int i = 0; i < 100; ++i) v.push_back(i);             // growth: several calls
+  for (int i = 0; i < 100; ++i) v.push_back(i);  // growth: several calls
   g_sink = copy;
   g_sink = s.data();
   g_sink = v.data();

@@ -35,8 +35,8 @@ TEST(MemcheckCli, EveryPolicyRunsWithoutAllocating) {
   for (const char* policy : {"full", "window", "streaming", "snapkv", "snapstream"}) {
     SCOPED_TRACE(policy);
     const bool full = std::string(policy) == "full";
-    const auto r = run_cli(memcheck("-n 3000 -p 300 -t 1 --json --kv-policy " + std::string(policy) +
-                                    (full ? "" : " --kv-budget 256")));
+    const auto r = run_cli(
+        memcheck("-n 3000 -p 300 -t 1 --json --kv-policy " + std::string(policy) + (full ? "" : " --kv-budget 256")));
     ASSERT_EQ(r.exit_code, 0) << r.out;
     const json j = parse_last_line(r.out);
     ASSERT_FALSE(j.is_discarded()) << r.out;

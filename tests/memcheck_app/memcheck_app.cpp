@@ -15,7 +15,7 @@
 
 namespace {
 
-constexpr uint32_t kBudgetTokens = 256;       // the KV cache holds this many tokens, whatever N is
+constexpr uint32_t kBudgetTokens = 256;        // the KV cache holds this many tokens, whatever N is
 constexpr uint64_t kToleranceBytes = 1 << 20;  // RSS growth allowed after the warm-up
 
 int check_failed(const char* what) {
@@ -88,13 +88,14 @@ int main(int argc, char** argv) {
   if (!e.ok()) return check_failed(e.message());
   const keel::RuntimeStats st = rt.stats();
   const uint64_t drift = rss_max_after > rss_warm ? rss_max_after - rss_warm : 0;
-  printf("memcheck_app: %llu tokens, KV budget %u, allocator %s: %llu allocations and %llu frees after init, RSS %llu "
-         "bytes at token %llu, drift %llu bytes, arenas %llu + %llu bytes used of %llu + %llu planned\n",
-         (unsigned long long)tokens, kBudgetTokens, keel::probe::allocator_name(),
-         (unsigned long long)window.allocations, (unsigned long long)window.frees, (unsigned long long)rss_warm,
-         (unsigned long long)warmup, (unsigned long long)drift, (unsigned long long)st.persistent_used_bytes,
-         (unsigned long long)st.scratch_high_water_bytes, (unsigned long long)st.persistent_planned_bytes,
-         (unsigned long long)st.scratch_planned_bytes);
+  printf(
+      "memcheck_app: %llu tokens, KV budget %u, allocator %s: %llu allocations and %llu frees after init, RSS %llu "
+      "bytes at token %llu, drift %llu bytes, arenas %llu + %llu bytes used of %llu + %llu planned\n",
+      (unsigned long long)tokens, kBudgetTokens, keel::probe::allocator_name(), (unsigned long long)window.allocations,
+      (unsigned long long)window.frees, (unsigned long long)rss_warm, (unsigned long long)warmup,
+      (unsigned long long)drift, (unsigned long long)st.persistent_used_bytes,
+      (unsigned long long)st.scratch_high_water_bytes, (unsigned long long)st.persistent_planned_bytes,
+      (unsigned long long)st.scratch_planned_bytes);
   int status = 0;
   if (window.calls() != 0) status = check_failed("expected 0 allocator calls after init");
   if (drift > kToleranceBytes) status = check_failed("RSS grew more than 1 MiB after the warm-up");

@@ -70,9 +70,9 @@ CommandResult run_cli(const std::string& args) {
 const std::string& stories260k_keel() {
   static const std::string path = [] {
     const std::string out = tmp_path("stories260K.keel");
-    const auto r = run_cli("convert '" + require_file(shared_path("models/stories260K/stories260K.bin")) +
-                           "' --tokenizer '" + require_file(shared_path("models/stories260K/tok512.bin")) + "' -o '" +
-                           out + "' -q");
+    const auto r =
+        run_cli("convert '" + require_file(shared_path("models/stories260K/stories260K.bin")) + "' --tokenizer '" +
+                require_file(shared_path("models/stories260K/tok512.bin")) + "' -o '" + out + "' -q");
     EXPECT_EQ(r.exit_code, 0) << r.out;
     return out;
   }();

@@ -10,18 +10,18 @@ namespace keel::test {
 
 // Path of a required input; the calling test fails (ADD_FAILURE + empty string) if it is absent.
 std::string require_file(const std::string& path);
-std::string shared_path(const std::string& rel);   // ../shared/<rel>
-std::string source_path(const std::string& rel);   // <repo>/<rel>
-std::string smollm2_gguf();                         // fetched by scripts/setup.sh
-std::string tmp_path(const std::string& name);      // inside the build tree
+std::string shared_path(const std::string& rel);  // ../shared/<rel>
+std::string source_path(const std::string& rel);  // <repo>/<rel>
+std::string smollm2_gguf();                       // fetched by scripts/setup.sh
+std::string tmp_path(const std::string& name);    // inside the build tree
 
 std::vector<uint8_t> read_bytes(const std::string& path);
 void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes);
 
 struct CommandResult {
-  int exit_code = -1;      // -1 when killed by a signal
+  int exit_code = -1;  // -1 when killed by a signal
   int signal = 0;
-  std::string out;         // stdout and stderr together
+  std::string out;  // stdout and stderr together
 };
 // Runs the `keel` CLI with the given arguments (shell-quoted by the caller).
 CommandResult run_cli(const std::string& args);

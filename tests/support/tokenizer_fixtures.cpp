@@ -50,17 +50,19 @@ bool detect_pre_tokenizer(const json& pre, PreTokenizer& out) {
   }
   if (pre.value("type", "") != "Sequence") return false;
   const json& seq = pre["pretokenizers"];
-  if (seq.size() == 2 && seq[0].value("type", "") == "Digits" &&
-      seq[0].value("individual_digits", false) && byte_level_with_regex(seq[1], true)) {
+  if (seq.size() == 2 && seq[0].value("type", "") == "Digits" && seq[0].value("individual_digits", false) &&
+      byte_level_with_regex(seq[1], true)) {
     out = PreTokenizer::SmolLM;
     return true;
   }
-  if (seq.size() == 2 && seq[0].value("type", "") == "Split" &&
-      byte_level_with_regex(seq[1], false)) {
+  if (seq.size() == 2 && seq[0].value("type", "") == "Split" && byte_level_with_regex(seq[1], false)) {
     const std::string pattern = seq[0]["pattern"].value("Regex", "");
-    if (pattern == kLlama3Pattern) out = PreTokenizer::Llama3;
-    else if (pattern == kQwen2Pattern) out = PreTokenizer::Qwen2;
-    else return false;
+    if (pattern == kLlama3Pattern)
+      out = PreTokenizer::Llama3;
+    else if (pattern == kQwen2Pattern)
+      out = PreTokenizer::Qwen2;
+    else
+      return false;
     return true;
   }
   return false;
@@ -238,8 +240,10 @@ bool load_llama2c_tokenizer(const std::string& path, SourceTokenizer& out, std::
     // The llama2.c exporter spelled U+2581 as ' ' and BOS/EOS as "\n<s>\n" / "\n</s>\n".
     std::string restored;
     for (char c : piece) {
-      if (c == ' ') restored += "\xE2\x96\x81";
-      else restored += c;
+      if (c == ' ')
+        restored += "\xE2\x96\x81";
+      else
+        restored += c;
     }
     const size_t id = out.tokens.size();
     uint8_t type = kNormal;
@@ -314,8 +318,7 @@ std::vector<uint8_t> build_tokenizer_table(const SourceTokenizer& tok) {
   if (!tok.scores.empty()) scores = fbb.CreateVector(tok.scores);
   flatbuffers::Offset<flatbuffers::Vector<fb::TokenType>> types;
   if (!tok.token_types.empty()) {
-    types = fbb.CreateVector(reinterpret_cast<const fb::TokenType*>(tok.token_types.data()),
-                             tok.token_types.size());
+    types = fbb.CreateVector(reinterpret_cast<const fb::TokenType*>(tok.token_types.data()), tok.token_types.size());
   }
   flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> merges;
   if (!tok.merges.empty()) merges = fbb.CreateVectorOfStrings(tok.merges);
@@ -341,8 +344,7 @@ std::vector<uint8_t> build_tokenizer_table(const SourceTokenizer& tok) {
   return out;
 }
 
-std::vector<int32_t> LoadedTokenizer::encode(const std::string& text, bool add_bos,
-                                             bool parse_special) {
+std::vector<int32_t> LoadedTokenizer::encode(const std::string& text, bool add_bos, bool parse_special) {
   text::EncodeOptions opt;
   opt.add_bos = add_bos;
   opt.parse_special = parse_special;
@@ -356,8 +358,7 @@ std::vector<int32_t> LoadedTokenizer::encode(const std::string& text, bool add_b
   }
   std::vector<int32_t> ids(n);
   size_t n2 = 0;
-  e = tok.encode(text.data(), text.size(), opt, Span<int32_t>(ids.data(), ids.size()), &n2,
-                 scratch);
+  e = tok.encode(text.data(), text.size(), opt, Span<int32_t>(ids.data(), ids.size()), &n2, scratch);
   EXPECT_TRUE(e.ok()) << e.message();
   EXPECT_EQ(n2, n);
   EXPECT_EQ(scratch.used(), 0u) << "encode must give its scratch back";

@@ -18,10 +18,8 @@
 namespace keel::test {
 
 // Each loader fills `error` and returns false when the file is missing or malformed.
-bool load_hf_tokenizer_json(const std::string& dir, convert::SourceTokenizer& out,
-                            std::string& error);
-bool load_llama2c_tokenizer(const std::string& path, convert::SourceTokenizer& out,
-                            std::string& error);
+bool load_hf_tokenizer_json(const std::string& dir, convert::SourceTokenizer& out, std::string& error);
+bool load_llama2c_tokenizer(const std::string& path, convert::SourceTokenizer& out, std::string& error);
 bool load_gguf_vocab(const std::string& path, convert::SourceTokenizer& out, std::string& error);
 
 // A verified FlatBuffer whose root is a keel.fb.Tokenizer.
@@ -37,8 +35,7 @@ struct LoadedTokenizer {
   text::Tokenizer tok;
 
   // ids of `text`; the test fails on an error.
-  std::vector<int32_t> encode(const std::string& text, bool add_bos = false,
-                              bool parse_special = false);
+  std::vector<int32_t> encode(const std::string& text, bool add_bos = false, bool parse_special = false);
   std::string decode(const std::vector<int32_t>& ids, bool print_special = false);
 };
 

@@ -56,9 +56,7 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // ---- plain read bandwidth ----
 
@@ -91,9 +89,7 @@ __attribute__((target("avx2"))) uint64_t sum_bytes_avx2(const uint8_t* p, uint64
 
 bool g_avx2 = false;  // set in main from the CPU features
 
-uint64_t sum_bytes(const uint8_t* p, uint64_t n) {
-  return g_avx2 ? sum_bytes_avx2(p, n) : sum_bytes_scalar(p, n);
-}
+uint64_t sum_bytes(const uint8_t* p, uint64_t n) { return g_avx2 ? sum_bytes_avx2(p, n) : sum_bytes_scalar(p, n); }
 
 volatile uint64_t g_sink;
 
@@ -105,8 +101,7 @@ double read_bandwidth(const Buffer& buf, int threads, int reps) {
     std::vector<uint64_t> sums(threads);
     const auto t0 = Clock::now();
     std::vector<std::thread> pool;
-    for (int t = 1; t < threads; ++t)
-      pool.emplace_back([&, t] { sums[t] = sum_bytes(buf.ptr + t * part, part); });
+    for (int t = 1; t < threads; ++t) pool.emplace_back([&, t] { sums[t] = sum_bytes(buf.ptr + t * part, part); });
     sums[0] = sum_bytes(buf.ptr, part);
     for (auto& th : pool) th.join();
     const double s = seconds_since(t0);
@@ -132,8 +127,7 @@ __attribute__((target("f16c"))) inline float f16_bits_to_f32(const uint8_t* p) {
 }
 
 // One row at a time, AVX2: the same sign trick as the panel kernel (|q_w| x sign(a, q_w)).
-__attribute__((target("avx2,fma,f16c"))) void rowmajor_q8_avx2(const RowMajorQ8& w, const keel::ActBlock* x,
-                                                               float* y) {
+__attribute__((target("avx2,fma,f16c"))) void rowmajor_q8_avx2(const RowMajorQ8& w, const keel::ActBlock* x, float* y) {
   const uint32_t nb = w.cols / 32;
   const __m256i ones = _mm256_set1_epi16(1);
   for (uint32_t r = 0; r < w.rows; ++r) {
@@ -143,8 +137,7 @@ __attribute__((target("avx2,fma,f16c"))) void rowmajor_q8_avx2(const RowMajorQ8&
       const uint8_t* blk = row + b * 34;
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
       const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].q));
-      const __m256i p =
-          _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(a, q)), ones);
+      const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(a, q)), ones);
       acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_bits_to_f32(blk) * x[b].d), _mm256_cvtepi32_ps(p), acc);
     }
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
@@ -219,9 +212,8 @@ int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
   const double min_seconds = quick ? 0.2 : 1.0;
 
-  std::printf(
-      "# keel kernel_bench: single thread, DRAM-cold (weights rotate over >= %llu MB), median of calls\n",
-      (unsigned long long)(kColdBytes >> 20));
+  std::printf("# keel kernel_bench: single thread, DRAM-cold (weights rotate over >= %llu MB), median of calls\n",
+              (unsigned long long)(kColdBytes >> 20));
   const keel::MatmulKernels* avx2 = keel::kernels_x86_avx2();
   const keel::MatmulKernels* avx512 = keel::kernels_x86_avx512();
   g_avx2 = avx2 != nullptr;
@@ -259,10 +251,9 @@ int main(int argc, char** argv) {
     std::vector<float> y(s.rows);
     std::vector<keel::ActBlock> xa(keel::act_blocks(s.cols));
 
-    auto print = [&](const char* dt, const char* kernel, uint64_t bytes, const Result& r,
-                     double ceiling_gbs) {
-      std::printf("| %u x %u (%s) | %s | %s | %.2f | %.1f | %.1f | %.0f%% |\n", s.rows, s.cols, s.what, dt,
-                  kernel, double(bytes) / 1e6, r.us, r.gbs, 100.0 * r.gbs / ceiling_gbs);
+    auto print = [&](const char* dt, const char* kernel, uint64_t bytes, const Result& r, double ceiling_gbs) {
+      std::printf("| %u x %u (%s) | %s | %s | %.2f | %.1f | %.1f | %.0f%% |\n", s.rows, s.cols, s.what, dt, kernel,
+                  double(bytes) / 1e6, r.us, r.gbs, 100.0 * r.gbs / ceiling_gbs);
       std::fflush(stdout);
     };
 
@@ -289,15 +280,14 @@ int main(int argc, char** argv) {
         const bool ref = k == &keel::kernels_ref();
         k->quantize_act(x.data(), s.cols, xa.data());
         const uint32_t panels = keel::panel_count(s.rows);
-        const Result r =
-            time_cold(bytes, n_copies, ref ? min_seconds / 2 : min_seconds, ref ? 5 : 50, [&](uint32_t c) {
-              const keel::WeightView w{dt, s.rows, s.cols, copies.ptr + c * stride};
-              if (keel::is_quantized(dt)) {
-                k->matmul(w, xa.data(), 1, y.data(), s.rows, 0, panels);
-              } else {
-                k->matmul_f(w, x.data(), 1, s.cols, y.data(), s.rows, 0, panels);
-              }
-            });
+        const Result r = time_cold(bytes, n_copies, ref ? min_seconds / 2 : min_seconds, ref ? 5 : 50, [&](uint32_t c) {
+          const keel::WeightView w{dt, s.rows, s.cols, copies.ptr + c * stride};
+          if (keel::is_quantized(dt)) {
+            k->matmul(w, xa.data(), 1, y.data(), s.rows, 0, panels);
+          } else {
+            k->matmul_f(w, x.data(), 1, s.cols, y.data(), s.rows, 0, panels);
+          }
+        });
         print(keel::fb::EnumNameDType(dt), k->name, bytes, r, ceiling.gbs);
       }
     }
@@ -367,8 +357,8 @@ int main(int argc, char** argv) {
           const keel::WeightView w{dt, rows, cols, copies.ptr + c * stride};
           k->matmul(w, xa.data(), n_tokens, y.data(), rows, 0, keel::panel_count(rows));
         });
-        std::printf("| | %s | %s | %u | %.1f | %.2f |\n", keel::fb::EnumNameDType(dt), k->name, n_tokens,
-                    r.us, r.us / n_tokens);
+        std::printf("| | %s | %s | %u | %.1f | %.2f |\n", keel::fb::EnumNameDType(dt), k->name, n_tokens, r.us,
+                    r.us / n_tokens);
         std::fflush(stdout);
       }
     }

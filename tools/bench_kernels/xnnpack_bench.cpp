@@ -115,8 +115,8 @@ Timing time_calls(uint64_t bytes_per_call, uint32_t n_copies, double min_seconds
 // Several kernels timed call by call in turn, so a noisy neighbour slows them alike; each
 // call takes the next copy in the rotation, so no kernel finds the previous one's weights in
 // the cache. Median per kernel.
-std::vector<Timing> time_interleaved(uint64_t bytes_per_call, uint32_t n_copies, double min_seconds,
-                                     uint32_t min_calls, const std::vector<std::function<void(uint32_t)>>& fns) {
+std::vector<Timing> time_interleaved(uint64_t bytes_per_call, uint32_t n_copies, double min_seconds, uint32_t min_calls,
+                                     const std::vector<std::function<void(uint32_t)>>& fns) {
   std::vector<std::vector<double>> t(fns.size());
   uint64_t g = 0;
   for (uint32_t c = 0; c < n_copies; ++c)
@@ -232,10 +232,10 @@ void bench_fc(Ctx& cx) {
   std::printf("## Fully-connected y[n][rows] = x[n][cols] W^T\n\n");
   std::printf("| model | shape (rows x cols) | W | n | kernel | threads | us/call | GB/s (W bytes) |\n");
   std::printf("|---|---|---|---:|---|---:|---:|---:|\n");
-  const Shape stories[] = {{64, 64, "wq/wo"}, {32, 64, "wk/wv"}, {172, 64, "gate/up"}, {64, 172, "down"},
-                           {512, 64, "output"}};
-  const Shape smollm[] = {{576, 576, "q/o"}, {192, 576, "k/v"}, {1536, 576, "gate/up"}, {576, 1536, "down"},
-                          {49152, 576, "output"}};
+  const Shape stories[] = {
+      {64, 64, "wq/wo"}, {32, 64, "wk/wv"}, {172, 64, "gate/up"}, {64, 172, "down"}, {512, 64, "output"}};
+  const Shape smollm[] = {
+      {576, 576, "q/o"}, {192, 576, "k/v"}, {1536, 576, "gate/up"}, {576, 1536, "down"}, {49152, 576, "output"}};
   struct Case {
     const char* model;
     const Shape* shapes;
@@ -325,8 +325,8 @@ void bench_fc(Ctx& cx) {
 void bench_qc8(Ctx& cx) {
   std::printf("\n## XNNPACK qc8 (static int8, per-row scales), timing only: not usable for Keel's Q8\n\n");
   std::printf("| shape (rows x cols) | n | threads | us/call | GB/s (int8 W bytes) |\n|---|---:|---:|---:|---:|\n");
-  const Shape smollm[] = {{576, 576, "q/o"}, {192, 576, "k/v"}, {1536, 576, "gate/up"}, {576, 1536, "down"},
-                          {49152, 576, "output"}};
+  const Shape smollm[] = {
+      {576, 576, "q/o"}, {192, 576, "k/v"}, {1536, 576, "gate/up"}, {576, 1536, "down"}, {49152, 576, "output"}};
   for (const Shape& s : smollm) {
     const uint64_t bytes = uint64_t(s.rows) * s.cols;
     const uint32_t copies = uint32_t(std::max<uint64_t>(2, (kColdBytes + bytes - 1) / bytes));
@@ -386,13 +386,18 @@ void bench_overhead(Ctx& cx) {
     }
   }
   // Dispatch to the pool with nothing to do: the floor of any 2-thread call.
-  const double us = time_hot_us(cx.min_s, 1000, [&] { keel::parallel_for(&cx.pool2, 2, [](void*, size_t) {}, nullptr); });
+  const double us = time_hot_us(cx.min_s, 1000, [&] {
+    keel::parallel_for(
+        &cx.pool2, 2, [](void*, size_t) {}, nullptr);
+  });
   std::printf("| empty parallel_for over 2 threads (pthreadpool) | %.3f |\n", us);
 }
 
 // ---- vector ops (hot) ----
 void bench_vector(Ctx& cx) {
-  std::printf("\n## Vector ops (hot, 1 thread)\n\n| op | n | ref us | native us | xnnpack us (run) | xnnpack us (setup + run) |\n");
+  std::printf(
+      "\n## Vector ops (hot, 1 thread)\n\n| op | n | ref us | native us | xnnpack us (run) | xnnpack us (setup + run) "
+      "|\n");
   std::printf("|---|---:|---:|---:|---:|---:|\n");
   Buffer region_mem(1 << 20);
   keel::xnn::Region region;
@@ -402,20 +407,37 @@ void bench_vector(Ctx& cx) {
     for (float& v : src) v = cx.nd(cx.rng) * 3.0f;
     auto fresh = [&] { memcpy(x.data(), src.data(), n * 4); };
     const double base = time_hot_us(cx.min_s, 200, fresh);
-    const double r = time_hot_us(cx.min_s, 200, [&] { fresh(); cx.vref->softmax(x.data(), n); }) - base;
-    const double v = time_hot_us(cx.min_s, 200, [&] { fresh(); cx.vnat->softmax(x.data(), n); }) - base;
+    const double r = time_hot_us(cx.min_s, 200,
+                                 [&] {
+                                   fresh();
+                                   cx.vref->softmax(x.data(), n);
+                                 }) -
+                     base;
+    const double v = time_hot_us(cx.min_s, 200,
+                                 [&] {
+                                   fresh();
+                                   cx.vnat->softmax(x.data(), n);
+                                 }) -
+                     base;
     keel::xnn::open_region(&region, false);
     keel::xnn::SoftmaxF32 sm;
     check(sm.create(n));
     xnn_operator_t raw = nullptr;
     xnn_create_softmax_nc_f32(n, n, n, 0, &raw);
     keel::xnn::close_region();
-    const double xr = time_hot_us(cx.min_s, 200, [&] { fresh(); sm.run(x.data()); }) - base;
-    const double xs = time_hot_us(cx.min_s, 200, [&] {
-      fresh();
-      xnn_setup_softmax_nc_f32(raw, 1, x.data(), x.data(), nullptr);
-      xnn_run_operator(raw, nullptr);
-    }) - base;
+    const double xr = time_hot_us(cx.min_s, 200,
+                                  [&] {
+                                    fresh();
+                                    sm.run(x.data());
+                                  }) -
+                      base;
+    const double xs = time_hot_us(cx.min_s, 200,
+                                  [&] {
+                                    fresh();
+                                    xnn_setup_softmax_nc_f32(raw, 1, x.data(), x.data(), nullptr);
+                                    xnn_run_operator(raw, nullptr);
+                                  }) -
+                      base;
     std::printf("| softmax | %u | %.3f | %.3f | %.3f | %.3f |\n", n, r, v, xr, xs);
     std::fflush(stdout);
   }
@@ -574,9 +596,10 @@ int main(int argc, char** argv) {
 
   std::printf("# xnnpack_bench: native = %s matmul + avx2 vector kernels; XNNPACK 0.0~git20220216 (Debian)\n",
               cx.nat->name);
-  std::printf("# median per call; weights DRAM-cold (rotating over >= %llu MB) when the set exceeds the %llu MB "
-              "LLC, else hot; kernels compared side by side are timed call by call in turn\n\n",
-              (unsigned long long)(kColdBytes >> 20), (unsigned long long)(kLlcBytes >> 20));
+  std::printf(
+      "# median per call; weights DRAM-cold (rotating over >= %llu MB) when the set exceeds the %llu MB "
+      "LLC, else hot; kernels compared side by side are timed call by call in turn\n\n",
+      (unsigned long long)(kColdBytes >> 20), (unsigned long long)(kLlcBytes >> 20));
   auto want = [&](const char* name) { return section.empty() || section == name; };
   if (want("fc")) bench_fc(cx);
   if (want("qc8")) bench_qc8(cx);

@@ -22,8 +22,8 @@ namespace {
 // F32 tensors are copied as bytes; GGUF data is little-endian.
 static_assert(std::endian::native == std::endian::little, "little-endian host required");
 
-constexpr uint32_t kQK = 32;    // elements per block of the legacy formats
-constexpr uint32_t kQK_K = 256; // elements per super-block of the K formats
+constexpr uint32_t kQK = 32;     // elements per block of the legacy formats
+constexpr uint32_t kQK_K = 256;  // elements per super-block of the K formats
 
 // Bytes per block: Q4_0 {f16 d; u8 qs[16]}, Q4_1 {f16 d, m; u8 qs[16]},
 // Q5_0 {f16 d; u8 qh[4]; u8 qs[16]}, Q5_1 {f16 d, m; u8 qh[4]; u8 qs[16]},
@@ -222,9 +222,7 @@ bool dequantize(SrcType t, const uint8_t* src, size_t src_bytes, float* dst, siz
   const uint32_t bb = block_bytes(t);
   const size_t blocks = n / be;
   switch (t) {
-    case SrcType::F32:
-      memcpy(dst, src, n * sizeof(float));
-      return true;
+    case SrcType::F32: memcpy(dst, src, n * sizeof(float)); return true;
     case SrcType::F16:
       for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(load_u16(src + 2 * i));
       return true;

@@ -27,65 +27,105 @@ namespace {
 
 // ---- limits -----------------------------------------------------------------------------
 
-constexpr uint64_t kMaxStringBytes = 256ull << 20;   // a chat template is a few KiB
-constexpr uint64_t kMaxKeyBytes = 65535;              // GGUF spec
-constexpr uint64_t kMaxArrayElems = 1ull << 24;       // vocabularies are ~10^5..10^6
+constexpr uint64_t kMaxStringBytes = 256ull << 20;  // a chat template is a few KiB
+constexpr uint64_t kMaxKeyBytes = 65535;            // GGUF spec
+constexpr uint64_t kMaxArrayElems = 1ull << 24;     // vocabularies are ~10^5..10^6
 constexpr uint64_t kMaxKvCount = 1ull << 20;
 constexpr uint64_t kMaxTensorCount = 1ull << 20;
-constexpr uint64_t kMaxTensorNameBytes = 256;         // GGML allows 63
-constexpr uint32_t kMaxDims = 4;                      // GGML_MAX_DIMS
+constexpr uint64_t kMaxTensorNameBytes = 256;  // GGML allows 63
+constexpr uint32_t kMaxDims = 4;               // GGML_MAX_DIMS
 constexpr uint64_t kMaxDimExtent = 1ull << 40;
 constexpr uint32_t kMaxArrayDepth = 4;
 constexpr uint64_t kMaxAlignment = 1ull << 20;
-constexpr uint32_t kMaxHyper = 1u << 24;              // dims, heads, layers
+constexpr uint32_t kMaxHyper = 1u << 24;  // dims, heads, layers
 constexpr size_t kChunkBytes = 1 << 20;
 
 // ---- GGUF value types ---------------------------------------------------------------------
 
 enum GgufType : uint32_t {
-  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7, kString = 8,
-  kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
+  kU8 = 0,
+  kI8 = 1,
+  kU16 = 2,
+  kI16 = 3,
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kU64 = 10,
+  kI64 = 11,
+  kF64 = 12,
 };
 
 const char* gguf_type_name(uint32_t t) {
-  static const char* const names[] = {"UINT8", "INT8",  "UINT16", "INT16",  "UINT32",
-                                      "INT32", "FLOAT32", "BOOL", "STRING", "ARRAY",
-                                      "UINT64", "INT64", "FLOAT64"};
+  static const char* const names[] = {"UINT8", "INT8",   "UINT16", "INT16",  "UINT32", "INT32",  "FLOAT32",
+                                      "BOOL",  "STRING", "ARRAY",  "UINT64", "INT64",  "FLOAT64"};
   return t < 13 ? names[t] : "unknown";
 }
 
 // Size of one scalar of a fixed-size type; 0 for STRING/ARRAY/unknown.
 uint32_t scalar_bytes(uint32_t t) {
   switch (t) {
-    case kU8: case kI8: case kBool: return 1;
-    case kU16: case kI16: return 2;
-    case kU32: case kI32: case kF32: return 4;
-    case kU64: case kI64: case kF64: return 8;
+    case kU8:
+    case kI8:
+    case kBool: return 1;
+    case kU16:
+    case kI16: return 2;
+    case kU32:
+    case kI32:
+    case kF32: return 4;
+    case kU64:
+    case kI64:
+    case kF64: return 8;
     default: return 0;
   }
 }
 
 bool is_integer_type(uint32_t t) {
-  return t == kU8 || t == kI8 || t == kU16 || t == kI16 || t == kU32 || t == kI32 || t == kU64 ||
-         t == kI64;
+  return t == kU8 || t == kI8 || t == kU16 || t == kI16 || t == kU32 || t == kI32 || t == kU64 || t == kI64;
 }
 
 // ---- GGML tensor types ----------------------------------------------------------------------
 
 const char* ggml_type_name(uint32_t id) {
   switch (id) {
-    case 0: return "F32";      case 1: return "F16";      case 2: return "Q4_0";
-    case 3: return "Q4_1";     case 4: return "Q4_2";     case 5: return "Q4_3";
-    case 6: return "Q5_0";     case 7: return "Q5_1";     case 8: return "Q8_0";
-    case 9: return "Q8_1";     case 10: return "Q2_K";    case 11: return "Q3_K";
-    case 12: return "Q4_K";    case 13: return "Q5_K";    case 14: return "Q6_K";
-    case 15: return "Q8_K";    case 16: return "IQ2_XXS"; case 17: return "IQ2_XS";
-    case 18: return "IQ3_XXS"; case 19: return "IQ1_S";   case 20: return "IQ4_NL";
-    case 21: return "IQ3_S";   case 22: return "IQ2_S";   case 23: return "IQ4_XS";
-    case 24: return "I8";      case 25: return "I16";     case 26: return "I32";
-    case 27: return "I64";     case 28: return "F64";     case 29: return "IQ1_M";
-    case 30: return "BF16";    case 31: return "Q4_0_4_4"; case 32: return "Q4_0_4_8";
-    case 33: return "Q4_0_8_8"; case 34: return "TQ1_0";  case 35: return "TQ2_0";
+    case 0: return "F32";
+    case 1: return "F16";
+    case 2: return "Q4_0";
+    case 3: return "Q4_1";
+    case 4: return "Q4_2";
+    case 5: return "Q4_3";
+    case 6: return "Q5_0";
+    case 7: return "Q5_1";
+    case 8: return "Q8_0";
+    case 9: return "Q8_1";
+    case 10: return "Q2_K";
+    case 11: return "Q3_K";
+    case 12: return "Q4_K";
+    case 13: return "Q5_K";
+    case 14: return "Q6_K";
+    case 15: return "Q8_K";
+    case 16: return "IQ2_XXS";
+    case 17: return "IQ2_XS";
+    case 18: return "IQ3_XXS";
+    case 19: return "IQ1_S";
+    case 20: return "IQ4_NL";
+    case 21: return "IQ3_S";
+    case 22: return "IQ2_S";
+    case 23: return "IQ4_XS";
+    case 24: return "I8";
+    case 25: return "I16";
+    case 26: return "I32";
+    case 27: return "I64";
+    case 28: return "F64";
+    case 29: return "IQ1_M";
+    case 30: return "BF16";
+    case 31: return "Q4_0_4_4";
+    case 32: return "Q4_0_4_8";
+    case 33: return "Q4_0_8_8";
+    case 34: return "TQ1_0";
+    case 35: return "TQ2_0";
     case 39: return "MXFP4";
     default: return nullptr;
   }
@@ -188,8 +228,8 @@ class Cursor {
 
   void require(uint64_t n, const char* what) const {
     if (n > remaining()) {
-      fail("file truncated: ", what, context_.empty() ? "" : " of ", context_, " needs ", str(n),
-           " bytes at offset ", str(pos_), " but the file is ", str(file_.size), " bytes");
+      fail("file truncated: ", what, context_.empty() ? "" : " of ", context_, " needs ", str(n), " bytes at offset ",
+           str(pos_), " but the file is ", str(file_.size), " bytes");
     }
   }
 
@@ -205,8 +245,8 @@ class Cursor {
   std::string string(const char* what, uint64_t max_bytes) {
     const uint64_t n = u64(what);
     if (n > max_bytes) {
-      fail("string length ", str(n), " of ", what, context_.empty() ? "" : " in ", context_,
-           " at offset ", str(pos_ - 8), " exceeds the limit of ", str(max_bytes), " bytes");
+      fail("string length ", str(n), " of ", what, context_.empty() ? "" : " in ", context_, " at offset ",
+           str(pos_ - 8), " exceeds the limit of ", str(max_bytes), " bytes");
     }
     require(n, what);
     std::string s(size_t(n), '\0');
@@ -248,16 +288,49 @@ struct KvValue {
   double num_at(uint64_t k) const {
     const uint8_t* p = raw.data() + k * scalar_bytes(elem_type);
     switch (elem_type) {
-      case kU8: case kBool: return *p;
+      case kU8:
+      case kBool: return *p;
       case kI8: return int8_t(*p);
-      case kU16: { uint16_t v; std::memcpy(&v, p, 2); return v; }
-      case kI16: { int16_t v; std::memcpy(&v, p, 2); return v; }
-      case kU32: { uint32_t v; std::memcpy(&v, p, 4); return v; }
-      case kI32: { int32_t v; std::memcpy(&v, p, 4); return v; }
-      case kF32: { float v; std::memcpy(&v, p, 4); return v; }
-      case kU64: { uint64_t v; std::memcpy(&v, p, 8); return double(v); }
-      case kI64: { int64_t v; std::memcpy(&v, p, 8); return double(v); }
-      case kF64: { double v; std::memcpy(&v, p, 8); return v; }
+      case kU16: {
+        uint16_t v;
+        std::memcpy(&v, p, 2);
+        return v;
+      }
+      case kI16: {
+        int16_t v;
+        std::memcpy(&v, p, 2);
+        return v;
+      }
+      case kU32: {
+        uint32_t v;
+        std::memcpy(&v, p, 4);
+        return v;
+      }
+      case kI32: {
+        int32_t v;
+        std::memcpy(&v, p, 4);
+        return v;
+      }
+      case kF32: {
+        float v;
+        std::memcpy(&v, p, 4);
+        return v;
+      }
+      case kU64: {
+        uint64_t v;
+        std::memcpy(&v, p, 8);
+        return double(v);
+      }
+      case kI64: {
+        int64_t v;
+        std::memcpy(&v, p, 8);
+        return double(v);
+      }
+      case kF64: {
+        double v;
+        std::memcpy(&v, p, 8);
+        return v;
+      }
       default: return 0;
     }
   }
@@ -300,9 +373,8 @@ void read_array(Cursor& c, KvValue& v, const std::string& key, uint32_t depth) {
     fail("metadata key ", quoted(key), " is an array of unknown value type ", str(v.elem_type));
   }
   if (v.count > kMaxArrayElems || v.count > c.remaining() / min_elem) {
-    fail("metadata key ", quoted(key), ": array length ", str(v.count), " of ",
-         gguf_type_name(v.elem_type), " at offset ", str(c.pos() - 8),
-         " is larger than the rest of the file (", str(c.remaining()),
+    fail("metadata key ", quoted(key), ": array length ", str(v.count), " of ", gguf_type_name(v.elem_type),
+         " at offset ", str(c.pos() - 8), " is larger than the rest of the file (", str(c.remaining()),
          " bytes) allows: file truncated or corrupt");
   }
   if (v.elem_type == kString) {
@@ -342,8 +414,7 @@ class Meta {
     const KvValue* v = find(key);
     if (!v) return std::nullopt;
     if (!is_integer_type(v->type)) {
-      fail("metadata key ", quoted(key), " has type ", gguf_type_name(v->type),
-           ", expected an integer");
+      fail("metadata key ", quoted(key), " has type ", gguf_type_name(v->type), ", expected an integer");
     }
     const bool is_signed = v->type == kI8 || v->type == kI16 || v->type == kI32 || v->type == kI64;
     if (is_signed && v->i < 0) fail("metadata key ", quoted(key), " is negative (", std::to_string(v->i), ")");
@@ -363,8 +434,7 @@ class Meta {
     if (!v) return std::nullopt;
     if (v->type == kF32 || v->type == kF64) return v->f;
     if (is_integer_type(v->type)) {
-      return v->type == kI8 || v->type == kI16 || v->type == kI32 || v->type == kI64 ? double(v->i)
-                                                                                  : double(v->u);
+      return v->type == kI8 || v->type == kI16 || v->type == kI32 || v->type == kI64 ? double(v->i) : double(v->u);
     }
     fail("metadata key ", quoted(key), " has type ", gguf_type_name(v->type), ", expected a number");
   }
@@ -391,9 +461,7 @@ class Meta {
   const KvValue* opt_array(const std::string& key, bool strings) const {
     const KvValue* v = find(key);
     if (!v) return nullptr;
-    const bool ok = v->type == kArray &&
-                    (strings ? v->elem_type == kString
-                             : (scalar_bytes(v->elem_type) != 0));
+    const bool ok = v->type == kArray && (strings ? v->elem_type == kString : (scalar_bytes(v->elem_type) != 0));
     if (!ok) {
       fail("metadata key ", quoted(key), " has type ", gguf_type_name(v->type),
            v->type == kArray ? std::string(" of ") + gguf_type_name(v->elem_type) : std::string(),
@@ -412,7 +480,7 @@ struct TensorInfo {
   std::string name;
   std::vector<uint64_t> ne;  // innermost first, as stored
   uint32_t ggml_type = 0;
-  uint64_t offset = 0;       // relative to the data section
+  uint64_t offset = 0;  // relative to the data section
 };
 
 struct RoleName {
@@ -420,12 +488,18 @@ struct RoleName {
   Role role;
 };
 constexpr RoleName kBlockTensors[] = {
-    {"attn_norm.weight", Role::AttnNorm},  {"attn_q.weight", Role::Wq},
-    {"attn_k.weight", Role::Wk},           {"attn_v.weight", Role::Wv},
-    {"attn_output.weight", Role::Wo},      {"attn_q.bias", Role::Bq},
-    {"attn_k.bias", Role::Bk},             {"attn_v.bias", Role::Bv},
-    {"ffn_norm.weight", Role::FfnNorm},    {"ffn_gate.weight", Role::FfnGate},
-    {"ffn_up.weight", Role::FfnUp},        {"ffn_down.weight", Role::FfnDown},
+    {"attn_norm.weight", Role::AttnNorm},
+    {"attn_q.weight", Role::Wq},
+    {"attn_k.weight", Role::Wk},
+    {"attn_v.weight", Role::Wv},
+    {"attn_output.weight", Role::Wo},
+    {"attn_q.bias", Role::Bq},
+    {"attn_k.bias", Role::Bk},
+    {"attn_v.bias", Role::Bv},
+    {"ffn_norm.weight", Role::FfnNorm},
+    {"ffn_gate.weight", Role::FfnGate},
+    {"ffn_up.weight", Role::FfnUp},
+    {"ffn_down.weight", Role::FfnDown},
 };
 
 constexpr const char* kKnownNames =
@@ -481,8 +555,7 @@ class GgufReader {
     const std::string arch = read_hyper(meta, m.hyper);
     read_tokenizer(meta, m);
     build_tensors(m);
-    m.source_description =
-        "GGUF v" + str(version_) + " (" + arch + "): " + basename_of(file_->path);
+    m.source_description = "GGUF v" + str(version_) + " (" + arch + "): " + basename_of(file_->path);
     return m;
   }
 
@@ -518,8 +591,8 @@ class GgufReader {
     // Each key/value takes at least 8 (key length) + 4 (type) + 1 bytes; each tensor info at
     // least 8 (name length) + 4 (n_dims) + 8 (one extent) + 4 (type) + 8 (offset).
     if (kv_count > kMaxKvCount || kv_count > cur_.remaining() / 13) {
-      fail("metadata key/value count ", str(kv_count), " is impossible for a file of ",
-           str(file_->size), " bytes: file truncated or corrupt");
+      fail("metadata key/value count ", str(kv_count), " is impossible for a file of ", str(file_->size),
+           " bytes: file truncated or corrupt");
     }
     if (tensor_count_ > kMaxTensorCount || tensor_count_ > cur_.remaining() / 32) {
       fail("tensor count ", str(tensor_count_), " is impossible for a file of ", str(file_->size),
@@ -559,8 +632,7 @@ class GgufReader {
       cur_.set_context("tensor info #" + str(k) + " " + quoted(ti.name));
       const uint32_t n_dims = cur_.u32("n_dims");
       if (n_dims == 0 || n_dims > kMaxDims) {
-        fail("tensor ", quoted(ti.name), " has n_dims = ", str(n_dims), " (expected 1..",
-             str(kMaxDims), ")");
+        fail("tensor ", quoted(ti.name), " has n_dims = ", str(n_dims), " (expected 1..", str(kMaxDims), ")");
       }
       uint64_t n_elems = 1;
       for (uint32_t d = 0; d < n_dims; ++d) {
@@ -612,20 +684,19 @@ class GgufReader {
       h.head_dim = uint32_t(*key_len);
     } else {
       if (h.dim % h.n_heads != 0) {
-        fail("embedding_length ", str(h.dim), " is not a multiple of attention.head_count ",
-             str(h.n_heads), " and attention.key_length is missing");
+        fail("embedding_length ", str(h.dim), " is not a multiple of attention.head_count ", str(h.n_heads),
+             " and attention.key_length is missing");
       }
       h.head_dim = h.dim / h.n_heads;
     }
     if (value_len && *value_len != h.head_dim) {
-      fail("attention.value_length ", str(*value_len), " differs from the head size ",
-           str(h.head_dim), " (not supported)");
+      fail("attention.value_length ", str(*value_len), " differs from the head size ", str(h.head_dim),
+           " (not supported)");
     }
     if (h.head_dim == 0 || h.head_dim % 2 != 0) fail("head size ", str(h.head_dim), " is not even");
     h.rope_dim = uint32_t(meta.opt_uint(a + "rope.dimension_count", kMaxHyper).value_or(h.head_dim));
     if (h.rope_dim == 0 || h.rope_dim > h.head_dim || h.rope_dim % 2 != 0) {
-      fail("rope.dimension_count ", str(h.rope_dim), " must be even and within the head size ",
-           str(h.head_dim));
+      fail("rope.dimension_count ", str(h.rope_dim), " must be even and within the head size ", str(h.head_dim));
     }
     const auto eps = meta.opt_float(a + "attention.layer_norm_rms_epsilon");
     if (!eps) fail("missing metadata key ", quoted(a + "attention.layer_norm_rms_epsilon"));
@@ -647,8 +718,7 @@ class GgufReader {
       h.rope_scaling = RopeScalingKind::Linear;
       h.rope_factor = float(factor);
       h.rope_original_context = uint32_t(
-          meta.opt_uint(a + "rope.scaling.original_context_length", std::numeric_limits<uint32_t>::max())
-              .value_or(0));
+          meta.opt_uint(a + "rope.scaling.original_context_length", std::numeric_limits<uint32_t>::max()).value_or(0));
     } else if (scaling != "none") {
       fail("unsupported rope scaling type ", quoted(scaling), " (supported: none, linear)");
     }
@@ -700,8 +770,7 @@ class GgufReader {
       for (uint64_t k = 0; k < n; ++k) {
         const double v = types->num_at(k);
         if (!(v >= 0 && v <= 6) || v != std::floor(v)) {
-          fail("tokenizer.ggml.token_type[", str(k), "] = ", std::to_string(v),
-               " is not a token type (0..6)");
+          fail("tokenizer.ggml.token_type[", str(k), "] = ", std::to_string(v), " is not a token type (0..6)");
         }
         t.token_types[k] = uint8_t(v);
       }
@@ -783,8 +852,9 @@ class GgufReader {
       if (seen.count(ti.name)) fail("duplicate tensor ", quoted(ti.name));
       seen.emplace(ti.name, k);
       if (ti.name == "rope_freqs.weight") {
-        fail("tensor 'rope_freqs.weight' holds Llama-3 style per-frequency RoPE factors, which "
-             "GGUF input does not support; convert from the Hugging Face checkpoint instead");
+        fail(
+            "tensor 'rope_freqs.weight' holds Llama-3 style per-frequency RoPE factors, which "
+            "GGUF input does not support; convert from the Hugging Face checkpoint instead");
       }
       const auto role = role_of(ti.name);
       if (!role) fail("unknown tensor ", quoted(ti.name), " (expected one of ", kKnownNames, ")");
@@ -801,18 +871,16 @@ class GgufReader {
       t.type = *type;
       t.shape.assign(ti.ne.rbegin(), ti.ne.rend());
       if (t.layer >= 0 && uint32_t(t.layer) >= h.n_layers) {
-        fail("tensor ", ti.name, " names layer ", str(uint64_t(t.layer)), " but block_count is ",
-             str(h.n_layers));
+        fail("tensor ", ti.name, " names layer ", str(uint64_t(t.layer)), " but block_count is ", str(h.n_layers));
       }
       const auto [want, what] = expected_shape(t.role, h);
       if (t.shape != want) {
-        fail("tensor ", ti.name, " has shape ", shape_str(t.shape), ", expected ", shape_str(want),
-             " = ", what);
+        fail("tensor ", ti.name, " has shape ", shape_str(t.shape), ", expected ", shape_str(want), " = ", what);
       }
       const uint32_t be = block_elems(t.type);
       if (ti.ne[0] % be != 0) {
-        fail("tensor ", ti.name, ": row length ", str(ti.ne[0]), " is not a multiple of the ",
-             src_type_name(t.type), " block size ", str(be));
+        fail("tensor ", ti.name, ": row length ", str(ti.ne[0]), " is not a multiple of the ", src_type_name(t.type),
+             " block size ", str(be));
       }
       uint64_t n_elems = 1;
       for (uint64_t e : ti.ne) n_elems *= e;  // bounded when the info was read
@@ -823,8 +891,8 @@ class GgufReader {
       }
       const uint64_t begin = data_start_ + ti.offset;
       if (ti.offset > file_->size || begin > file_->size || t.n_bytes > file_->size - begin) {
-        fail("tensor ", ti.name, " data [", str(data_start_), " + ", str(ti.offset), ", +",
-             str(t.n_bytes), " bytes) extends past the end of the file (", str(file_->size),
+        fail("tensor ", ti.name, " data [", str(data_start_), " + ", str(ti.offset), ", +", str(t.n_bytes),
+             " bytes) extends past the end of the file (", str(file_->size),
              " bytes); the file is truncated or corrupt");
       }
       extents.push_back({begin, begin + t.n_bytes, m.tensors.size()});
@@ -841,8 +909,7 @@ class GgufReader {
         }
         return true;
       };
-      t.read = [file = file_, begin, n = t.n_bytes, name = ti.name](std::vector<uint8_t>& out,
-                                                                    std::string& error) {
+      t.read = [file = file_, begin, n = t.n_bytes, name = ti.name](std::vector<uint8_t>& out, std::string& error) {
         try {
           out.resize(size_t(n));
         } catch (const std::bad_alloc&) {
@@ -859,12 +926,11 @@ class GgufReader {
       m.tensors.push_back(std::move(t));
     }
 
-    std::sort(extents.begin(), extents.end(),
-              [](const Extent& x, const Extent& y) { return x.begin < y.begin; });
+    std::sort(extents.begin(), extents.end(), [](const Extent& x, const Extent& y) { return x.begin < y.begin; });
     for (size_t k = 1; k < extents.size(); ++k) {
       if (extents[k].begin < extents[k - 1].end) {
-        fail("tensors ", m.tensors[extents[k - 1].index].name, " and ",
-             m.tensors[extents[k].index].name, " overlap in the data section");
+        fail("tensors ", m.tensors[extents[k - 1].index].name, " and ", m.tensors[extents[k].index].name,
+             " overlap in the data section");
       }
     }
 
@@ -883,7 +949,8 @@ class GgufReader {
         if (!bias) {
           require(name);
         } else if (h.qkv_bias && !seen.count(name)) {
-          fail("missing tensor ", name, " (blk.0.attn_q.bias is present, so every layer needs "
+          fail("missing tensor ", name,
+               " (blk.0.attn_q.bias is present, so every layer needs "
                "q, k and v biases)");
         } else if (!h.qkv_bias && seen.count(name)) {
           fail("tensor ", name, " is present but blk.0.attn_q.bias is not");

@@ -46,11 +46,9 @@ constexpr uint64_t kMaxSafetensorsHeader = 100u << 20;  // the safetensors forma
 constexpr uint64_t kMaxJsonFile = 512u << 20;
 
 // keel.fb.TokenType (GGUF numbering).
-constexpr uint8_t kTokNormal = 1, kTokUnknown = 2, kTokControl = 3, kTokUserDefined = 4,
-                  kTokUnused = 5, kTokByte = 6;
+constexpr uint8_t kTokNormal = 1, kTokUnknown = 2, kTokControl = 3, kTokUserDefined = 4, kTokUnused = 5, kTokByte = 6;
 
 const char* const kSpaceMarker = "\xE2\x96\x81";  // U+2581, SentencePiece's word marker
-
 
 bool is_file(const std::string& path) {
   std::error_code ec;
@@ -115,12 +113,11 @@ struct ConfigReader {
     if (!v) {
       if (required) return fail(std::string("missing '") + key + "'");
     } else if (!as_u64(*v, x)) {
-      return fail(std::string("'") + key + "' is " + short_dump(*v) +
-                  ", expected a non-negative integer");
+      return fail(std::string("'") + key + "' is " + short_dump(*v) + ", expected a non-negative integer");
     }
     if (x == 0 || x > max)
-      return fail(std::string("'") + key + "' = " + std::to_string(x) + " is out of range (1.." +
-                  std::to_string(max) + ")");
+      return fail(std::string("'") + key + "' = " + std::to_string(x) + " is out of range (1.." + std::to_string(max) +
+                  ")");
     out = uint32_t(x);
     return true;
   }
@@ -128,8 +125,7 @@ struct ConfigReader {
     const json* v = member(obj, key);
     out = def;
     if (!v) return required ? fail(std::string("missing '") + key + "'") : true;
-    if (!v->is_number())
-      return fail(std::string("'") + key + "' is " + short_dump(*v) + ", expected a number");
+    if (!v->is_number()) return fail(std::string("'") + key + "' is " + short_dump(*v) + ", expected a number");
     out = v->get<double>();
     return true;
   }
@@ -137,8 +133,7 @@ struct ConfigReader {
     const json* v = member(c, key);
     out = def;
     if (!v) return true;
-    if (!v->is_boolean())
-      return fail(std::string("'") + key + "' is " + short_dump(*v) + ", expected true or false");
+    if (!v->is_boolean()) return fail(std::string("'") + key + "' is " + short_dump(*v) + ", expected true or false");
     out = v->get<bool>();
     return true;
   }
@@ -177,8 +172,7 @@ bool parse_config(const json& c, SourceHyper& h, ConfigIds& ids, std::string& er
   if (const json* prf = member(c, "partial_rotary_factor"); prf && *prf != 1 && *prf != 1.0)
     return r.fail("partial_rotary_factor " + short_dump(*prf) + " is not supported (expected 1)");
 
-  if (!r.count("hidden_size", true, 0, kMaxDim, h.dim) ||
-      !r.count("intermediate_size", true, 0, kMaxFfn, h.ffn_dim) ||
+  if (!r.count("hidden_size", true, 0, kMaxDim, h.dim) || !r.count("intermediate_size", true, 0, kMaxFfn, h.ffn_dim) ||
       !r.count("num_hidden_layers", true, 0, kMaxLayers, h.n_layers) ||
       !r.count("num_attention_heads", true, 0, kMaxHeads, h.n_heads) ||
       !r.count("num_key_value_heads", false, h.n_heads, kMaxHeads, h.n_kv_heads) ||
@@ -191,14 +185,13 @@ bool parse_config(const json& c, SourceHyper& h, ConfigIds& ids, std::string& er
                   std::to_string(h.n_heads) + " and no head_dim is given");
   if (h.head_dim % 2 != 0) return r.fail("head_dim " + std::to_string(h.head_dim) + " is odd");
   if (h.n_kv_heads > h.n_heads || h.n_heads % h.n_kv_heads != 0)
-    return r.fail("num_attention_heads " + std::to_string(h.n_heads) +
-                  " is not a multiple of num_key_value_heads " + std::to_string(h.n_kv_heads));
+    return r.fail("num_attention_heads " + std::to_string(h.n_heads) + " is not a multiple of num_key_value_heads " +
+                  std::to_string(h.n_kv_heads));
   h.rope_dim = h.head_dim;
 
   // transformers' defaults for these three architectures.
   double eps, theta;
-  if (!r.real(c, "rms_norm_eps", false, 1e-6, eps) || !r.real(c, "rope_theta", false, 10000.0, theta))
-    return false;
+  if (!r.real(c, "rms_norm_eps", false, 1e-6, eps) || !r.real(c, "rope_theta", false, 10000.0, theta)) return false;
   if (!(eps > 0 && eps < 1)) return r.fail("rms_norm_eps " + std::to_string(eps) + " is out of range");
   if (!(theta > 0 && theta < 1e12)) return r.fail("rope_theta " + std::to_string(theta) + " is out of range");
   h.norm_eps = float(eps);
@@ -235,8 +228,7 @@ bool parse_config(const json& c, SourceHyper& h, ConfigIds& ids, std::string& er
   }
 
   bool attention_bias = false;
-  if (!r.flag("attention_bias", false, attention_bias) ||
-      !r.flag("tie_word_embeddings", false, h.tied_output))
+  if (!r.flag("attention_bias", false, attention_bias) || !r.flag("tie_word_embeddings", false, h.tied_output))
     return false;
   h.qkv_bias = model_type == "qwen2" || attention_bias;  // Qwen2 always has q/k/v biases
 
@@ -247,8 +239,8 @@ bool parse_config(const json& c, SourceHyper& h, ConfigIds& ids, std::string& er
     // Attention restricted to a window equals full attention while the sequence fits in it,
     // so the window is the context this model can be run at exactly.
     uint64_t window;
-    if (const json* sw = member(c, "sliding_window"); sw && as_u64(*sw, window) && window > 0 &&
-                                                     window < h.context_length)
+    if (const json* sw = member(c, "sliding_window");
+        sw && as_u64(*sw, window) && window > 0 && window < h.context_length)
       h.context_length = uint32_t(window);
   }
 
@@ -283,9 +275,9 @@ bool read_safetensors(const std::string& path, std::vector<StTensor>& out, std::
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | b8[i];
   if (n < 2 || n > f->size - 8 || n > kMaxSafetensorsHeader)
-    return fail("header length " + std::to_string(n) + " is invalid (file has " +
-                std::to_string(f->size) + " bytes; the header must fit after the 8-byte length and " +
-                "be at most " + std::to_string(kMaxSafetensorsHeader) + ")");
+    return fail("header length " + std::to_string(n) + " is invalid (file has " + std::to_string(f->size) +
+                " bytes; the header must fit after the 8-byte length and " + "be at most " +
+                std::to_string(kMaxSafetensorsHeader) + ")");
   std::string text(n, '\0');
   if (!read_at(*f, text.data(), n, 8, error)) return false;
   const json header = json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -298,8 +290,8 @@ bool read_safetensors(const std::string& path, std::vector<StTensor>& out, std::
     const json* dtype = member(info, "dtype");
     const json* shape = member(info, "shape");
     const json* offsets = member(info, "data_offsets");
-    if (!dtype || !dtype->is_string() || !shape || !shape->is_array() || !offsets ||
-        !offsets->is_array() || offsets->size() != 2)
+    if (!dtype || !dtype->is_string() || !shape || !shape->is_array() || !offsets || !offsets->is_array() ||
+        offsets->size() != 2)
       return bad("expected {dtype, shape, data_offsets: [begin, end]}, found " + short_dump(info));
     StTensor t;
     t.name = name;
@@ -332,8 +324,8 @@ bool read_safetensors(const std::string& path, std::vector<StTensor>& out, std::
       return bad("data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
                  "] pass the end of the data (" + std::to_string(data_size) + " bytes)");
     if (end - begin != numel * elem_bytes)
-      return bad(std::to_string(end - begin) + " data bytes, but " + dt + " " + short_dump(*shape) +
-                 " needs " + std::to_string(numel * elem_bytes));
+      return bad(std::to_string(end - begin) + " data bytes, but " + dt + " " + short_dump(*shape) + " needs " +
+                 std::to_string(numel * elem_bytes));
     t.offset = data_start + begin;
     t.n_bytes = end - begin;
     t.file = f;
@@ -346,8 +338,7 @@ bool plain_file_name(const std::string& s) {
   return !s.empty() && s.find('/') == std::string::npos && s != "." && s != "..";
 }
 
-bool read_weights(const std::string& dir, std::vector<StTensor>& tensors, std::string& what,
-                  std::string& error) {
+bool read_weights(const std::string& dir, std::vector<StTensor>& tensors, std::string& what, std::string& error) {
   const std::string index_path = dir + "/model.safetensors.index.json";
   std::vector<std::string> files;
   std::map<std::string, std::string> weight_map;  // tensor -> shard
@@ -378,8 +369,7 @@ bool read_weights(const std::string& dir, std::vector<StTensor>& tensors, std::s
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
       const std::string name = e.path().filename().string();
-      if (name.size() > 12 && name.compare(name.size() - 12, 12, ".safetensors") == 0 &&
-          is_file(e.path().string()))
+      if (name.size() > 12 && name.compare(name.size() - 12, 12, ".safetensors") == 0 && is_file(e.path().string()))
         files.push_back(name);
     }
     std::sort(files.begin(), files.end());
@@ -544,8 +534,7 @@ bool build_tensors(std::vector<StTensor>& st, SourceModel& m, std::string& error
     if (c.role == Role::Output && h.tied_output) continue;
     const std::vector<uint64_t> want = expected_shape(c.role, h);
     if (t.shape != want) {
-      error = "tensor '" + t.name + "' has shape " + shape_text(t.shape) + ", config.json implies " +
-              shape_text(want);
+      error = "tensor '" + t.name + "' has shape " + shape_text(t.shape) + ", config.json implies " + shape_text(want);
       return false;
     }
     if (!seen.emplace(c.name, t.name).second) {
@@ -556,16 +545,16 @@ bool build_tensors(std::vector<StTensor>& st, SourceModel& m, std::string& error
   }
 
   // Every required tensor present.
-  std::vector<std::pair<std::string, std::string>> required = {
-      {"token_embd.weight", "model.embed_tokens.weight"}, {"output_norm.weight", "model.norm.weight"}};
+  std::vector<std::pair<std::string, std::string>> required = {{"token_embd.weight", "model.embed_tokens.weight"},
+                                                               {"output_norm.weight", "model.norm.weight"}};
   if (!h.tied_output) required.push_back({"output.weight", "lm_head.weight (tie_word_embeddings is false)"});
   for (uint32_t l = 0; l < h.n_layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".", hb = "model.layers." + std::to_string(l) + ".";
     std::vector<std::pair<const char*, const char*>> names = {
-        {"attn_norm.weight", "input_layernorm.weight"},      {"attn_q.weight", "self_attn.q_proj.weight"},
-        {"attn_k.weight", "self_attn.k_proj.weight"},        {"attn_v.weight", "self_attn.v_proj.weight"},
-        {"attn_output.weight", "self_attn.o_proj.weight"},   {"ffn_norm.weight", "post_attention_layernorm.weight"},
-        {"ffn_gate.weight", "mlp.gate_proj.weight"},         {"ffn_up.weight", "mlp.up_proj.weight"},
+        {"attn_norm.weight", "input_layernorm.weight"},    {"attn_q.weight", "self_attn.q_proj.weight"},
+        {"attn_k.weight", "self_attn.k_proj.weight"},      {"attn_v.weight", "self_attn.v_proj.weight"},
+        {"attn_output.weight", "self_attn.o_proj.weight"}, {"ffn_norm.weight", "post_attention_layernorm.weight"},
+        {"ffn_gate.weight", "mlp.gate_proj.weight"},       {"ffn_up.weight", "mlp.up_proj.weight"},
         {"ffn_down.weight", "mlp.down_proj.weight"}};
     if (h.qkv_bias) {
       names.push_back({"attn_q.bias", "self_attn.q_proj.bias"});
@@ -697,9 +686,10 @@ bool classify_byte_level(const json* pre, PreTokenizer& out, std::string& error)
       }
     }
   }
-  error = "tokenizer.json: byte-level pre-tokenizer not recognized (expected ByteLevel, Digits + "
-          "ByteLevel, or a Llama-3 / Qwen2 Split regex + ByteLevel); found: " +
-          (found.empty() ? std::string("none") : found);
+  error =
+      "tokenizer.json: byte-level pre-tokenizer not recognized (expected ByteLevel, Digits + "
+      "ByteLevel, or a Llama-3 / Qwen2 Split regex + ByteLevel); found: " +
+      (found.empty() ? std::string("none") : found);
   return false;
 }
 
@@ -711,8 +701,8 @@ std::string token_text(const json* v) {
   return {};
 }
 
-bool read_tokenizer(const json& tj, const json& tcfg, const ConfigIds& ids, uint32_t vocab_rows,
-                    SourceTokenizer& tok, std::string& error) {
+bool read_tokenizer(const json& tj, const json& tcfg, const ConfigIds& ids, uint32_t vocab_rows, SourceTokenizer& tok,
+                    std::string& error) {
   auto fail = [&](const std::string& what) {
     error = "tokenizer.json: " + what;
     return false;
@@ -732,8 +722,8 @@ bool read_tokenizer(const json& tj, const json& tcfg, const ConfigIds& ids, uint
   auto put = [&](const std::string& text, const json& idv, bool is_added, bool is_special) {
     uint64_t id;
     if (!as_u64(idv, id) || id >= vocab_rows)
-      return fail("token '" + text + "' has id " + short_dump(idv) + ", outside the " +
-                  std::to_string(vocab_rows) + " embedding rows of config.json vocab_size");
+      return fail("token '" + text + "' has id " + short_dump(idv) + ", outside the " + std::to_string(vocab_rows) +
+                  " embedding rows of config.json vocab_size");
     if (id >= texts.size()) {
       texts.resize(id + 1);
       assigned.resize(id + 1, 0);
@@ -755,7 +745,8 @@ bool read_tokenizer(const json& tj, const json& tcfg, const ConfigIds& ids, uint
     for (const json& a : *at) {
       const json* content = member(a, "content");
       const json* idv = member(a, "id");
-      if (!content || !content->is_string() || !idv) return fail("added token " + short_dump(a) + " lacks id or content");
+      if (!content || !content->is_string() || !idv)
+        return fail("added token " + short_dump(a) + " lacks id or content");
       const json* sp = member(a, "special");
       if (!put(content->get<std::string>(), *idv, true, sp && *sp == true)) return false;
     }
@@ -791,7 +782,8 @@ bool read_tokenizer(const json& tj, const json& tcfg, const ConfigIds& ids, uint
   const json* pre = member(tj, "pre_tokenizer");
   const json* dec = member(tj, "decoder");
   const json* norm = member(tj, "normalizer");
-  const bool byte_level = contains_type(pre, "ByteLevel", "pretokenizers") || contains_type(dec, "ByteLevel", "decoders");
+  const bool byte_level =
+      contains_type(pre, "ByteLevel", "pretokenizers") || contains_type(dec, "ByteLevel", "decoders");
   const json* fallback = member(*model, "byte_fallback");
   bool sp_normalizer = false, sp_prefix = false;
   if (norm) {
@@ -818,8 +810,7 @@ bool read_tokenizer(const json& tj, const json& tcfg, const ConfigIds& ids, uint
       sp_normalizer = true;
       const json* scheme = member(*p, "prepend_scheme");
       const json* add = member(*p, "add_prefix_space");
-      if ((scheme && (*scheme == "always" || *scheme == "first")) || (!scheme && add && *add == true))
-        sp_prefix = true;
+      if ((scheme && (*scheme == "always" || *scheme == "first")) || (!scheme && add && *add == true)) sp_prefix = true;
     }
   }
 
@@ -869,10 +860,11 @@ bool read_tokenizer(const json& tj, const json& tcfg, const ConfigIds& ids, uint
         tok.token_types[i] = kTokByte;
     }
   } else {
-    return fail("neither byte-level BPE (ByteLevel pre-tokenizer or decoder) nor SentencePiece-style "
-                "BPE (byte_fallback with a U+2581 Replace normalizer or Metaspace); found pre_tokenizer " +
-                (pre ? short_dump(*pre) : std::string("null")) + ", normalizer " +
-                (norm ? short_dump(*norm) : std::string("null")));
+    return fail(
+        "neither byte-level BPE (ByteLevel pre-tokenizer or decoder) nor SentencePiece-style "
+        "BPE (byte_fallback with a U+2581 Replace normalizer or Metaspace); found pre_tokenizer " +
+        (pre ? short_dump(*pre) : std::string("null")) + ", normalizer " +
+        (norm ? short_dump(*norm) : std::string("null")));
   }
 
   if (const json* unk = member(*model, "unk_token"); unk && unk->is_string()) {
@@ -894,8 +886,7 @@ bool read_tokenizer(const json& tj, const json& tcfg, const ConfigIds& ids, uint
     out = int32_t(from_config);
     return true;
   };
-  if (!special_id("bos_token", ids.bos, true, tok.bos_id) ||
-      !special_id("eos_token", ids.eos, true, tok.eos_id) ||
+  if (!special_id("bos_token", ids.bos, true, tok.bos_id) || !special_id("eos_token", ids.eos, true, tok.eos_id) ||
       !special_id("pad_token", ids.pad, false, tok.pad_id))
     return false;
   tok.im_start_id = lookup("<|im_start|>");
@@ -918,8 +909,7 @@ bool read_tokenizer(const json& tj, const json& tcfg, const ConfigIds& ids, uint
     }
     for (const json* p : posts) {
       const json* single = is_type(p, "TemplateProcessing") ? member(*p, "single") : nullptr;
-      if (single && single->is_array() && !single->empty() && member((*single)[0], "SpecialToken"))
-        tok.add_bos = true;
+      if (single && single->is_array() && !single->empty() && member((*single)[0], "SpecialToken")) tok.add_bos = true;
     }
   }
 
@@ -936,7 +926,8 @@ bool read_tokenizer(const json& tj, const json& tcfg, const ConfigIds& ids, uint
       if (tok.kind == TokenizerKind::SentencePieceBpe) tok.scores.push_back(-(float(merges.size()) + float(i)));
     }
   }
-  for (auto [name, id] : {std::pair<const char*, int32_t>{"bos", tok.bos_id}, {"eos", tok.eos_id}, {"pad", tok.pad_id}}) {
+  for (auto [name, id] :
+       {std::pair<const char*, int32_t>{"bos", tok.bos_id}, {"eos", tok.eos_id}, {"pad", tok.pad_id}}) {
     if (id >= int32_t(vocab_rows))
       return fail(std::string(name) + " id " + std::to_string(id) + " is outside the vocabulary of " +
                   std::to_string(vocab_rows));

@@ -17,8 +17,8 @@ namespace {
 using keel::fb::DType;
 
 bool is_vector_role(Role r) {
-  return r == Role::AttnNorm || r == Role::FfnNorm || r == Role::OutputNorm || r == Role::Bq ||
-         r == Role::Bk || r == Role::Bv;
+  return r == Role::AttnNorm || r == Role::FfnNorm || r == Role::OutputNorm || r == Role::Bq || r == Role::Bk ||
+         r == Role::Bv;
 }
 
 // The lossless keel counterpart of a GGML block type, if any.
@@ -79,7 +79,7 @@ DType target_dtype(const SourceTensor& t, QuantMode mode) {
 }
 
 flatbuffers::Offset<keel::fb::Tokenizer> build_tokenizer(flatbuffers::FlatBufferBuilder& fbb,
-                                                        const SourceTokenizer& tok) {
+                                                         const SourceTokenizer& tok) {
   auto tokens = fbb.CreateVectorOfStrings(tok.tokens);
   flatbuffers::Offset<flatbuffers::Vector<float>> scores;
   if (!tok.scores.empty()) scores = fbb.CreateVector(tok.scores);
@@ -118,8 +118,8 @@ struct PlannedTensor {
 // Builds the metadata FlatBuffer. `data_offset` is written as given; every field is forced so
 // the buffer's size does not depend on the values.
 void build_metadata(flatbuffers::FlatBufferBuilder& fbb, const SourceModel& m,
-                    const std::vector<PlannedTensor>& planned, const WriteOptions& opts,
-                    uint64_t data_offset, uint64_t data_size, const keel::MemoryPlan& plan) {
+                    const std::vector<PlannedTensor>& planned, const WriteOptions& opts, uint64_t data_offset,
+                    uint64_t data_size, const keel::MemoryPlan& plan) {
   fbb.Clear();
   fbb.ForceDefaults(true);
   const SourceHyper& h = m.hyper;
@@ -151,9 +151,8 @@ void build_metadata(flatbuffers::FlatBufferBuilder& fbb, const SourceModel& m,
   auto chat = fbb.CreateString(m.chat_template);
   auto source = fbb.CreateString(m.source_description);
 
-  auto scaling = keel::fb::CreateRopeScaling(
-      fbb, static_cast<keel::fb::RopeScalingKind>(h.rope_scaling), h.rope_factor, h.rope_low_freq_factor,
-      h.rope_high_freq_factor, h.rope_original_context);
+  auto scaling = keel::fb::CreateRopeScaling(fbb, static_cast<keel::fb::RopeScalingKind>(h.rope_scaling), h.rope_factor,
+                                             h.rope_low_freq_factor, h.rope_high_freq_factor, h.rope_original_context);
   keel::fb::HyperBuilder hb(fbb);
   hb.add_vocab_size(h.vocab_size);
   hb.add_dim(h.dim);
@@ -170,14 +169,13 @@ void build_metadata(flatbuffers::FlatBufferBuilder& fbb, const SourceModel& m,
   hb.add_context_length(h.context_length);
   auto hyper = hb.Finish();
 
-  auto arch = keel::fb::CreateArchitecture(fbb, keel::fb::ArchFamily::Llama, arch_name, h.qkv_bias,
-                                           h.tied_output);
+  auto arch = keel::fb::CreateArchitecture(fbb, keel::fb::ArchFamily::Llama, arch_name, h.qkv_bias, h.tied_output);
   auto gen = keel::fb::CreateGeneration(fbb);
   const keel::RunDefaults d = run_defaults(opts);
   auto kv = keel::fb::CreateKvDefaults(fbb, opts.kv.policy, d.kv_budget_tokens, d.sinks, d.window, d.obs_window,
                                        d.snap_kernel);
-  auto mem = keel::fb::CreateMemoryPlan(fbb, opts.kv.budget_tokens, opts.slots, opts.chunk_tokens,
-                                        data_size, plan.persistent_bytes, plan.scratch_bytes);
+  auto mem = keel::fb::CreateMemoryPlan(fbb, opts.kv.budget_tokens, opts.slots, opts.chunk_tokens, data_size,
+                                        plan.persistent_bytes, plan.scratch_bytes);
 
   keel::fb::ModelBuilder mb(fbb);
   mb.add_format_version(keel::kFormatVersion);
@@ -196,8 +194,8 @@ void build_metadata(flatbuffers::FlatBufferBuilder& fbb, const SourceModel& m,
 }
 
 // Rows [0, nr) of `raw` (the source encoding) -> `out` in the target dtype.
-bool encode_rows(const SourceTensor& t, DType dtype, const uint8_t* raw, uint64_t raw_bytes, uint64_t nr,
-                 uint64_t cols, std::vector<float>& f32, std::vector<uint8_t>& out, std::string& error) {
+bool encode_rows(const SourceTensor& t, DType dtype, const uint8_t* raw, uint64_t raw_bytes, uint64_t nr, uint64_t cols,
+                 std::vector<float>& f32, std::vector<uint8_t>& out, std::string& error) {
   out.assign(keel::tensor_bytes(dtype, nr, cols), 0);
   DType lossless;
   const bool direct = lossless_target(t.type, lossless) && lossless == dtype;
@@ -245,8 +243,8 @@ bool write_tensor(FILE* f, const SourceTensor& t, const PlannedTensor& p, std::v
       return false;
     }
     if (raw.size() != t.n_bytes) {
-      error = "tensor " + t.name + ": read " + std::to_string(raw.size()) + " bytes, expected " +
-              std::to_string(t.n_bytes);
+      error =
+          "tensor " + t.name + ": read " + std::to_string(raw.size()) + " bytes, expected " + std::to_string(t.n_bytes);
       return false;
     }
   }
@@ -294,8 +292,9 @@ uint64_t tokenizer_table_bytes(const SourceTokenizer& tok) {
 
 keel::PlanShape plan_shape(const SourceModel& m) {
   const SourceHyper& h = m.hyper;
-  return keel::PlanShape{h.vocab_size, h.dim,     h.n_layers, h.n_heads, h.n_kv_heads,
-                         h.head_dim,   h.ffn_dim, static_cast<uint32_t>(tokenizer_table_bytes(m.tokenizer))};
+  return keel::PlanShape{
+      h.vocab_size, h.dim,      h.n_layers, h.n_heads,
+      h.n_kv_heads, h.head_dim, h.ffn_dim,  static_cast<uint32_t>(tokenizer_table_bytes(m.tokenizer))};
 }
 
 keel::RunDefaults run_defaults(const WriteOptions& opts) {
@@ -317,8 +316,8 @@ keel::RuntimeConfig file_run_config(const WriteOptions& opts) {
   return keel::resolve_runtime_config(run_defaults(opts), o);
 }
 
-bool write_keel(const SourceModel& m, const WriteOptions& opts, const std::string& out_path,
-                WriteStats& stats, std::string& error) {
+bool write_keel(const SourceModel& m, const WriteOptions& opts, const std::string& out_path, WriteStats& stats,
+                std::string& error) {
   stats = WriteStats{};
   // 1. Sizes and offsets of every tensor are known from shapes and target dtypes alone.
   std::vector<PlannedTensor> planned;

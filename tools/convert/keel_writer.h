@@ -46,12 +46,12 @@ struct WriteStats {
 // The dtype a source tensor becomes under `mode` (norms and biases always F32).
 keel::fb::DType target_dtype(const SourceTensor& t, QuantMode mode);
 
-bool write_keel(const SourceModel& model, const WriteOptions& opts, const std::string& out_path,
-                WriteStats& stats, std::string& error);
+bool write_keel(const SourceModel& model, const WriteOptions& opts, const std::string& out_path, WriteStats& stats,
+                std::string& error);
 
 // Builds the tokenizer table; exposed for tests that need a tokenizer without a whole model.
 flatbuffers::Offset<keel::fb::Tokenizer> build_tokenizer(flatbuffers::FlatBufferBuilder& fbb,
-                                                        const SourceTokenizer& tok);
+                                                         const SourceTokenizer& tok);
 
 }  // namespace keel::convert
 

@@ -52,7 +52,6 @@ constexpr int32_t kMaxVocab = 1 << 22;
 constexpr int32_t kMaxSeqLen = 1 << 24;
 constexpr int32_t kMaxTokenBytes = 1 << 16;
 
-
 int32_t load_i32(const uint8_t* p) {
   int32_t v;
   memcpy(&v, p, 4);
@@ -68,8 +67,8 @@ struct Header {
 
 bool check_field(const char* name, int32_t v, int32_t max, std::string& error) {
   if (v <= 0 || v > max) {
-    error = std::string("header field ") + name + " = " + std::to_string(v) +
-            " is out of range (expected 1.." + std::to_string(max) + ")";
+    error = std::string("header field ") + name + " = " + std::to_string(v) + " is out of range (expected 1.." +
+            std::to_string(max) + ")";
     return false;
   }
   return true;
@@ -87,8 +86,8 @@ bool read_header(const OpenFile& f, Header& h, std::string& error) {
   const uint8_t* fields = b;
   if (magic == kVersionedMagic) {
     if (f.size < kVersionedHeaderBytes) {
-      error = "truncated: versioned header needs " + std::to_string(kVersionedHeaderBytes) +
-              " bytes, file has " + std::to_string(f.size);
+      error = "truncated: versioned header needs " + std::to_string(kVersionedHeaderBytes) + " bytes, file has " +
+              std::to_string(f.size);
       return false;
     }
     h.version = load_i32(b + 4);
@@ -116,22 +115,18 @@ bool read_header(const OpenFile& f, Header& h, std::string& error) {
     h.shared = h.vocab > 0;
     if (h.vocab < 0 && h.vocab != INT32_MIN) h.vocab = -h.vocab;
   }
-  if (!check_field("dim", h.dim, kMaxDim, error) ||
-      !check_field("hidden_dim", h.hidden, kMaxHidden, error) ||
-      !check_field("n_layers", h.n_layers, kMaxLayers, error) ||
-      !check_field("n_heads", h.n_heads, kMaxHeads, error) ||
+  if (!check_field("dim", h.dim, kMaxDim, error) || !check_field("hidden_dim", h.hidden, kMaxHidden, error) ||
+      !check_field("n_layers", h.n_layers, kMaxLayers, error) || !check_field("n_heads", h.n_heads, kMaxHeads, error) ||
       !check_field("n_kv_heads", h.n_kv_heads, kMaxHeads, error) ||
-      !check_field("vocab_size", h.vocab, kMaxVocab, error) ||
-      !check_field("seq_len", h.seq_len, kMaxSeqLen, error))
+      !check_field("vocab_size", h.vocab, kMaxVocab, error) || !check_field("seq_len", h.seq_len, kMaxSeqLen, error))
     return false;
   if (h.dim % h.n_heads != 0 || (h.dim / h.n_heads) % 2 != 0) {
-    error = "dim " + std::to_string(h.dim) + " is not n_heads " + std::to_string(h.n_heads) +
-            " times an even head size";
+    error =
+        "dim " + std::to_string(h.dim) + " is not n_heads " + std::to_string(h.n_heads) + " times an even head size";
     return false;
   }
   if (h.n_kv_heads > h.n_heads || h.n_heads % h.n_kv_heads != 0) {
-    error = "n_heads " + std::to_string(h.n_heads) + " is not a multiple of n_kv_heads " +
-            std::to_string(h.n_kv_heads);
+    error = "n_heads " + std::to_string(h.n_heads) + " is not a multiple of n_kv_heads " + std::to_string(h.n_kv_heads);
     return false;
   }
   if (h.version == 2 && (h.group_size <= 0 || h.group_size > kMaxDim || h.dim % h.group_size != 0)) {
@@ -158,9 +153,7 @@ struct Placement {
   }
 };
 
-std::string block_name(int layer, const char* what) {
-  return "blk." + std::to_string(layer) + "." + what;
-}
+std::string block_name(int layer, const char* what) { return "blk." + std::to_string(layer) + "." + what; }
 
 // One tensor, or one per layer stored back to back as [L][...] when `layered`.
 struct Kind {
@@ -285,8 +278,7 @@ ByteReader make_reader(std::shared_ptr<OpenFile> file, const Placement& p, int32
   };
 }
 
-bool read_tokenizer(const std::string& path, uint32_t vocab, SourceTokenizer& tok,
-                    std::string& error) {
+bool read_tokenizer(const std::string& path, uint32_t vocab, SourceTokenizer& tok, std::string& error) {
   auto f = open_file(path, error);
   if (!f) return false;
   auto fail = [&](const std::string& what) {
@@ -303,10 +295,9 @@ bool read_tokenizer(const std::string& path, uint32_t vocab, SourceTokenizer& to
   // Bounded by the vocabulary, so a hostile size cannot make us read a huge file.
   const uint64_t max_bytes = 4 + uint64_t(vocab) * (8 + uint64_t(max_len));
   if (f->size > max_bytes)
-    return fail(std::to_string(f->size) + " bytes is more than " + std::to_string(vocab) +
-                " tokens of at most " + std::to_string(max_len) + " bytes can take (" +
-                std::to_string(max_bytes) + "); its token count does not match vocab_size " +
-                std::to_string(vocab));
+    return fail(std::to_string(f->size) + " bytes is more than " + std::to_string(vocab) + " tokens of at most " +
+                std::to_string(max_len) + " bytes can take (" + std::to_string(max_bytes) +
+                "); its token count does not match vocab_size " + std::to_string(vocab));
   std::vector<uint8_t> data(f->size);
   if (!read_at(*f, data.data(), data.size(), 0, error)) return false;
 
@@ -323,11 +314,11 @@ bool read_tokenizer(const std::string& path, uint32_t vocab, SourceTokenizer& to
     const int32_t len = load_i32(data.data() + pos + 4);
     pos += 8;
     if (len < 0 || len > max_len)
-      return fail("token " + std::to_string(id) + " has length " + std::to_string(len) +
-                  " (expected 0.." + std::to_string(max_len) + ")");
+      return fail("token " + std::to_string(id) + " has length " + std::to_string(len) + " (expected 0.." +
+                  std::to_string(max_len) + ")");
     if (uint64_t(len) > data.size() - pos)
-      return fail("truncated in token " + std::to_string(id) + " (needs " + std::to_string(len) +
-                  " bytes, " + std::to_string(data.size() - pos) + " left)");
+      return fail("truncated in token " + std::to_string(id) + " (needs " + std::to_string(len) + " bytes, " +
+                  std::to_string(data.size() - pos) + " left)");
     tok.tokens.emplace_back(reinterpret_cast<const char*>(data.data() + pos), size_t(len));
     tok.scores.push_back(score);
     pos += uint64_t(len);
@@ -372,8 +363,8 @@ bool read_tokenizer(const std::string& path, uint32_t vocab, SourceTokenizer& to
 
 }  // namespace
 
-std::optional<SourceModel> read_llama2c(const std::string& checkpoint,
-                                        const std::string& tokenizer_bin, std::string& error) {
+std::optional<SourceModel> read_llama2c(const std::string& checkpoint, const std::string& tokenizer_bin,
+                                        std::string& error) {
   auto file = open_file(checkpoint, error);
   if (!file) return std::nullopt;
   Header h;
@@ -386,25 +377,22 @@ std::optional<SourceModel> read_llama2c(const std::string& checkpoint,
   if (h.version == 2) {
     for (const Placement& p : placed) {
       if (p.quantized && p.numel() % uint64_t(h.group_size) != 0) {
-        error = "llama2.c checkpoint '" + checkpoint + "': tensor " + p.name + " has " +
-                std::to_string(p.numel()) + " elements, not a multiple of group_size " +
-                std::to_string(h.group_size);
+        error = "llama2.c checkpoint '" + checkpoint + "': tensor " + p.name + " has " + std::to_string(p.numel()) +
+                " elements, not a multiple of group_size " + std::to_string(h.group_size);
         return std::nullopt;
       }
     }
   }
-  const std::string what = h.version == 0 ? std::string("legacy")
-                                          : "version " + std::to_string(h.version);
+  const std::string what = h.version == 0 ? std::string("legacy") : "version " + std::to_string(h.version);
   if (file->size < end) {
     error = "llama2.c checkpoint '" + checkpoint + "': truncated: the " + what + " header (dim " +
-            std::to_string(h.dim) + ", " + std::to_string(h.n_layers) + " layers, vocab " +
-            std::to_string(h.vocab) + ") implies " + std::to_string(end) + " bytes, the file has " +
-            std::to_string(file->size);
+            std::to_string(h.dim) + ", " + std::to_string(h.n_layers) + " layers, vocab " + std::to_string(h.vocab) +
+            ") implies " + std::to_string(end) + " bytes, the file has " + std::to_string(file->size);
     return std::nullopt;
   }
   if (file->size > end) {
-    error = "llama2.c checkpoint '" + checkpoint + "': the " + what + " header implies " +
-            std::to_string(end) + " bytes, the file has " + std::to_string(file->size) +
+    error = "llama2.c checkpoint '" + checkpoint + "': the " + what + " header implies " + std::to_string(end) +
+            " bytes, the file has " + std::to_string(file->size) +
             " (trailing data: not a llama2.c checkpoint of this layout)";
     return std::nullopt;
   }
@@ -419,8 +407,7 @@ std::optional<SourceModel> read_llama2c(const std::string& checkpoint,
   else if (h.version == 1)
     m.source_description = "llama2.c v1 fp32: " + base;
   else
-    m.source_description = "llama2.c v2 int8 (group " + std::to_string(h.group_size) +
-                           ", dequantized to F32): " + base;
+    m.source_description = "llama2.c v2 int8 (group " + std::to_string(h.group_size) + ", dequantized to F32): " + base;
 
   SourceHyper& hy = m.hyper;
   hy.arch_name = "llama";

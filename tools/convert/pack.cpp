@@ -49,8 +49,7 @@ struct PanelWriter {
       // byte [b][c][r][j] = u(col 32b + 8c + j) | u(col 32b + 8c + 4 + j) << 4
       for (uint64_t c = 0; c < 4; ++c)
         for (uint64_t j = 0; j < 4; ++j)
-          quants[b * 256 + c * 64 + lane * 4 + j] =
-              uint8_t((u[8 * c + j] & 15) | ((u[8 * c + 4 + j] & 15) << 4));
+          quants[b * 256 + c * 64 + lane * 4 + j] = uint8_t((u[8 * c + j] & 15) | ((u[8 * c + 4 + j] & 15) << 4));
     }
   }
 };
@@ -75,8 +74,8 @@ uint8_t clamp_u(float v, float lo, float hi) {
 
 }  // namespace
 
-bool pack_from_ggml_blocks(SrcType src, const uint8_t* src_bytes, uint64_t src_len, uint64_t rows,
-                           uint64_t cols, DType dst, uint8_t* out, uint64_t out_len, std::string& error) {
+bool pack_from_ggml_blocks(SrcType src, const uint8_t* src_bytes, uint64_t src_len, uint64_t rows, uint64_t cols,
+                           DType dst, uint8_t* out, uint64_t out_len, std::string& error) {
   uint64_t block_bytes = 0;
   DType expected = DType::Q8;
   switch (src) {
@@ -97,21 +96,20 @@ bool pack_from_ggml_blocks(SrcType src, const uint8_t* src_bytes, uint64_t src_l
       return false;
   }
   if (dst != expected) {
-    error = std::string("lossless packing of ") + src_type_name(src) + " writes " +
-            keel::fb::EnumNameDType(expected) + ", asked for " + keel::fb::EnumNameDType(dst);
+    error = std::string("lossless packing of ") + src_type_name(src) + " writes " + keel::fb::EnumNameDType(expected) +
+            ", asked for " + keel::fb::EnumNameDType(dst);
     return false;
   }
   if (rows == 0 || cols == 0 || cols % kQuantBlock != 0) {
-    error = "packing " + std::string(src_type_name(src)) +
-            " needs rows > 0 and cols a multiple of 32, found [" + std::to_string(rows) + ", " +
-            std::to_string(cols) + "]";
+    error = "packing " + std::string(src_type_name(src)) + " needs rows > 0 and cols a multiple of 32, found [" +
+            std::to_string(rows) + ", " + std::to_string(cols) + "]";
     return false;
   }
   const uint64_t nb = cols / kQuantBlock;
   if (rows > UINT64_MAX / nb / block_bytes || src_len != rows * nb * block_bytes) {
     error = "source tensor of " + std::string(src_type_name(src)) + " [" + std::to_string(rows) + ", " +
-            std::to_string(cols) + "] should be " + std::to_string(rows * nb * block_bytes) +
-            " bytes, found " + std::to_string(src_len);
+            std::to_string(cols) + "] should be " + std::to_string(rows * nb * block_bytes) + " bytes, found " +
+            std::to_string(src_len);
     return false;
   }
   const uint64_t need = tensor_bytes(dst, rows, cols);

@@ -17,9 +17,8 @@ namespace keel::convert {
 // boundary are padding (scale 0, min 0, u = zero point). Returns false with `error` set when
 // the pair of types is not one of the three, the sizes disagree with the shape, or cols is not
 // a multiple of 32.
-bool pack_from_ggml_blocks(SrcType src, const uint8_t* src_bytes, uint64_t src_len, uint64_t rows,
-                           uint64_t cols, keel::fb::DType dst, uint8_t* out, uint64_t out_len,
-                           std::string& error);
+bool pack_from_ggml_blocks(SrcType src, const uint8_t* src_bytes, uint64_t src_len, uint64_t rows, uint64_t cols,
+                           keel::fb::DType dst, uint8_t* out, uint64_t out_len, std::string& error);
 
 // Quantizes a row-major f32 [rows, cols] matrix (any rows, any cols) into Q8, Q4 or Q4M,
 // packed. Per block of 32 (statistics over the block's real columns only):

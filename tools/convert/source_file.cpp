@@ -32,9 +32,8 @@ std::shared_ptr<OpenFile> open_file(const std::string& path, std::string& error)
 
 bool read_at(const OpenFile& f, void* dst, uint64_t n, uint64_t offset, std::string& error) {
   if (offset > f.size || n > f.size - offset) {
-    error = "'" + f.path + "': read of " + std::to_string(n) + " bytes at offset " +
-            std::to_string(offset) + " passes the end of the file (" + std::to_string(f.size) +
-            " bytes)";
+    error = "'" + f.path + "': read of " + std::to_string(n) + " bytes at offset " + std::to_string(offset) +
+            " passes the end of the file (" + std::to_string(f.size) + " bytes)";
     return false;
   }
   auto* p = static_cast<uint8_t*>(dst);

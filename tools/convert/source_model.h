@@ -14,15 +14,38 @@ namespace keel::convert {
 
 // Element types a source file may hold. Numbering is ours, not GGML's.
 enum class SrcType : uint8_t {
-  F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K,
+  F32,
+  F16,
+  BF16,
+  Q8_0,
+  Q4_0,
+  Q4_1,
+  Q5_0,
+  Q5_1,
+  Q4_K,
+  Q5_K,
+  Q6_K,
 };
 
 const char* src_type_name(SrcType t);
 
 // Matches keel.fb.TensorRole numbering.
 enum class Role : uint8_t {
-  TokenEmbedding, AttnNorm, Wq, Wk, Wv, Wo, Bq, Bk, Bv, FfnNorm, FfnGate, FfnDown, FfnUp,
-  OutputNorm, Output,
+  TokenEmbedding,
+  AttnNorm,
+  Wq,
+  Wk,
+  Wv,
+  Wo,
+  Bq,
+  Bk,
+  Bv,
+  FfnNorm,
+  FfnGate,
+  FfnDown,
+  FfnUp,
+  OutputNorm,
+  Output,
 };
 
 const char* role_name(Role r);
@@ -34,12 +57,12 @@ using ByteReader = std::function<bool(std::vector<uint8_t>& out, std::string& er
 using RangeReader = std::function<bool(uint64_t offset, uint64_t n, uint8_t* out, std::string& error)>;
 
 struct SourceTensor {
-  std::string name;              // canonical: "token_embd.weight", "blk.N.attn_q.weight", ...
+  std::string name;  // canonical: "token_embd.weight", "blk.N.attn_q.weight", ...
   Role role = Role::TokenEmbedding;
-  int layer = -1;                // -1 outside the blocks
-  std::vector<uint64_t> shape;   // outermost first: [rows, cols] for a matrix, [n] for a vector
+  int layer = -1;               // -1 outside the blocks
+  std::vector<uint64_t> shape;  // outermost first: [rows, cols] for a matrix, [n] for a vector
   SrcType type = SrcType::F32;
-  uint64_t n_bytes = 0;          // bytes of the raw encoding
+  uint64_t n_bytes = 0;  // bytes of the raw encoding
   ByteReader read;
   // Optional: lets the writer stream a large tensor a few row panels at a time.
   RangeReader read_range;
@@ -50,8 +73,8 @@ enum class RopeScalingKind : uint8_t { None, Linear, Llama3 };
 
 struct SourceHyper {
   std::string arch_name = "llama";
-  uint32_t vocab_size = 0, dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0,
-           ffn_dim = 0, rope_dim = 0, context_length = 0;
+  uint32_t vocab_size = 0, dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, ffn_dim = 0, rope_dim = 0,
+           context_length = 0;
   float rope_theta = 10000.0f;
   float norm_eps = 1e-5f;
   RopeStyle rope_style = RopeStyle::Interleaved;
@@ -70,9 +93,9 @@ struct SourceTokenizer {
   TokenizerKind kind = TokenizerKind::SentencePieceBpe;
   PreTokenizer pre = PreTokenizer::None;
   std::vector<std::string> tokens;
-  std::vector<float> scores;          // SentencePiece
-  std::vector<uint8_t> token_types;   // keel.fb.TokenType values (GGUF numbering)
-  std::vector<std::string> merges;    // byte-level BPE, "a b" in rank order
+  std::vector<float> scores;         // SentencePiece
+  std::vector<uint8_t> token_types;  // keel.fb.TokenType values (GGUF numbering)
+  std::vector<std::string> merges;   // byte-level BPE, "a b" in rank order
   int32_t bos_id = -1, eos_id = -1, pad_id = -1, unk_id = -1;
   int32_t im_start_id = -1, im_end_id = -1;
   bool add_bos = false;
@@ -80,7 +103,7 @@ struct SourceTokenizer {
 };
 
 struct SourceModel {
-  std::string source_description;     // e.g. "GGUF v3: SmolLM2-135M-Instruct.Q4_1.gguf"
+  std::string source_description;  // e.g. "GGUF v3: SmolLM2-135M-Instruct.Q4_1.gguf"
   SourceHyper hyper;
   SourceTokenizer tokenizer;
   std::string chat_template;
@@ -92,8 +115,8 @@ struct SourceModel {
 // Each reader returns a model or fills `error` with a message naming what was expected and
 // what was found (file, tensor, type). They validate structure, never trust sizes.
 std::optional<SourceModel> read_gguf(const std::string& path, std::string& error);
-std::optional<SourceModel> read_llama2c(const std::string& checkpoint,
-                                        const std::string& tokenizer_bin, std::string& error);
+std::optional<SourceModel> read_llama2c(const std::string& checkpoint, const std::string& tokenizer_bin,
+                                        std::string& error);
 std::optional<SourceModel> read_hf_dir(const std::string& dir, std::string& error);
 
 // Dequantizes `n` elements of raw bytes `src` of type `t` into `dst`. `src_bytes` is checked

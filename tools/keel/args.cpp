@@ -57,7 +57,8 @@ bool Args::u64(const char* long_name, const char* short_name, uint64_t& out) {
   char* end = nullptr;
   const unsigned long long v = strtoull(s.c_str(), &end, 10);
   if (s.empty() || s[0] == '-' || *end != '\0' || errno == ERANGE) {
-    if (error_.empty()) error_ = std::string("option ") + long_name + " expects a non-negative integer, got '" + s + "'";
+    if (error_.empty())
+      error_ = std::string("option ") + long_name + " expects a non-negative integer, got '" + s + "'";
     return false;
   }
   out = v;

@@ -19,10 +19,14 @@ int fail(const char* cmd, const std::string& message) {
 
 std::string human_bytes(uint64_t n) {
   char buf[32];
-  if (n >= (1ull << 30)) snprintf(buf, sizeof buf, "%.2f GiB", n / double(1ull << 30));
-  else if (n >= (1ull << 20)) snprintf(buf, sizeof buf, "%.2f MiB", n / double(1ull << 20));
-  else if (n >= (1ull << 10)) snprintf(buf, sizeof buf, "%.1f KiB", n / double(1ull << 10));
-  else snprintf(buf, sizeof buf, "%llu B", (unsigned long long)n);
+  if (n >= (1ull << 30))
+    snprintf(buf, sizeof buf, "%.2f GiB", n / double(1ull << 30));
+  else if (n >= (1ull << 20))
+    snprintf(buf, sizeof buf, "%.2f MiB", n / double(1ull << 20));
+  else if (n >= (1ull << 10))
+    snprintf(buf, sizeof buf, "%.1f KiB", n / double(1ull << 10));
+  else
+    snprintf(buf, sizeof buf, "%llu B", (unsigned long long)n);
   return buf;
 }
 
@@ -83,10 +87,14 @@ bool split_list(const std::string& s, std::vector<std::string>& out) {
 }
 
 bool parse_kv_policy(const std::string& s, fb::KvPolicy& out) {
-  static const struct { const char* name; fb::KvPolicy p; } kPolicies[] = {
-      {"full", fb::KvPolicy::Full},       {"window", fb::KvPolicy::Window},
-      {"streaming", fb::KvPolicy::Streaming}, {"snapkv", fb::KvPolicy::SnapKV},
-      {"snapstream", fb::KvPolicy::SnapStream}};
+  static const struct {
+    const char* name;
+    fb::KvPolicy p;
+  } kPolicies[] = {{"full", fb::KvPolicy::Full},
+                   {"window", fb::KvPolicy::Window},
+                   {"streaming", fb::KvPolicy::Streaming},
+                   {"snapkv", fb::KvPolicy::SnapKV},
+                   {"snapstream", fb::KvPolicy::SnapStream}};
   for (const auto& p : kPolicies) {
     if (s == p.name) {
       out = p.p;
@@ -111,8 +119,8 @@ void ProgressBar::update(size_t done, size_t total, uint64_t bytes) {
   if (!enabled_ || total == 0) return;
   constexpr int kWidth = 30;
   const int filled = static_cast<int>(kWidth * done / total);
-  fprintf(stderr, "\r[%.*s%*s] %zu/%zu tensors, %s   ", filled, "==============================",
-          kWidth - filled, "", done, total, human_bytes(bytes).c_str());
+  fprintf(stderr, "\r[%.*s%*s] %zu/%zu tensors, %s   ", filled, "==============================", kWidth - filled, "",
+          done, total, human_bytes(bytes).c_str());
   fflush(stderr);
   drawn_ = true;
 }

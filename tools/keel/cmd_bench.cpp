@@ -96,8 +96,8 @@ std::string session_help_without_lists() {
 std::string help_text() {
   std::string h = kHelpHead;
   for (const ListOption& o : kOptions) {
-    std::string names = std::string("  ") + (o.short_name ? std::string(o.short_name) + ", " : "") + o.long_name +
-                        " " + o.meta;
+    std::string names =
+        std::string("  ") + (o.short_name ? std::string(o.short_name) + ", " : "") + o.long_name + " " + o.meta;
     names.resize(std::max<size_t>(names.size() + 1, 25), ' ');
     std::string text = std::string(o.help) + " (default " + o.fallback + ")";
     // Wrapped at 97 columns, continuation lines under the text.
@@ -171,9 +171,11 @@ class MarkdownPrinter : public Printer {
              t.name.c_str(), mean(t.tps), stddev(t.tps));
       if (c.gbps > 0 && t.n_gen > 0) {
         char line[256];
-        snprintf(line, sizeof line, "%s (%s %u, %u threads): one decode step reads %s; at %.1f GB/s the ceiling is "
-                 "%.1f t/s, %.0f%% of it reached\n", t.name.c_str(), c.policy, c.budget, c.threads,
-                 human_bytes(uint64_t(t.bytes_per_token)).c_str(), c.gbps, t.ceiling, 100.0 * mean(t.tps) / t.ceiling);
+        snprintf(line, sizeof line,
+                 "%s (%s %u, %u threads): one decode step reads %s; at %.1f GB/s the ceiling is "
+                 "%.1f t/s, %.0f%% of it reached\n",
+                 t.name.c_str(), c.policy, c.budget, c.threads, human_bytes(uint64_t(t.bytes_per_token)).c_str(),
+                 c.gbps, t.ceiling, 100.0 * mean(t.tps) / t.ceiling);
         ceilings_ += line;
       }
     }
@@ -190,12 +192,13 @@ class MarkdownPrinter : public Printer {
 class JsonPrinter : public Printer {
  public:
   void config(const Config& c) override {
-    printf("{\"model\":%s,\"weights_bytes\":%llu,\"backend\":\"%s\",\"matmul_kernels\":\"%s\",\"threads\":%u,"
-           "\"kv_policy\":\"%s\",\"kv_budget\":%u,\"depth\":%u,\"repetitions\":%u,\"peak_rss_bytes\":%llu,"
-           "\"bytes_per_token\":%.0f,\"kv_bytes_per_cached_token\":%.0f,\"mean_cached_tokens\":%.1f,",
-           json_string(c.model).c_str(), (unsigned long long)c.weights_bytes, c.backend.c_str(), c.matmul.c_str(),
-           c.threads, c.policy, c.budget, c.depth, c.reps, (unsigned long long)port::peak_rss_bytes(),
-           c.bytes_per_token, c.kv_bytes_per_cached_token, c.mean_cached);
+    printf(
+        "{\"model\":%s,\"weights_bytes\":%llu,\"backend\":\"%s\",\"matmul_kernels\":\"%s\",\"threads\":%u,"
+        "\"kv_policy\":\"%s\",\"kv_budget\":%u,\"depth\":%u,\"repetitions\":%u,\"peak_rss_bytes\":%llu,"
+        "\"bytes_per_token\":%.0f,\"kv_bytes_per_cached_token\":%.0f,\"mean_cached_tokens\":%.1f,",
+        json_string(c.model).c_str(), (unsigned long long)c.weights_bytes, c.backend.c_str(), c.matmul.c_str(),
+        c.threads, c.policy, c.budget, c.depth, c.reps, (unsigned long long)port::peak_rss_bytes(), c.bytes_per_token,
+        c.kv_bytes_per_cached_token, c.mean_cached);
     if (c.gbps > 0) printf("\"dram_read_gbps\":%.2f,\"decode_ceiling_tps\":%.2f,", c.gbps, c.ceiling);
     printf("\"results\":[");
     for (size_t i = 0; i < c.tests.size(); ++i) {
@@ -218,8 +221,9 @@ class JsonPrinter : public Printer {
 class CsvPrinter : public Printer {
  public:
   void begin() override {
-    printf("model,weights_bytes,backend,matmul_kernels,threads,kv_policy,kv_budget,depth,repetitions,test,n_prompt,"
-           "n_gen,tps_mean,tps_sd,tps_median,mean_cached_tokens,bytes_per_token,dram_read_gbps,decode_ceiling_tps\n");
+    printf(
+        "model,weights_bytes,backend,matmul_kernels,threads,kv_policy,kv_budget,depth,repetitions,test,n_prompt,"
+        "n_gen,tps_mean,tps_sd,tps_median,mean_cached_tokens,bytes_per_token,dram_read_gbps,decode_ceiling_tps\n");
   }
   void config(const Config& c) override {
     for (const Test& t : c.tests) {
@@ -229,11 +233,16 @@ class CsvPrinter : public Printer {
       printf("\"%s\",%llu,%s,%s,%u,%s,%u,%u,%u,%s,%u,%u,%.3f,%.3f,%.3f,", model.c_str(),
              (unsigned long long)c.weights_bytes, c.backend.c_str(), c.matmul.c_str(), c.threads, c.policy, c.budget,
              c.depth, c.reps, t.name.c_str(), t.n_prompt, t.n_gen, mean(t.tps), stddev(t.tps), median(t.tps));
-      if (t.n_gen > 0) printf("%.1f,%.0f,", t.mean_cached, t.bytes_per_token);
-      else printf(",,");
-      if (c.gbps > 0 && t.n_gen > 0) printf("%.2f,%.2f\n", c.gbps, t.ceiling);
-      else if (c.gbps > 0) printf("%.2f,\n", c.gbps);
-      else printf(",\n");
+      if (t.n_gen > 0)
+        printf("%.1f,%.0f,", t.mean_cached, t.bytes_per_token);
+      else
+        printf(",,");
+      if (c.gbps > 0 && t.n_gen > 0)
+        printf("%.2f,%.2f\n", c.gbps, t.ceiling);
+      else if (c.gbps > 0)
+        printf("%.2f,\n", c.gbps);
+      else
+        printf(",\n");
     }
     fflush(stdout);
   }
@@ -252,8 +261,8 @@ bool parse_grid(const std::string (&given)[kOptCount], Grid& g, std::string& err
   const struct {
     Opt opt;
     std::vector<uint32_t>* out;
-  } numbers[] = {{kPrompt, &g.prompts}, {kGen, &g.gens}, {kDepth, &g.depths}, {kThreads, &g.threads},
-                 {kBudget, &g.budgets}};
+  } numbers[] = {
+      {kPrompt, &g.prompts}, {kGen, &g.gens}, {kDepth, &g.depths}, {kThreads, &g.threads}, {kBudget, &g.budgets}};
   for (const auto& n : numbers) {
     if (!parse_list(given[n.opt], *n.out)) {
       error = std::string(kOptions[n.opt].long_name) + " expects non-negative integers separated by commas, got '" +
@@ -393,9 +402,12 @@ int cmd_bench(int argc, char** argv) {
   if (!parse_grid(given, g, error)) return usage_error("bench", error);
 
   std::unique_ptr<Printer> printer;
-  if (json) printer = std::make_unique<JsonPrinter>();
-  else if (csv) printer = std::make_unique<CsvPrinter>();
-  else printer = std::make_unique<MarkdownPrinter>();
+  if (json)
+    printer = std::make_unique<JsonPrinter>();
+  else if (csv)
+    printer = std::make_unique<CsvPrinter>();
+  else
+    printer = std::make_unique<MarkdownPrinter>();
   std::map<uint32_t, double> gbps_by_threads;  // measured once per thread count
   bool begun = false;
   for (const std::string& backend : g.backends) {

@@ -63,13 +63,7 @@ int cmd_chat(int argc, char** argv) {
   const bool has_system = args.value("--system", nullptr, system);
   uint32_t n_predict = 256;
   args.u32("--n-predict", "-n", n_predict);
-  text::SamplerConfig sc;
-  sc.temperature = 0.2f;
-  sc.top_k = 40;
-  sc.top_p = 0.9f;
-  sc.min_p = 0.05f;
-  sc.repetition_penalty = 1.1f;
-  sc.seed = 42;
+  text::SamplerConfig sc = sampler_defaults(0.2f, 0.9f, 1.1f);
   parse_sampler_options(args, sc);
   const bool stats = args.flag("--stats");
   if (!cl.finish()) return 2;
@@ -80,8 +74,9 @@ int cmd_chat(int argc, char** argv) {
   const Model& model = session.model();
   const fb::Tokenizer* tok = model.meta()->tokenizer();
   if (tok->im_start_id() < 0 || tok->im_end_id() < 0) {
-    return fail("chat", "the model's tokenizer has no <|im_start|>/<|im_end|> tokens; chat needs a ChatML model "
-                        "(use keel run for plain completion)");
+    return fail("chat",
+                "the model's tokenizer has no <|im_start|>/<|im_end|> tokens; chat needs a ChatML model "
+                "(use keel run for plain completion)");
   }
   if (!has_system) system = default_system(model);
   if (!session.resolve_policy(nullptr, error)) return usage_error("chat", error);
@@ -125,8 +120,9 @@ int cmd_chat(int argc, char** argv) {
       turn = (system.empty() ? "" : "<|im_start|>system\n" + system + "<|im_end|>\n") + "<|im_start|>user\n" + line +
              "<|im_end|>\n<|im_start|>assistant\n";
       if (!encode_text(model, turn, true, true, ids, error)) return fail("chat", error);
-      if (ids.size() + 1 > budget) return fail("chat", "one message of " + std::to_string(ids.size()) +
-                                                           " tokens exceeds the KV budget; raise --kv-budget");
+      if (ids.size() + 1 > budget)
+        return fail("chat", "one message of " + std::to_string(ids.size()) +
+                                " tokens exceeds the KV budget; raise --kv-budget");
     }
     Generation g;
     if (!generate(rt, ids, go, stdout, g, error)) return fail("chat", error);
@@ -147,9 +143,10 @@ int cmd_chat(int argc, char** argv) {
               "[prompt %zu tokens in %.0f ms (%.1f t/s), answer %zu tokens at %.1f t/s; KV %llu/%u tokens; "
               "weights %s mapped, arenas %s + %s, peak RSS %s]\n",
               ids.size(), prefill_s * 1000, ids.size() / prefill_s, g.ids.size(),
-              g.result.tokens_decoded ? g.result.tokens_decoded / g.result.decode_seconds : 0.0, (unsigned long long)rt.sequence_length(0), budget,
-              human_bytes(model.weights_bytes()).c_str(), human_bytes(p.persistent_bytes).c_str(),
-              human_bytes(p.scratch_bytes).c_str(), human_bytes(port::peak_rss_bytes()).c_str());
+              g.result.tokens_decoded ? g.result.tokens_decoded / g.result.decode_seconds : 0.0,
+              (unsigned long long)rt.sequence_length(0), budget, human_bytes(model.weights_bytes()).c_str(),
+              human_bytes(p.persistent_bytes).c_str(), human_bytes(p.scratch_bytes).c_str(),
+              human_bytes(port::peak_rss_bytes()).c_str());
     }
     if (has_once) break;
   }

@@ -109,14 +109,21 @@ int cmd_convert(int argc, char** argv) {
   const std::vector<std::string>& pos = cl.positionals;
   if (out_path.empty()) return usage_error("convert", "missing -o OUT.keel");
 
-  if (quant == "keep") opts.quant = convert::QuantMode::Keep;
-  else if (quant == "f32") opts.quant = convert::QuantMode::F32;
-  else if (quant == "f16") opts.quant = convert::QuantMode::F16;
-  else if (quant == "q8") opts.quant = convert::QuantMode::Q8;
-  else if (quant == "q4") opts.quant = convert::QuantMode::Q4;
-  else return usage_error("convert", "--quant expects keep, f32, f16, q8 or q4, got '" + quant + "'");
+  if (quant == "keep")
+    opts.quant = convert::QuantMode::Keep;
+  else if (quant == "f32")
+    opts.quant = convert::QuantMode::F32;
+  else if (quant == "f16")
+    opts.quant = convert::QuantMode::F16;
+  else if (quant == "q8")
+    opts.quant = convert::QuantMode::Q8;
+  else if (quant == "q4")
+    opts.quant = convert::QuantMode::Q4;
+  else
+    return usage_error("convert", "--quant expects keep, f32, f16, q8 or q4, got '" + quant + "'");
   if (!parse_kv_policy(policy, opts.kv.policy)) {
-    return usage_error("convert", "--kv-policy expects full, window, streaming, snapkv or snapstream, got '" + policy + "'");
+    return usage_error("convert",
+                       "--kv-policy expects full, window, streaming, snapkv or snapstream, got '" + policy + "'");
   }
   if (opts.slots == 0 || opts.chunk_tokens == 0 || opts.kv.budget_tokens == 0) {
     return usage_error("convert", "--slots, --chunk and --kv-budget must be at least 1");
@@ -141,7 +148,7 @@ int cmd_convert(int argc, char** argv) {
     if (tokenizer.empty()) tokenizer = find_llama2c_tokenizer(in);
     if (tokenizer.empty()) {
       return fail("convert", in + " is not GGUF or a directory, so it is read as a llama2.c checkpoint, "
-                             "which needs --tokenizer FILE (no single tok*.bin found beside it)");
+                                  "which needs --tokenizer FILE (no single tok*.bin found beside it)");
     }
     model = convert::read_llama2c(in, tokenizer, error);
   }
@@ -162,16 +169,17 @@ int cmd_convert(int argc, char** argv) {
 
   const uint64_t peak = port::peak_rss_bytes();
   if (json) {
-    printf("{\"output\":%s,\"source\":%s,\"tensors\":%zu,\"file_bytes\":%llu,\"seconds\":%.3f,"
-           "\"peak_rss_bytes\":%llu,\"largest_tensor_working_bytes\":%llu%s%s%s}\n",
-           json_string(out_path).c_str(), json_string(model->source_description).c_str(), stats.tensors,
-           (unsigned long long)stats.file_bytes, seconds, (unsigned long long)peak,
-           (unsigned long long)stats.largest_tensor_bytes, header.empty() ? "" : ",\"header\":",
-           header.empty() ? "" : json_string(header).c_str(), "");
+    printf(
+        "{\"output\":%s,\"source\":%s,\"tensors\":%zu,\"file_bytes\":%llu,\"seconds\":%.3f,"
+        "\"peak_rss_bytes\":%llu,\"largest_tensor_working_bytes\":%llu%s%s%s}\n",
+        json_string(out_path).c_str(), json_string(model->source_description).c_str(), stats.tensors,
+        (unsigned long long)stats.file_bytes, seconds, (unsigned long long)peak,
+        (unsigned long long)stats.largest_tensor_bytes,
+        header.empty() ? "" : ",\"header\":", header.empty() ? "" : json_string(header).c_str(), "");
   } else {
-    printf("wrote %s: %zu tensors, %s, %.2f s, peak RSS %s (largest tensor working set %s)\n",
-           out_path.c_str(), stats.tensors, human_bytes(stats.file_bytes).c_str(), seconds,
-           human_bytes(peak).c_str(), human_bytes(stats.largest_tensor_bytes).c_str());
+    printf("wrote %s: %zu tensors, %s, %.2f s, peak RSS %s (largest tensor working set %s)\n", out_path.c_str(),
+           stats.tensors, human_bytes(stats.file_bytes).c_str(), seconds, human_bytes(peak).c_str(),
+           human_bytes(stats.largest_tensor_bytes).c_str());
     if (!header.empty()) printf("wrote %s (namespace %s)\n", header.c_str(), header_ns.c_str());
   }
   return 0;

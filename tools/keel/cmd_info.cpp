@@ -101,50 +101,56 @@ int cmd_info(int argc, char** argv) {
   if (json) {
     printf("{\"file\":%s,\"file_bytes\":%zu,\"format_version\":%u,\"source\":%s,", json_string(pos[0]).c_str(),
            file.size(), m->format_version(), json_string(m->source() ? m->source()->str() : "").c_str());
-    printf("\"arch\":{\"name\":%s,\"n_layers\":%u,\"n_heads\":%u,\"n_kv_heads\":%u,\"dim\":%u,\"head_dim\":%u,"
-           "\"ffn_dim\":%u,\"vocab_size\":%u,\"context_length\":%u,\"rope_theta\":%.9g,\"rope_dim\":%u,"
-           "\"rope_style\":\"%s\",\"rope_scaling\":\"%s\",\"norm_eps\":%.9g,\"qkv_bias\":%s,\"tied_output\":%s},",
-           json_string(m->arch()->name() ? m->arch()->name()->str() : "").c_str(), s.n_layers, s.n_heads,
-           s.n_kv_heads, s.dim, s.head_dim, s.ffn_dim, s.vocab_size, s.context_length, double(h->rope_theta()),
-           h->rope_dim(), rope_style_name(h->rope_style()), scaling_name(rs ? rs->kind() : fb::RopeScalingKind::None),
-           double(h->norm_eps()), m->arch()->qkv_bias() ? "true" : "false", m->arch()->tied_output() ? "true" : "false");
+    printf(
+        "\"arch\":{\"name\":%s,\"n_layers\":%u,\"n_heads\":%u,\"n_kv_heads\":%u,\"dim\":%u,\"head_dim\":%u,"
+        "\"ffn_dim\":%u,\"vocab_size\":%u,\"context_length\":%u,\"rope_theta\":%.9g,\"rope_dim\":%u,"
+        "\"rope_style\":\"%s\",\"rope_scaling\":\"%s\",\"norm_eps\":%.9g,\"qkv_bias\":%s,\"tied_output\":%s},",
+        json_string(m->arch()->name() ? m->arch()->name()->str() : "").c_str(), s.n_layers, s.n_heads, s.n_kv_heads,
+        s.dim, s.head_dim, s.ffn_dim, s.vocab_size, s.context_length, double(h->rope_theta()), h->rope_dim(),
+        rope_style_name(h->rope_style()), scaling_name(rs ? rs->kind() : fb::RopeScalingKind::None),
+        double(h->norm_eps()), m->arch()->qkv_bias() ? "true" : "false", m->arch()->tied_output() ? "true" : "false");
     printf("\"tensors\":{\"count\":%u,\"by_dtype\":{", m->tensors()->size());
     bool first = true;
     for (const auto& [name, e] : by_dtype) {
-      printf("%s\"%s\":{\"count\":%llu,\"bytes\":%llu}", first ? "" : ",", name.c_str(),
-             (unsigned long long)e.first, (unsigned long long)e.second);
+      printf("%s\"%s\":{\"count\":%llu,\"bytes\":%llu}", first ? "" : ",", name.c_str(), (unsigned long long)e.first,
+             (unsigned long long)e.second);
       first = false;
     }
-    printf("}},\"tokenizer\":{\"kind\":\"%s\",\"pre\":\"%s\",\"tokens\":%u,\"merges\":%u,\"bos_id\":%d,\"eos_id\":%d,"
-           "\"pad_id\":%d,\"unk_id\":%d,\"im_start_id\":%d,\"im_end_id\":%d,\"add_bos\":%s},",
-           tokenizer_kind_name(tok->kind()), pre, tok->tokens()->size(), n_merges, tok->bos_id(), tok->eos_id(),
-           tok->pad_id(), tok->unk_id(), tok->im_start_id(), tok->im_end_id(), tok->add_bos() ? "true" : "false");
+    printf(
+        "}},\"tokenizer\":{\"kind\":\"%s\",\"pre\":\"%s\",\"tokens\":%u,\"merges\":%u,\"bos_id\":%d,\"eos_id\":%d,"
+        "\"pad_id\":%d,\"unk_id\":%d,\"im_start_id\":%d,\"im_end_id\":%d,\"add_bos\":%s},",
+        tokenizer_kind_name(tok->kind()), pre, tok->tokens()->size(), n_merges, tok->bos_id(), tok->eos_id(),
+        tok->pad_id(), tok->unk_id(), tok->im_start_id(), tok->im_end_id(), tok->add_bos() ? "true" : "false");
     if (kv) {
-      printf("\"kv_defaults\":{\"policy\":\"%s\",\"budget_tokens\":%u,\"sinks\":%u,\"window\":%u,\"obs_window\":%u,"
-             "\"snap_kernel\":%u},",
-             kv_policy_name(kv->policy()), kv->budget_tokens(), kv->sinks(), kv->window(), kv->obs_window(),
-             kv->snap_kernel());
+      printf(
+          "\"kv_defaults\":{\"policy\":\"%s\",\"budget_tokens\":%u,\"sinks\":%u,\"window\":%u,\"obs_window\":%u,"
+          "\"snap_kernel\":%u},",
+          kv_policy_name(kv->policy()), kv->budget_tokens(), kv->sinks(), kv->window(), kv->obs_window(),
+          kv->snap_kernel());
     }
-    printf("\"run\":{\"policy\":\"%s\",\"budget_tokens\":%u,\"sinks\":%u,\"window\":%u,\"obs_window\":%u,"
-           "\"snap_kernel\":%u,\"chunk_tokens\":%u},",
-           kv_policy_name(run.kv.kind), run_budget, run.kv.sinks, run_window, run.kv.obs_window, run.kv.snap_kernel,
-           run.plan.chunk_tokens);
-    printf("\"memory\":{\"kv_budget_tokens\":%u,\"slots\":%u,\"chunk_tokens\":%u,\"threads\":%u,"
-           "\"weights_bytes\":%llu,\"persistent_bytes\":%llu,\"scratch_bytes\":%llu,\"kv_capacity_tokens\":%llu,"
-           "\"kv_bytes\":%llu,\"tokenizer_bytes\":%llu,\"total_bytes\":%llu,\"regions\":[",
-           pc.kv_budget_tokens, pc.slots, pc.chunk_tokens, pc.threads, (unsigned long long)model.weights_bytes(),
-           (unsigned long long)plan.persistent_bytes, (unsigned long long)plan.scratch_bytes,
-           (unsigned long long)plan.kv_capacity_tokens, (unsigned long long)plan.kv_bytes,
-           (unsigned long long)plan.tokenizer_bytes,
-           (unsigned long long)(model.weights_bytes() + plan.persistent_bytes + plan.scratch_bytes));
+    printf(
+        "\"run\":{\"policy\":\"%s\",\"budget_tokens\":%u,\"sinks\":%u,\"window\":%u,\"obs_window\":%u,"
+        "\"snap_kernel\":%u,\"chunk_tokens\":%u},",
+        kv_policy_name(run.kv.kind), run_budget, run.kv.sinks, run_window, run.kv.obs_window, run.kv.snap_kernel,
+        run.plan.chunk_tokens);
+    printf(
+        "\"memory\":{\"kv_budget_tokens\":%u,\"slots\":%u,\"chunk_tokens\":%u,\"threads\":%u,"
+        "\"weights_bytes\":%llu,\"persistent_bytes\":%llu,\"scratch_bytes\":%llu,\"kv_capacity_tokens\":%llu,"
+        "\"kv_bytes\":%llu,\"tokenizer_bytes\":%llu,\"total_bytes\":%llu,\"regions\":[",
+        pc.kv_budget_tokens, pc.slots, pc.chunk_tokens, pc.threads, (unsigned long long)model.weights_bytes(),
+        (unsigned long long)plan.persistent_bytes, (unsigned long long)plan.scratch_bytes,
+        (unsigned long long)plan.kv_capacity_tokens, (unsigned long long)plan.kv_bytes,
+        (unsigned long long)plan.tokenizer_bytes,
+        (unsigned long long)(model.weights_bytes() + plan.persistent_bytes + plan.scratch_bytes));
     // The plan's own table: every region with its bytes (all slots), summing to the arenas.
     for (uint32_t i = 0; i < kRegionCount; ++i) {
       const RegionInfo& r = kRegions[i];
-      printf("%s{\"name\":\"%s\",\"arena\":\"%s\",\"bytes\":%llu,\"elements\":%llu,\"per_slot\":%s,"
-             "\"shape\":%s}",
-             i ? "," : "", r.name, r.arena == PlanArena::Persistent ? "persistent" : "scratch",
-             (unsigned long long)plan.region_bytes(r.id), (unsigned long long)plan.regions[i].elements,
-             r.per_slot ? "true" : "false", json_string(r.shape).c_str());
+      printf(
+          "%s{\"name\":\"%s\",\"arena\":\"%s\",\"bytes\":%llu,\"elements\":%llu,\"per_slot\":%s,"
+          "\"shape\":%s}",
+          i ? "," : "", r.name, r.arena == PlanArena::Persistent ? "persistent" : "scratch",
+          (unsigned long long)plan.region_bytes(r.id), (unsigned long long)plan.regions[i].elements,
+          r.per_slot ? "true" : "false", json_string(r.shape).c_str());
     }
     printf("]}}\n");
     return 0;
@@ -175,8 +181,10 @@ int cmd_info(int argc, char** argv) {
   if (k == KvPolicyKind::SnapStream) printf(", window %u", run_window);
   if (kv_policy_uses_snapkv(k)) {
     printf(", obs window %u, kernel ", run.kv.obs_window);
-    if (run.kv.snap_kernel) printf("%u", run.kv.snap_kernel);
-    else printf("adaptive");
+    if (run.kv.snap_kernel)
+      printf("%u", run.kv.snap_kernel);
+    else
+      printf("adaptive");
   }
   printf(", chunk %u\n", run.plan.chunk_tokens);
   printf("memory      budget %u tokens, %u slot(s), chunk %u, %u thread(s)\n", pc.kv_budget_tokens, pc.slots,

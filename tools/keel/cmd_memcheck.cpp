@@ -83,10 +83,14 @@ bool parse_bytes(const std::string& s, uint64_t& out) {
   std::string suffix = s.substr(i);
   for (char& c : suffix) c = char(tolower(static_cast<unsigned char>(c)));
   uint64_t scale = 1;
-  if (suffix == "k" || suffix == "kib") scale = 1ull << 10;
-  else if (suffix == "m" || suffix == "mib") scale = 1ull << 20;
-  else if (suffix == "g" || suffix == "gib") scale = 1ull << 30;
-  else if (!suffix.empty() && suffix != "b") return false;
+  if (suffix == "k" || suffix == "kib")
+    scale = 1ull << 10;
+  else if (suffix == "m" || suffix == "mib")
+    scale = 1ull << 20;
+  else if (suffix == "g" || suffix == "gib")
+    scale = 1ull << 30;
+  else if (!suffix.empty() && suffix != "b")
+    return false;
   if (v > ~0ull / scale) return false;
   out = v * scale;
   return true;
@@ -186,12 +190,7 @@ int cmd_memcheck(int argc, char** argv) {
   if (!bytes_option(args, "--rss-tolerance", tolerance, error) || !bytes_option(args, "--max-rss", max_rss, error)) {
     return usage_error("memcheck", error);
   }
-  text::SamplerConfig sc;
-  sc.temperature = 0.8f;
-  sc.top_k = 40;
-  sc.top_p = 0.95f;
-  sc.min_p = 0.05f;
-  sc.seed = 42;
+  text::SamplerConfig sc = sampler_defaults(0.8f, 0.95f);
   parse_sampler_options(args, sc);
   [[maybe_unused]] const bool trap = args.flag("--trap");  // unused only in builds without the probe
   [[maybe_unused]] const bool quiet = args.flag("--quiet", "-q");
@@ -219,12 +218,13 @@ int cmd_memcheck(int argc, char** argv) {
                        "--warmup " + std::to_string(warmup) + " exceeds --tokens " + std::to_string(tokens));
   }
   if (inject_at > tokens) {
-    return usage_error("memcheck", "--inject-allocation " + std::to_string(inject_at) + " exceeds --tokens " +
-                                       std::to_string(tokens));
+    return usage_error(
+        "memcheck", "--inject-allocation " + std::to_string(inject_at) + " exceeds --tokens " + std::to_string(tokens));
   }
 #if !KEEL_HAVE_ALLOC_PROBE
-  return fail("memcheck", "this keel has no allocation probe: sanitizer builds leave the allocator to the "
-                          "sanitizers; use a build without KEEL_SANITIZE");
+  return fail("memcheck",
+              "this keel has no allocation probe: sanitizer builds leave the allocator to the "
+              "sanitizers; use a build without KEEL_SANITIZE");
 #else
   Session session;
   if (!session.load(so, error)) return fail("memcheck", error);
@@ -235,10 +235,12 @@ int cmd_memcheck(int argc, char** argv) {
   const uint64_t sequence = prompt_n + tokens;
   uint64_t budget = so.kv_budget ? so.kv_budget : full ? sequence : session.default_budget();
   if (full && budget < sequence) {
-    return fail("memcheck", "policy full keeps every token, so the KV budget must hold the prompt and the "
-                            "generation: " + std::to_string(prompt_n) + " + " + std::to_string(tokens) + " = " +
-                                std::to_string(sequence) + " tokens, --kv-budget is " + std::to_string(budget) +
-                                "; raise it or choose a bounded policy (window, streaming, snapkv, snapstream)");
+    return fail("memcheck",
+                "policy full keeps every token, so the KV budget must hold the prompt and the "
+                "generation: " +
+                    std::to_string(prompt_n) + " + " + std::to_string(tokens) + " = " + std::to_string(sequence) +
+                    " tokens, --kv-budget is " + std::to_string(budget) +
+                    "; raise it or choose a bounded policy (window, streaming, snapkv, snapstream)");
   }
   if (budget > 0xffffffffull) {
     return fail("memcheck", "policy full needs a KV budget of " + std::to_string(budget) +
@@ -335,8 +337,7 @@ int cmd_memcheck(int argc, char** argv) {
       st.scratch_high_water_bytes > st.scratch_planned_bytes) {
     failures.push_back("arena use exceeds the plan: persistent " + std::to_string(st.persistent_used_bytes) + " of " +
                        std::to_string(st.persistent_planned_bytes) + " bytes, scratch " +
-                       std::to_string(st.scratch_high_water_bytes) + " of " +
-                       std::to_string(st.scratch_planned_bytes));
+                       std::to_string(st.scratch_high_water_bytes) + " of " + std::to_string(st.scratch_planned_bytes));
   }
   const bool ok = failures.empty();
   const std::string& path = session.options().model_path;
@@ -344,32 +345,30 @@ int cmd_memcheck(int argc, char** argv) {
   if (json) {
     printf("{\"ok\":%s,\"failures\":[", ok ? "true" : "false");
     for (size_t i = 0; i < failures.size(); ++i) printf("%s%s", i ? "," : "", json_string(failures[i]).c_str());
-    printf("],\"model\":%s,\"policy\":\"%s\",\"budget\":%llu,\"backend\":\"%s\",\"matmul_kernels\":\"%s\","
-           "\"threads\":%u,\"allocator\":\"%s\",\"prompt_tokens\":%zu,\"tokens\":%llu,"
-           "\"sequence_length\":%llu,\"kv_evicted\":%llu,"
-           "\"allocations_after_init\":%llu,\"frees_after_init\":%llu,\"bytes_allocated_after_init\":%llu,"
-           "\"rss_start_bytes\":%llu,\"rss_at_warmup_bytes\":%llu,\"rss_warmup_max_bytes\":%llu,\"rss_end_bytes\":%llu,"
-           "\"rss_max_bytes\":%llu,"
-           "\"rss_window_max_bytes\":%llu,\"warmup_tokens\":%llu,\"drift_bytes\":%llu,\"tolerance_bytes\":%llu,"
-           "\"max_rss_bytes\":%llu,\"weights_bytes\":%llu,\"planned_bytes\":%llu,\"used_bytes\":%llu,"
-           "\"persistent_planned_bytes\":%llu,\"persistent_used_bytes\":%llu,\"scratch_planned_bytes\":%llu,"
-           "\"scratch_high_water_bytes\":%llu,\"prefill_seconds\":%.3f,\"decode_seconds\":%.3f,"
-           "\"seconds\":%.3f,\"cpu_seconds\":%.3f,\"tokens_per_second\":%.2f,\"rss_every\":%llu,\"rss_samples\":[",
-           json_string(path).c_str(), kv_policy_name(session.policy()), (unsigned long long)budget,
-           backend_name(rt.backend().kind()), rt.backend().kernel_name(), session.threads(), probe::allocator_name(),
-           ids.size(), (unsigned long long)tokens, (unsigned long long)rt.sequence_length(0),
-           (unsigned long long)rt.kv_cache(0).evicted(), (unsigned long long)window.allocations,
-           (unsigned long long)window.frees, (unsigned long long)window.bytes, (unsigned long long)rss_start,
-           (unsigned long long)rss_at_warmup, (unsigned long long)warmup_max, (unsigned long long)rss_end,
-           (unsigned long long)rss_max,
-           (unsigned long long)rss_window_max, (unsigned long long)warmup, (unsigned long long)drift,
-           (unsigned long long)tolerance, (unsigned long long)max_rss,
-           (unsigned long long)session.model().weights_bytes(), (unsigned long long)planned,
-           (unsigned long long)used, (unsigned long long)st.persistent_planned_bytes,
-           (unsigned long long)st.persistent_used_bytes, (unsigned long long)st.scratch_planned_bytes,
-           (unsigned long long)st.scratch_high_water_bytes, t_prefill - t0, decode_seconds, t_end - t0,
-           cpu_end - cpu0, tps,
-           (unsigned long long)rss_every);
+    printf(
+        "],\"model\":%s,\"policy\":\"%s\",\"budget\":%llu,\"backend\":\"%s\",\"matmul_kernels\":\"%s\","
+        "\"threads\":%u,\"allocator\":\"%s\",\"prompt_tokens\":%zu,\"tokens\":%llu,"
+        "\"sequence_length\":%llu,\"kv_evicted\":%llu,"
+        "\"allocations_after_init\":%llu,\"frees_after_init\":%llu,\"bytes_allocated_after_init\":%llu,"
+        "\"rss_start_bytes\":%llu,\"rss_at_warmup_bytes\":%llu,\"rss_warmup_max_bytes\":%llu,\"rss_end_bytes\":%llu,"
+        "\"rss_max_bytes\":%llu,"
+        "\"rss_window_max_bytes\":%llu,\"warmup_tokens\":%llu,\"drift_bytes\":%llu,\"tolerance_bytes\":%llu,"
+        "\"max_rss_bytes\":%llu,\"weights_bytes\":%llu,\"planned_bytes\":%llu,\"used_bytes\":%llu,"
+        "\"persistent_planned_bytes\":%llu,\"persistent_used_bytes\":%llu,\"scratch_planned_bytes\":%llu,"
+        "\"scratch_high_water_bytes\":%llu,\"prefill_seconds\":%.3f,\"decode_seconds\":%.3f,"
+        "\"seconds\":%.3f,\"cpu_seconds\":%.3f,\"tokens_per_second\":%.2f,\"rss_every\":%llu,\"rss_samples\":[",
+        json_string(path).c_str(), kv_policy_name(session.policy()), (unsigned long long)budget,
+        backend_name(rt.backend().kind()), rt.backend().kernel_name(), session.threads(), probe::allocator_name(),
+        ids.size(), (unsigned long long)tokens, (unsigned long long)rt.sequence_length(0),
+        (unsigned long long)rt.kv_cache(0).evicted(), (unsigned long long)window.allocations,
+        (unsigned long long)window.frees, (unsigned long long)window.bytes, (unsigned long long)rss_start,
+        (unsigned long long)rss_at_warmup, (unsigned long long)warmup_max, (unsigned long long)rss_end,
+        (unsigned long long)rss_max, (unsigned long long)rss_window_max, (unsigned long long)warmup,
+        (unsigned long long)drift, (unsigned long long)tolerance, (unsigned long long)max_rss,
+        (unsigned long long)session.model().weights_bytes(), (unsigned long long)planned, (unsigned long long)used,
+        (unsigned long long)st.persistent_planned_bytes, (unsigned long long)st.persistent_used_bytes,
+        (unsigned long long)st.scratch_planned_bytes, (unsigned long long)st.scratch_high_water_bytes, t_prefill - t0,
+        decode_seconds, t_end - t0, cpu_end - cpu0, tps, (unsigned long long)rss_every);
     for (size_t i = 0; i < samples.size(); ++i) {
       printf("%s[%llu,%llu]", i ? "," : "", (unsigned long long)samples[i].tokens,
              (unsigned long long)samples[i].bytes);

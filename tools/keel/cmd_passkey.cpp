@@ -104,7 +104,8 @@ int cmd_passkey(int argc, char** argv) {
       chat ? "\n\nWhat is the pass key mentioned in the text above? Answer with the number only.<|im_end|>\n"
              "<|im_start|>assistant\n"
            : question;
-  if (!encode_text(model, head_text, true, true, head, error) || !encode_text(model, tail_text, false, true, tail, error)) {
+  if (!encode_text(model, head_text, true, true, head, error) ||
+      !encode_text(model, tail_text, false, true, tail, error)) {
     return fail("passkey", error);
   }
   if (!session.resolve_policy(nullptr, error)) return usage_error("passkey", error);
@@ -131,13 +132,12 @@ int cmd_passkey(int argc, char** argv) {
         for (uint32_t i = 1; i < digits; ++i) lo *= 10;
         const std::string key = std::to_string(lo + rng() % (9 * lo));
         std::vector<int32_t> needle;
-        if (!encode_text(model, " The pass key is " + key + ". Remember it. " + key + " is the pass key. ", false, false,
-                         needle, error)) {
+        if (!encode_text(model, " The pass key is " + key + ". Remember it. " + key + " is the pass key. ", false,
+                         false, needle, error)) {
           return fail("passkey", error);
         }
-        const size_t filler = len > head.size() + needle.size() + tail.size()
-                                  ? len - head.size() - needle.size() - tail.size()
-                                  : 0;
+        const size_t filler =
+            len > head.size() + needle.size() + tail.size() ? len - head.size() - needle.size() - tail.size() : 0;
         const size_t at = size_t(double(filler) * depth);
         std::vector<int32_t> ids(head);
         ids.insert(ids.end(), hay.begin(), hay.begin() + at);
@@ -156,8 +156,10 @@ int cmd_passkey(int argc, char** argv) {
         // The answer is the first run of digits in the reply.
         std::string answer;
         for (char c : g.text) {
-          if (isdigit(static_cast<unsigned char>(c))) answer += c;
-          else if (!answer.empty()) break;
+          if (isdigit(static_cast<unsigned char>(c)))
+            answer += c;
+          else if (!answer.empty())
+            break;
         }
         const bool hit = answer == key;
         const double seconds = now_seconds() - t0;
@@ -165,7 +167,8 @@ int cmd_passkey(int argc, char** argv) {
         correct += hit;
         ++total;
         if (!quiet) {
-          fprintf(stderr, "passkey: %zu/%zu  length %zu  depth %.2f  trial %u  %s (answer '%s')  %.1f s  %zu/%zu found\n",
+          fprintf(stderr,
+                  "passkey: %zu/%zu  length %zu  depth %.2f  trial %u  %s (answer '%s')  %.1f s  %zu/%zu found\n",
                   total, prompts, ids.size(), depth, trial, hit ? "found" : "missed", answer.c_str(), seconds, correct,
                   total);
         }
@@ -173,8 +176,8 @@ int cmd_passkey(int argc, char** argv) {
         snprintf(buf, sizeof buf,
                  "%s{\"length\":%zu,\"depth\":%g,\"trial\":%u,\"expected\":\"%s\",\"answer\":\"%s\",\"correct\":%s,"
                  "\"seconds\":%.3f}",
-                 results.empty() ? "" : ",", ids.size(), depth, trial, key.c_str(), answer.c_str(), hit ? "true" : "false",
-                 seconds);
+                 results.empty() ? "" : ",", ids.size(), depth, trial, key.c_str(), answer.c_str(),
+                 hit ? "true" : "false", seconds);
         results += buf;
       }
       if (!json) printf("| %u | %.2f | %zu/%u |\n", len, depth, ok_here, trials);

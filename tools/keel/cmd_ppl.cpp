@@ -77,11 +77,12 @@ int cmd_ppl(int argc, char** argv) {
   const bool full = session.policy() == KvPolicyKind::Full;
   if (ctx == 0 && full) ctx = session.model().shape().context_length;
   if (ctx && ids.size() > ctx) ids.resize(ctx);
-  if (ids.size() < 2) return fail("ppl", "the text has " + std::to_string(ids.size()) + " tokens; at least 2 are needed");
+  if (ids.size() < 2)
+    return fail("ppl", "the text has " + std::to_string(ids.size()) + " tokens; at least 2 are needed");
   const uint32_t budget = so.kv_budget ? so.kv_budget : full ? uint32_t(ids.size()) : session.default_budget();
   if (full && budget < ids.size()) {
-    return fail("ppl", std::to_string(ids.size()) + " tokens exceed --kv-budget " + std::to_string(budget) +
-                           " (policy full)");
+    return fail("ppl",
+                std::to_string(ids.size()) + " tokens exceed --kv-budget " + std::to_string(budget) + " (policy full)");
   }
   if (!session.start(budget, error)) return fail("ppl", error);
   Accum acc{ids.data(), ids.size(), session.model().shape().vocab_size};
@@ -98,15 +99,16 @@ int cmd_ppl(int argc, char** argv) {
   const double nll = acc.nll_sum / double(acc.scored);
   const double ppl = std::exp(nll);
   if (json) {
-    printf("{\"tokens\":%zu,\"scored\":%zu,\"ppl\":%.6f,\"nll_mean\":%.6f,\"seconds\":%.3f,\"tokens_per_second\":%.2f,"
-           "\"policy\":\"%s\",\"budget\":%u,\"evicted\":%llu,\"nll\":[",
-           ids.size(), acc.scored, ppl, nll, secs, ids.size() / secs, kv_policy_name(session.policy()), budget,
-           (unsigned long long)session.runtime().kv_cache(0).evicted());
+    printf(
+        "{\"tokens\":%zu,\"scored\":%zu,\"ppl\":%.6f,\"nll_mean\":%.6f,\"seconds\":%.3f,\"tokens_per_second\":%.2f,"
+        "\"policy\":\"%s\",\"budget\":%u,\"evicted\":%llu,\"nll\":[",
+        ids.size(), acc.scored, ppl, nll, secs, ids.size() / secs, kv_policy_name(session.policy()), budget,
+        (unsigned long long)session.runtime().kv_cache(0).evicted());
     for (size_t i = 0; i < curve.size(); ++i) printf("%s%.4f", i ? "," : "", curve[i]);
     printf("]}\n");
   } else {
-    printf("%zu tokens, perplexity %.4f (mean NLL %.4f), policy %s, budget %u, in %.2f s (%.1f t/s)\n", ids.size(),
-           ppl, nll, kv_policy_name(session.policy()), budget, secs, ids.size() / secs);
+    printf("%zu tokens, perplexity %.4f (mean NLL %.4f), policy %s, budget %u, in %.2f s (%.1f t/s)\n", ids.size(), ppl,
+           nll, kv_policy_name(session.policy()), budget, secs, ids.size() / secs);
   }
   return 0;
 }

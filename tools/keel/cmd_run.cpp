@@ -47,12 +47,7 @@ int cmd_run(int argc, char** argv) {
   const bool has_file = args.value("--file", "-f", prompt_file);
   uint32_t n_predict = 128;
   args.u32("--n-predict", "-n", n_predict);
-  text::SamplerConfig sc;
-  sc.temperature = 0.8f;
-  sc.top_k = 40;
-  sc.top_p = 0.95f;
-  sc.min_p = 0.05f;
-  sc.seed = 42;
+  text::SamplerConfig sc = sampler_defaults(0.8f, 0.95f);
   parse_sampler_options(args, sc);
   const bool json = args.flag("--json");
   if (!cl.finish()) return 2;
@@ -95,15 +90,17 @@ int cmd_run(int argc, char** argv) {
   if (json) {
     printf("{\"text\":%s,\"tokens\":[", json_string(out_text).c_str());
     for (size_t i = 0; i < out_ids.size(); ++i) printf("%s%d", i ? "," : "", out_ids[i]);
-    printf("],\"prompt_tokens\":%zu,\"generated_tokens\":%u,\"prefill_tps\":%.2f,\"decode_tps\":%.2f,"
-           "\"backend\":\"%s\",\"threads\":%u,\"memory\":{\"weights_bytes\":%llu,\"persistent_bytes\":%llu,"
-           "\"scratch_bytes\":%llu,\"peak_rss_bytes\":%llu}}\n",
-           ids.size(), generated, prefill_tps, decode_tps, backend_name(rt.backend().kind()), session.threads(),
-           (unsigned long long)session.model().weights_bytes(), (unsigned long long)p.persistent_bytes,
-           (unsigned long long)p.scratch_bytes, (unsigned long long)port::peak_rss_bytes());
+    printf(
+        "],\"prompt_tokens\":%zu,\"generated_tokens\":%u,\"prefill_tps\":%.2f,\"decode_tps\":%.2f,"
+        "\"backend\":\"%s\",\"threads\":%u,\"memory\":{\"weights_bytes\":%llu,\"persistent_bytes\":%llu,"
+        "\"scratch_bytes\":%llu,\"peak_rss_bytes\":%llu}}\n",
+        ids.size(), generated, prefill_tps, decode_tps, backend_name(rt.backend().kind()), session.threads(),
+        (unsigned long long)session.model().weights_bytes(), (unsigned long long)p.persistent_bytes,
+        (unsigned long long)p.scratch_bytes, (unsigned long long)port::peak_rss_bytes());
   } else {
-    fprintf(stderr, "\n[prompt %zu tokens at %.1f t/s, generated %u tokens at %.1f t/s; persistent %s, scratch %s, "
-                    "peak RSS %s]\n",
+    fprintf(stderr,
+            "\n[prompt %zu tokens at %.1f t/s, generated %u tokens at %.1f t/s; persistent %s, scratch %s, "
+            "peak RSS %s]\n",
             ids.size(), prefill_tps, generated, decode_tps, human_bytes(p.persistent_bytes).c_str(),
             human_bytes(p.scratch_bytes).c_str(), human_bytes(port::peak_rss_bytes()).c_str());
   }

@@ -11,8 +11,10 @@ CommandLine::CommandLine(const char* name, int argc, char** argv, const char* he
     : args(argc, argv), name_(name), session_(session) {
   if (!args.flag("--help", "-h")) return;
   help_shown_ = true;
-  if (session) printf(help, session_help);
-  else fputs(help, stdout);
+  if (session)
+    printf(help, session_help);
+  else
+    fputs(help, stdout);
 }
 
 bool CommandLine::finish(size_t count, const char* what) {
@@ -22,8 +24,10 @@ bool CommandLine::finish(size_t count, const char* what) {
     return false;
   }
   if (positionals.size() == count) return true;
-  if (count == 0) usage_error(name_, "unexpected argument '" + positionals[0] + "'");
-  else usage_error(name_, std::string("expected ") + what + ", got " + std::to_string(positionals.size()));
+  if (count == 0)
+    usage_error(name_, "unexpected argument '" + positionals[0] + "'");
+  else
+    usage_error(name_, std::string("expected ") + what + ", got " + std::to_string(positionals.size()));
   return false;
 }
 

@@ -6,8 +6,8 @@
 
 namespace keel::cli {
 
-bool write_model_header(const convert::SourceModel& model, const convert::WriteOptions& opts,
-                        const std::string& path, const std::string& ns, std::string& error) {
+bool write_model_header(const convert::SourceModel& model, const convert::WriteOptions& opts, const std::string& path,
+                        const std::string& ns, std::string& error) {
   const PlanShape s = convert::plan_shape(model);
   const RuntimeConfig rc = convert::file_run_config(opts);
   const PlanConfig& c = rc.plan;
@@ -42,11 +42,11 @@ bool write_model_header(const convert::SourceModel& model, const convert::WriteO
           "inline constexpr uint64_t kPersistentBytes = %lluull;\n"
           "inline constexpr uint64_t kScratchBytes = %lluull;\n\n"
           "}  // namespace %s\n",
-          model.source_description.c_str(), c.kv_budget_tokens, c.slots, c.chunk_tokens, ns.c_str(),
-          s.vocab_size, s.dim, s.n_layers, s.n_heads, s.n_kv_heads, s.head_dim, s.ffn_dim,
-          model.hyper.context_length, s.tokenizer_bytes, c.kv_budget_tokens, c.slots, c.chunk_tokens,
-          (unsigned long long)p.kv_capacity_tokens, (unsigned long long)p.kv_bytes,
-          (unsigned long long)p.persistent_bytes, (unsigned long long)p.scratch_bytes, ns.c_str());
+          model.source_description.c_str(), c.kv_budget_tokens, c.slots, c.chunk_tokens, ns.c_str(), s.vocab_size,
+          s.dim, s.n_layers, s.n_heads, s.n_kv_heads, s.head_dim, s.ffn_dim, model.hyper.context_length,
+          s.tokenizer_bytes, c.kv_budget_tokens, c.slots, c.chunk_tokens, (unsigned long long)p.kv_capacity_tokens,
+          (unsigned long long)p.kv_bytes, (unsigned long long)p.persistent_bytes, (unsigned long long)p.scratch_bytes,
+          ns.c_str());
   const bool ok = fclose(f) == 0;
   if (!ok) error = "cannot write " + path;
   return ok;

@@ -8,7 +8,7 @@
 
 namespace keel::cli {
 
-bool write_model_header(const convert::SourceModel& model, const convert::WriteOptions& opts,
-                        const std::string& path, const std::string& ns, std::string& error);
+bool write_model_header(const convert::SourceModel& model, const convert::WriteOptions& opts, const std::string& path,
+                        const std::string& ns, std::string& error);
 
 }  // namespace keel::cli

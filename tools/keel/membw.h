@@ -1,5 +1,5 @@
 // DRAM read bandwidth of this machine with a given number of threads: the physical ceiling of
-// a memory-bound decode (DESIGN.md section 9).
+// a memory-bound decode.
 #pragma once
 
 #include <cstdint>

@@ -58,8 +58,10 @@ namespace {
 // The engine names its parameters; the keel tool's user knows them as options.
 std::string engine_error(const Error& e) {
   std::string m = e.message();
-  static const char* const kFlags[][2] = {{"snap_kernel", "--snap-kernel"}, {"obs_window", "--obs-window"},
-                                          {"kv_budget_tokens", "--kv-budget"}, {"chunk_tokens", "--chunk"}};
+  static const char* const kFlags[][2] = {{"snap_kernel", "--snap-kernel"},
+                                          {"obs_window", "--obs-window"},
+                                          {"kv_budget_tokens", "--kv-budget"},
+                                          {"chunk_tokens", "--chunk"}};
   for (const auto& f : kFlags) {
     const size_t n = strlen(f[0]);
     if (m.compare(0, n, f[0]) == 0 && (m.size() == n || m[n] == ' ')) m = f[1] + m.substr(n);
@@ -68,6 +70,17 @@ std::string engine_error(const Error& e) {
 }
 
 }  // namespace
+
+text::SamplerConfig sampler_defaults(float temperature, float top_p, float repetition_penalty) {
+  text::SamplerConfig c;
+  c.temperature = temperature;
+  c.top_k = 40;
+  c.top_p = top_p;
+  c.min_p = 0.05f;
+  c.repetition_penalty = repetition_penalty;
+  c.seed = 42;
+  return c;
+}
 
 void parse_sampler_options(Args& args, text::SamplerConfig& c) {
   args.f32("--temp", nullptr, c.temperature);
@@ -118,10 +131,14 @@ uint32_t Session::default_budget() const { return model_run_defaults(model_).kv_
 
 bool Session::start(uint32_t budget, std::string& error) {
   RunOverrides o;
-  if (opts_.backend == "auto") o.backend = BackendKind::Auto;
-  else if (opts_.backend == "ref") o.backend = BackendKind::Ref;
-  else if (opts_.backend == "native") o.backend = BackendKind::Native;
-  else if (opts_.backend == "xnnpack") o.backend = BackendKind::Xnnpack;
+  if (opts_.backend == "auto")
+    o.backend = BackendKind::Auto;
+  else if (opts_.backend == "ref")
+    o.backend = BackendKind::Ref;
+  else if (opts_.backend == "native")
+    o.backend = BackendKind::Native;
+  else if (opts_.backend == "xnnpack")
+    o.backend = BackendKind::Xnnpack;
   else {
     error = "--backend expects auto, ref, native or xnnpack, got '" + opts_.backend + "'";
     return false;
@@ -163,7 +180,7 @@ bool Session::start(uint32_t budget, std::string& error) {
   memset(scratch_.get(), 0, p.scratch_bytes);
   if (threads_ > 1) pool_ = std::make_unique<port::LinuxThreadPool>(threads_);
   e = runtime_.init(model_, cfg, Span<uint8_t>(persistent_.get(), p.persistent_bytes),
-                                Span<uint8_t>(scratch_.get(), p.scratch_bytes), pool_ ? pool_->pool() : nullptr);
+                    Span<uint8_t>(scratch_.get(), p.scratch_bytes), pool_ ? pool_->pool() : nullptr);
   if (!e.ok()) {
     error = engine_error(e);
     return false;

@@ -16,24 +16,28 @@ namespace keel::cli {
 
 struct SessionOptions {
   std::string model_path;
-  uint32_t threads = 0;        // 0 = all cores
+  uint32_t threads = 0;  // 0 = all cores
   std::string backend = "auto";
-  std::string kv_policy;       // empty = the command's default
-  uint32_t kv_budget = 0;      // 0 = the command's default
+  std::string kv_policy;   // empty = the command's default
+  uint32_t kv_budget = 0;  // 0 = the command's default
   // 0 = the model's default (llm/run_config.h), as in RunOverrides.
   uint32_t sinks = 0;
-  uint32_t window = 0;         // snapstream recent window
+  uint32_t window = 0;  // snapstream recent window
   uint32_t obs_window = 0;
-  int32_t snap_kernel = 0;     // -1 = adaptive (--snap-kernel 0)
+  int32_t snap_kernel = 0;  // -1 = adaptive (--snap-kernel 0)
   uint32_t chunk = 0;
   uint32_t logit_rows = 1;
-  std::string error;           // set by parse_session_options for a value out of range
+  std::string error;  // set by parse_session_options for a value out of range
 };
 
 // Parses the options every model command takes: -m, -t, --backend, --kv-policy, --kv-budget,
 // --sinks, --window, --obs-window, --snap-kernel, --chunk. Returns false with args.error() set on
 // a malformed value; a value the engine cannot take (--chunk 0) is o.error, which load() reports.
 void parse_session_options(Args& args, SessionOptions& o);
+// The sampling a generating command starts from: top-k 40, min-p 0.05, seed 42 and the
+// command's temperature, top-p and repetition penalty (run and memcheck: 0.8, 0.95, 1; chat:
+// 0.2, 0.9, 1.1); --temp and the other sampler options override it.
+text::SamplerConfig sampler_defaults(float temperature, float top_p, float repetition_penalty = 1.0f);
 // Parses --temp --top-k --top-p --min-p --repeat-penalty --seed over the command's defaults in `c`.
 void parse_sampler_options(Args& args, text::SamplerConfig& c);
 extern const char kSessionHelp[];

@@ -51,8 +51,7 @@ void axpy_ref(float a, const float* x, uint32_t n, float* y) {
   for (uint32_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
-constexpr VectorKernels kRef = {"ref",   rmsnorm_ref, softmax_ref, silu_mul_ref,
-                                add_ref, scale_ref,   dot_ref,     axpy_ref};
+constexpr VectorKernels kRef = {"ref", rmsnorm_ref, softmax_ref, silu_mul_ref, add_ref, scale_ref, dot_ref, axpy_ref};
 
 }  // namespace
 

@@ -92,7 +92,8 @@ void weighted_sum_avx2(const float* p, const uint16_t* v, uint32_t n, uint32_t h
     const __m256 pj = _mm256_set1_ps(p[j]);
     const uint16_t* vj = v + uint64_t(j) * hd;
     uint32_t i = 0;
-    for (; i < hd8; i += 8) _mm256_storeu_ps(out + i, _mm256_fmadd_ps(pj, load_half8(vj + i), _mm256_loadu_ps(out + i)));
+    for (; i < hd8; i += 8)
+      _mm256_storeu_ps(out + i, _mm256_fmadd_ps(pj, load_half8(vj + i), _mm256_loadu_ps(out + i)));
     for (; i < hd; ++i) out[i] += p[j] * f16_to_f32(vj[i]);
   }
 }

@@ -34,9 +34,7 @@ bool cpu_has_avx512vnni() {
 
 const MatmulKernels* kernels_x86_avx2() { return cpu_has_avx2() ? &x86::matmul_avx2_table() : nullptr; }
 
-const MatmulKernels* kernels_x86_avx512() {
-  return cpu_has_avx512vnni() ? &x86::matmul_avx512_table() : nullptr;
-}
+const MatmulKernels* kernels_x86_avx512() { return cpu_has_avx512vnni() ? &x86::matmul_avx512_table() : nullptr; }
 
 const MatmulKernels* kernels_x86() {
   if (const MatmulKernels* k = kernels_x86_avx512()) return k;

@@ -85,7 +85,8 @@ void quantize_act_avx2(const float* x, uint32_t cols, ActBlock* out) {
     // Non-finite activations (a corrupted model) are not converted: zeros and a NaN scale.
     const __m256 big = _mm256_set1_ps(3.4028235e38f);
     int finite = 0xff;
-    for (int k = 0; k < 4; ++k) finite &= _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(v[k], abs_mask), big, _CMP_LE_OQ));
+    for (int k = 0; k < 4; ++k)
+      finite &= _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(v[k], abs_mask), big, _CMP_LE_OQ));
     float d = 0.0f, id = 0.0f;
     if (finite != 0xff) {
       d = __builtin_nanf("");
@@ -121,8 +122,8 @@ inline void store_rows(float* y, __m256 lo, __m256 hi, uint32_t n_rows) {
 
 // One panel of Q8 against T tokens (token t's blocks at x + t * nb, output at y + t * y_stride).
 template <int T>
-void q8_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* x, float* y,
-              uint32_t y_stride, uint32_t n_rows) {
+void q8_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* x, float* y, uint32_t y_stride,
+              uint32_t n_rows) {
   const uint8_t* scales = panel;
   const uint8_t* quants = panel + qoff;
   const __m256i bias = _mm256_set1_epi8(char(0x80));
@@ -159,8 +160,8 @@ void q8_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* 
 
 // One panel of Q4 (kMin = false: value d * (u - 8)) or Q4M (kMin = true: value d * u + m).
 template <int T, bool kMin>
-void q4_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* x, float* y,
-              uint32_t y_stride, uint32_t n_rows) {
+void q4_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* x, float* y, uint32_t y_stride,
+              uint32_t n_rows) {
   const uint8_t* scales = panel;
   const uint8_t* mins = panel + uint64_t(nb) * 32;
   const uint8_t* quants = panel + qoff;
@@ -185,10 +186,10 @@ void q4_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* 
         const int8_t* q = x[uint64_t(t) * nb + b].q;
         const __m256i al = bcast4(q + 8 * c);
         const __m256i ah = bcast4(q + 8 * c + 4);
-        p_lo[t] = _mm256_add_epi16(
-            p_lo[t], _mm256_add_epi16(_mm256_maddubs_epi16(l0, al), _mm256_maddubs_epi16(h0, ah)));
-        p_hi[t] = _mm256_add_epi16(
-            p_hi[t], _mm256_add_epi16(_mm256_maddubs_epi16(l1, al), _mm256_maddubs_epi16(h1, ah)));
+        p_lo[t] =
+            _mm256_add_epi16(p_lo[t], _mm256_add_epi16(_mm256_maddubs_epi16(l0, al), _mm256_maddubs_epi16(h0, ah)));
+        p_hi[t] =
+            _mm256_add_epi16(p_hi[t], _mm256_add_epi16(_mm256_maddubs_epi16(l1, al), _mm256_maddubs_epi16(h1, ah)));
       }
     }
     for (int t = 0; t < T; ++t) {
@@ -219,8 +220,7 @@ void q4_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* 
 // GB/s single-thread on the reference machine, and 49152x576 from ~4 to ~19). Fetching the
 // whole header up front leaves one clean forward stream.
 inline void prefetch_header(const uint8_t* panel, uint64_t header_bytes) {
-  for (uint64_t o = 0; o < header_bytes; o += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(panel + o), _MM_HINT_T0);
+  for (uint64_t o = 0; o < header_bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(panel + o), _MM_HINT_T0);
 }
 
 template <int T>
@@ -296,8 +296,7 @@ inline float load_w1(const uint8_t* row, uint32_t c) {
 // measured 2-3x slower from DRAM on the reference machine (F32 1536x576 cold: 9.5 GB/s with 4
 // rows, 27.8 with 1). With one token, U independent accumulators hide the FMA latency.
 template <fb::DType DT, int T>
-void float_row(const uint8_t* row, uint32_t cols, const float* x, uint32_t x_stride, float* y,
-               uint32_t y_stride) {
+void float_row(const uint8_t* row, uint32_t cols, const float* x, uint32_t x_stride, float* y, uint32_t y_stride) {
   constexpr int U = T == 1 ? 4 : T == 2 ? 2 : 1;
   __m256 acc[T][U];
   for (int t = 0; t < T; ++t)
@@ -350,15 +349,9 @@ void matmul_f_avx2(const WeightView& w, const float* x, uint32_t n_tokens, uint3
   const uint32_t r_end = panel_end * kPanelRows < w.rows ? panel_end * kPanelRows : w.rows;
   if (r_begin >= r_end) return;
   switch (w.dtype) {
-    case fb::DType::F32:
-      matmul_float<fb::DType::F32>(w, x, n_tokens, x_stride, y, y_stride, r_begin, r_end);
-      break;
-    case fb::DType::F16:
-      matmul_float<fb::DType::F16>(w, x, n_tokens, x_stride, y, y_stride, r_begin, r_end);
-      break;
-    case fb::DType::BF16:
-      matmul_float<fb::DType::BF16>(w, x, n_tokens, x_stride, y, y_stride, r_begin, r_end);
-      break;
+    case fb::DType::F32: matmul_float<fb::DType::F32>(w, x, n_tokens, x_stride, y, y_stride, r_begin, r_end); break;
+    case fb::DType::F16: matmul_float<fb::DType::F16>(w, x, n_tokens, x_stride, y, y_stride, r_begin, r_end); break;
+    case fb::DType::BF16: matmul_float<fb::DType::BF16>(w, x, n_tokens, x_stride, y, y_stride, r_begin, r_end); break;
     default: break;
   }
 }

@@ -54,9 +54,7 @@ void quantize_act_avx512(const float* x, uint32_t cols, ActBlock* out) {
     const uint32_t c0 = b * kQuantBlock;
     const uint32_t n = cols - c0 < kQuantBlock ? cols - c0 : kQuantBlock;
     const __mmask16 m0 = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
-    const __mmask16 m1 = n >= 32  ? __mmask16(0xffff)
-                         : n > 16 ? __mmask16((1u << (n - 16)) - 1)
-                                  : __mmask16(0);
+    const __mmask16 m1 = n >= 32 ? __mmask16(0xffff) : n > 16 ? __mmask16((1u << (n - 16)) - 1) : __mmask16(0);
     __m512 v0 = _mm512_maskz_loadu_ps(m0, x + c0);
     __m512 v1 = _mm512_maskz_loadu_ps(m1, x + c0 + 16);
     const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
@@ -86,8 +84,8 @@ void quantize_act_avx512(const float* x, uint32_t cols, ActBlock* out) {
 // One panel of Q8 against T tokens. x: token t's blocks at x + t * nb; y: token t at
 // y + t * y_stride (already offset to the panel's first row).
 template <int T>
-void q8_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* x, float* y,
-              uint32_t y_stride, __mmask16 rows_mask) {
+void q8_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* x, float* y, uint32_t y_stride,
+              __mmask16 rows_mask) {
   const uint8_t* scales = panel;
   const uint8_t* quants = panel + qoff;
   __m512 accf[T];
@@ -110,8 +108,7 @@ void q8_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* 
       for (int t = 0; t < T; ++t) acc[t] = _mm512_set1_epi32(-128 * x[uint64_t(t) * nb + b].sum);
       for (int g = 0; g < 8; ++g) {
         const __m512i w = load_quants(qb + g * 64);
-        for (int t = 0; t < T; ++t)
-          acc[t] = _mm512_dpbusd_epi32(acc[t], w, bcast4(x[uint64_t(t) * nb + b].q + 4 * g));
+        for (int t = 0; t < T; ++t) acc[t] = _mm512_dpbusd_epi32(acc[t], w, bcast4(x[uint64_t(t) * nb + b].q + 4 * g));
       }
       for (int t = 0; t < T; ++t) accf[t] = scale_add(accf[t], dw, x[uint64_t(t) * nb + b].d, acc[t]);
     }
@@ -121,8 +118,8 @@ void q8_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* 
 
 // One panel of Q4 (kMin = false: value d * (u - 8)) or Q4M (kMin = true: value d * u + m).
 template <int T, bool kMin>
-void q4_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* x, float* y,
-              uint32_t y_stride, __mmask16 rows_mask) {
+void q4_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* x, float* y, uint32_t y_stride,
+              __mmask16 rows_mask) {
   const uint8_t* scales = panel;
   const uint8_t* mins = panel + uint64_t(nb) * 32;
   const uint8_t* quants = panel + qoff;
@@ -166,8 +163,7 @@ void q4_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* 
       for (int t = 0; t < T; ++t) {
         const ActBlock& a = x[uint64_t(t) * nb + b];
         accf[t] = scale_add(accf[t], dw, a.d, acc[t]);
-        accm[t] =
-            _mm512_fmadd_ps(_mm512_mul_ps(mw, _mm512_set1_ps(a.d)), _mm512_set1_ps(float(a.sum)), accm[t]);
+        accm[t] = _mm512_fmadd_ps(_mm512_mul_ps(mw, _mm512_set1_ps(a.d)), _mm512_set1_ps(float(a.sum)), accm[t]);
       }
     } else {
       for (int t = 0; t < T; ++t) accf[t] = scale_add(accf[t], dw, x[uint64_t(t) * nb + b].d, acc[t]);
@@ -185,8 +181,7 @@ void q4_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* 
 // GB/s single-thread on the reference machine, and 49152x576 from ~4 to ~19). Fetching the
 // whole header up front leaves one clean forward stream.
 inline void prefetch_header(const uint8_t* panel, uint64_t header_bytes) {
-  for (uint64_t o = 0; o < header_bytes; o += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(panel + o), _MM_HINT_T0);
+  for (uint64_t o = 0; o < header_bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(panel + o), _MM_HINT_T0);
 }
 
 template <int T>
@@ -255,8 +250,7 @@ inline __m512 load_w_full(const uint8_t* row, uint32_t c) {
   } else if constexpr (DT == fb::DType::F16) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * c)));
   } else {
-    const __m512i h =
-        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * c)));
+    const __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * c)));
     return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
   }
 }
@@ -277,8 +271,7 @@ inline __m512 load_w(const uint8_t* row, uint32_t c, __mmask16 m) {
 // rows side by side measured 2-3x slower from DRAM). With one token, U independent
 // accumulators hide the FMA latency. The column tail uses masked loads (no fault past it).
 template <fb::DType DT, int T>
-void float_row(const uint8_t* row, uint32_t cols, const float* x, uint32_t x_stride, float* y,
-               uint32_t y_stride) {
+void float_row(const uint8_t* row, uint32_t cols, const float* x, uint32_t x_stride, float* y, uint32_t y_stride) {
   constexpr int U = T == 1 ? 4 : T == 2 ? 2 : 1;
   __m512 acc[T][U];
   for (int t = 0; t < T; ++t)
@@ -333,15 +326,9 @@ void matmul_f_avx512(const WeightView& w, const float* x, uint32_t n_tokens, uin
   const uint32_t r_end = panel_end * kPanelRows < w.rows ? panel_end * kPanelRows : w.rows;
   if (r_begin >= r_end) return;
   switch (w.dtype) {
-    case fb::DType::F32:
-      matmul_float<fb::DType::F32>(w, x, n_tokens, x_stride, y, y_stride, r_begin, r_end);
-      break;
-    case fb::DType::F16:
-      matmul_float<fb::DType::F16>(w, x, n_tokens, x_stride, y, y_stride, r_begin, r_end);
-      break;
-    case fb::DType::BF16:
-      matmul_float<fb::DType::BF16>(w, x, n_tokens, x_stride, y, y_stride, r_begin, r_end);
-      break;
+    case fb::DType::F32: matmul_float<fb::DType::F32>(w, x, n_tokens, x_stride, y, y_stride, r_begin, r_end); break;
+    case fb::DType::F16: matmul_float<fb::DType::F16>(w, x, n_tokens, x_stride, y, y_stride, r_begin, r_end); break;
+    case fb::DType::BF16: matmul_float<fb::DType::BF16>(w, x, n_tokens, x_stride, y, y_stride, r_begin, r_end); break;
     default: break;
   }
 }

@@ -61,8 +61,7 @@ void rmsnorm_avx2(const float* x, const float* w, uint32_t n, float eps, float* 
   const __m256 vinv = _mm256_set1_ps(inv);
   i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(out + i,
-                     _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vinv), _mm256_loadu_ps(w + i)));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vinv), _mm256_loadu_ps(w + i)));
   for (; i < n; ++i) out[i] = x[i] * inv * w[i];
 }
 
@@ -113,8 +112,7 @@ void silu_mul_avx2(const float* gate, const float* up, uint32_t n, float* out) {
 
 void add_avx2(const float* a, const float* b, uint32_t n, float* out) {
   uint32_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
   for (; i < n; ++i) out[i] = a[i] + b[i];
 }
 

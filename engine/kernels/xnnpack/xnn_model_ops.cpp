@@ -23,8 +23,8 @@ void for_each_f32_matrix(const Model& model, Fn&& fn) {
       if (t.present() && t.dtype == fb::DType::F32) fn(t);
     }
   }
-  const TensorView head = model.meta()->arch()->tied_output() ? model.tensor(TensorRole::TokenEmbedding)
-                                                               : model.tensor(TensorRole::Output);
+  const TensorView head =
+      model.meta()->arch()->tied_output() ? model.tensor(TensorRole::TokenEmbedding) : model.tensor(TensorRole::Output);
   if (head.present() && head.dtype == fb::DType::F32) fn(head);
 }
 

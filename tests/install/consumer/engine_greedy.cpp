@@ -89,8 +89,9 @@ int main(int argc, char** argv) {
   fwrite(text, 1, n_text, stdout);
   fputc('\n', stdout);
   if (window.calls() != 0) {
-    fprintf(stderr, "engine_greedy: %llu allocations and %llu frees between tokenize and the last token; "
-                    "expected none\n",
+    fprintf(stderr,
+            "engine_greedy: %llu allocations and %llu frees between tokenize and the last token; "
+            "expected none\n",
             (unsigned long long)window.allocations, (unsigned long long)window.frees);
     return 1;
   }

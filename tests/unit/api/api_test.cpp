@@ -156,7 +156,8 @@ TEST(CApi, KvPoliciesBoundAPromptLongerThanTheBudget) {
   };
   std::vector<int32_t> got[6];
   EXPECT_EQ(run(KEEL_KV_FULL, got[KEEL_KV_FULL]), KEEL_ERR_OUT_OF_MEMORY);
-  for (keel_kv_policy p : {KEEL_KV_WINDOW, KEEL_KV_STREAMING, KEEL_KV_SNAPKV, KEEL_KV_SNAPSTREAM, KEEL_KV_MODEL_DEFAULT}) {
+  for (keel_kv_policy p :
+       {KEEL_KV_WINDOW, KEEL_KV_STREAMING, KEEL_KV_SNAPKV, KEEL_KV_SNAPSTREAM, KEEL_KV_MODEL_DEFAULT}) {
     EXPECT_EQ(run(p, got[p]), KEEL_OK) << "policy " << int(p);
     EXPECT_EQ(got[p].size(), 30u) << "policy " << int(p);
   }

@@ -102,9 +102,9 @@ bool collect(void* ctx, int32_t token, const char* text, size_t len) {
 std::string decoded(const Runtime& rt, const std::vector<int32_t>& ids) {
   std::vector<char> buf(ids.size() * 64 + 64);
   size_t n = 0;
-  EXPECT_TRUE(text::decode(rt.tokenizer(), Span<const int32_t>(ids.data(), ids.size()), Span<char>(buf.data(), buf.size()),
-                           &n)
-                  .ok());
+  EXPECT_TRUE(
+      text::decode(rt.tokenizer(), Span<const int32_t>(ids.data(), ids.size()), Span<char>(buf.data(), buf.size()), &n)
+          .ok());
   return std::string(buf.data(), n);
 }
 

@@ -74,7 +74,8 @@ TEST(Commands, BenchAndPasskeyPrintTheirJson) {
   EXPECT_EQ(jb["results"][1]["test"], "tg8");
   EXPECT_DOUBLE_EQ(jb["mean_cached_tokens"].get<double>(), 4.5);  // decode steps 1..8 attend to 1..8 entries
   // A bounded policy past its budget: each step reads the budget's entries (+ its own), not the depth.
-  const auto bb = run_cli("bench -m " + q(smollm2()) + " -p 0 -n 8 -d 300 -r 1 -t 1 --kv-policy streaming "
+  const auto bb = run_cli("bench -m " + q(smollm2()) +
+                          " -p 0 -n 8 -d 300 -r 1 -t 1 --kv-policy streaming "
                           "--kv-budget 128 --json");
   ASSERT_EQ(bb.exit_code, 0) << bb.out;
   const json jbb = parse_last_line(bb.out);
@@ -82,8 +83,10 @@ TEST(Commands, BenchAndPasskeyPrintTheirJson) {
   EXPECT_DOUBLE_EQ(jbb["mean_cached_tokens"].get<double>(), 129.0);
   EXPECT_DOUBLE_EQ(jbb["bytes_per_token"].get<double>(),
                    jbb["weights_bytes"].get<double>() + 129.0 * jbb["kv_bytes_per_cached_token"].get<double>());
-  const auto p = run_cli("passkey -m " + q(smollm2()) + " --lengths 400 --depths 0,1 --kv-policy snapstream "
-                         "--kv-budget 256 -t 1 --haystack " + q(test::shared_path("data/paul_graham_essays")) + " --json");
+  const auto p = run_cli("passkey -m " + q(smollm2()) +
+                         " --lengths 400 --depths 0,1 --kv-policy snapstream "
+                         "--kv-budget 256 -t 1 --haystack " +
+                         q(test::shared_path("data/paul_graham_essays")) + " --json");
   ASSERT_EQ(p.exit_code, 0) << p.out;
   const json jp = parse_last_line(p.out);
   ASSERT_FALSE(jp.is_discarded()) << p.out;
@@ -136,7 +139,8 @@ TEST(Commands, BadRequestsAreOneLineErrors) {
   const auto budget = run_cli("run -m " + q(smollm2()) + " -p hi --kv-policy snapstream --kv-budget 40");
   EXPECT_EQ(budget.exit_code, 1) << budget.out;
   EXPECT_NE(budget.out.find("budget too small"), std::string::npos) << budget.out;
-  const auto full = run_cli("run -m " + q(smollm2()) + " -p 'a b c d e f g h i j k l m n o p' --kv-policy full "
+  const auto full = run_cli("run -m " + q(smollm2()) +
+                            " -p 'a b c d e f g h i j k l m n o p' --kv-policy full "
                             "--kv-budget 4");
   EXPECT_EQ(full.exit_code, 1) << full.out;
   EXPECT_NE(full.out.find("exceeds the KV budget"), std::string::npos) << full.out;

@@ -258,8 +258,8 @@ TEST(GgufReader, QuantBlocksBitExact) {
       uint32_t want;
       std::memcpy(&want, bin.data() + (first + i) * 4, 4);
       if (bits(v[i]) != want && mismatches++ < 3) {
-        ADD_FAILURE() << t.name << " (" << src_type_name(t.type) << ") element " << i << ": got "
-                      << v[i] << " want bits " << std::hex << want;
+        ADD_FAILURE() << t.name << " (" << src_type_name(t.type) << ") element " << i << ": got " << v[i]
+                      << " want bits " << std::hex << want;
       }
     }
     EXPECT_EQ(mismatches, 0u) << t.name;
@@ -428,8 +428,8 @@ TEST_F(GgufHostile, TruncatedEverywhere) {
       EXPECT_NE(e.find("of the header"), std::string::npos) << n << ": " << e;
     } else if (n < infos) {
       EXPECT_NE(e.find("truncated"), std::string::npos) << n << ": " << e;
-      EXPECT_TRUE(e.find("metadata key") != std::string::npos ||
-                  e.find("count") != std::string::npos) << n << ": " << e;
+      EXPECT_TRUE(e.find("metadata key") != std::string::npos || e.find("count") != std::string::npos)
+          << n << ": " << e;
     } else if (n < data) {
       EXPECT_NE(e.find("truncated"), std::string::npos) << n << ": " << e;
     } else {

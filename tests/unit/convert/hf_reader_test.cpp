@@ -33,9 +33,7 @@ namespace fs = std::filesystem;
 std::string smollm2_tokenizer_json() {
   return require_file(shared_path("fixtures/smollm2-135m-tokenizer/tokenizer.json"));
 }
-std::string smollm2_config_json() {
-  return require_file(shared_path("fixtures/smollm2-135m-tokenizer/config.json"));
-}
+std::string smollm2_config_json() { return require_file(shared_path("fixtures/smollm2-135m-tokenizer/config.json")); }
 
 // Directories a test wrote; removed after it passes, kept for inspection when it fails.
 std::vector<std::string> g_written_dirs;
@@ -105,8 +103,7 @@ uint32_t mix(uint32_t x) {
 }
 
 // Deterministic values n / 1024 with |n| <= 1000, stored in `dtype`.
-StEntry make_tensor(const std::string& name, const std::string& dtype, std::vector<uint64_t> shape,
-                    uint32_t seed) {
+StEntry make_tensor(const std::string& name, const std::string& dtype, std::vector<uint64_t> shape, uint32_t seed) {
   StEntry e{name, dtype, shape, {}, {}};
   uint64_t n = 1;
   for (uint64_t d : shape) n *= d;
@@ -206,7 +203,8 @@ void write_shards(const std::string& dir, const std::vector<std::vector<StEntry>
   }
   json weight_map = json::object();
   for (size_t i = 0; i < shards.size(); ++i) {
-    const std::string file = "model-0000" + std::to_string(i + 1) + "-of-0000" + std::to_string(shards.size()) + ".safetensors";
+    const std::string file =
+        "model-0000" + std::to_string(i + 1) + "-of-0000" + std::to_string(shards.size()) + ".safetensors";
     write_bytes(dir + "/" + file, safetensors_bytes(shards[i]));
     for (const StEntry& e : shards[i]) weight_map[e.name] = file;
   }
@@ -313,8 +311,11 @@ void expect_written_tensors(const SourceModel& m, const Written& w) {
 
 TEST_F(HfReader, TinyLlamaShardedHyperAndTensors) {
   Tiny spec;
-  spec.extra_config["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
-                                       {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 4096}};
+  spec.extra_config["rope_scaling"] = {{"rope_type", "llama3"},
+                                       {"factor", 8.0},
+                                       {"low_freq_factor", 1.0},
+                                       {"high_freq_factor", 4.0},
+                                       {"original_max_position_embeddings", 4096}};
   const Written w = write_tiny("hf_tiny", spec);
   SourceModel m = read_ok(w.dir);
   const SourceHyper& h = m.hyper;
@@ -341,14 +342,12 @@ TEST_F(HfReader, TinyLlamaShardedHyperAndTensors) {
   EXPECT_NE(m.source_description.find("2 shards"), std::string::npos) << m.source_description;
 
   const std::vector<std::string> want_names = {
-      "token_embd.weight",
-      "blk.0.attn_norm.weight", "blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight",
-      "blk.0.attn_output.weight", "blk.0.ffn_norm.weight", "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight",
-      "blk.0.ffn_down.weight",
-      "blk.1.attn_norm.weight", "blk.1.attn_q.weight", "blk.1.attn_k.weight", "blk.1.attn_v.weight",
-      "blk.1.attn_output.weight", "blk.1.ffn_norm.weight", "blk.1.ffn_gate.weight", "blk.1.ffn_up.weight",
-      "blk.1.ffn_down.weight",
-      "output_norm.weight", "output.weight"};
+      "token_embd.weight",     "blk.0.attn_norm.weight",   "blk.0.attn_q.weight",      "blk.0.attn_k.weight",
+      "blk.0.attn_v.weight",   "blk.0.attn_output.weight", "blk.0.ffn_norm.weight",    "blk.0.ffn_gate.weight",
+      "blk.0.ffn_up.weight",   "blk.0.ffn_down.weight",    "blk.1.attn_norm.weight",   "blk.1.attn_q.weight",
+      "blk.1.attn_k.weight",   "blk.1.attn_v.weight",      "blk.1.attn_output.weight", "blk.1.ffn_norm.weight",
+      "blk.1.ffn_gate.weight", "blk.1.ffn_up.weight",      "blk.1.ffn_down.weight",    "output_norm.weight",
+      "output.weight"};
   std::vector<std::string> names;
   for (const SourceTensor& t : m.tensors) names.push_back(t.name);
   EXPECT_EQ(names, want_names);
@@ -406,8 +405,7 @@ TEST_F(HfReader, SmolLM2Tokenizer) {
   // The same tokens through their ids in the file.
   const std::vector<uint8_t> raw = read_bytes(smollm2_tokenizer_json());
   const json tj = json::parse(raw.begin(), raw.end());
-  for (const auto& [text, id] : tj["model"]["vocab"].items())
-    ASSERT_EQ(t.tokens[id.get<size_t>()], text) << id;
+  for (const auto& [text, id] : tj["model"]["vocab"].items()) ASSERT_EQ(t.tokens[id.get<size_t>()], text) << id;
   EXPECT_EQ(t.merges.back(), tj["model"]["merges"].back().get<std::string>());
 }
 
@@ -548,19 +546,22 @@ std::string spm_tokenizer_json(uint32_t& n_tokens) {
   json added = json::array();
   for (int i = 0; i < 3; ++i)
     added.push_back({{"id", i}, {"content", i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>"}, {"special", true}});
-  json tj = {{"version", "1.0"},
-             {"added_tokens", added},
-             {"normalizer", {{"type", "Sequence"},
-                             {"normalizers", {{{"type", "Prepend"}, {"prepend", sp}},
-                                              {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", sp}}}}}},
-             {"pre_tokenizer", nullptr},
-             {"decoder", {{"type", "Sequence"}, {"decoders", {{{"type", "ByteFallback"}}, {{"type", "Fuse"}}}}}},
-             {"model", {{"type", "BPE"},
-                        {"unk_token", "<unk>"},
-                        {"byte_fallback", true},
-                        {"vocab", vocab},
-                        {"merges", json::array({json::array({sp, "a"}), json::array({"a", "b"}),
-                                               json::array({sp + "a", "b"})})}}}};
+  json tj = {
+      {"version", "1.0"},
+      {"added_tokens", added},
+      {"normalizer",
+       {{"type", "Sequence"},
+        {"normalizers",
+         {{{"type", "Prepend"}, {"prepend", sp}},
+          {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", sp}}}}}},
+      {"pre_tokenizer", nullptr},
+      {"decoder", {{"type", "Sequence"}, {"decoders", {{{"type", "ByteFallback"}}, {{"type", "Fuse"}}}}}},
+      {"model",
+       {{"type", "BPE"},
+        {"unk_token", "<unk>"},
+        {"byte_fallback", true},
+        {"vocab", vocab},
+        {"merges", json::array({json::array({sp, "a"}), json::array({"a", "b"}), json::array({sp + "a", "b"})})}}}};
   return tj.dump();
 }
 
@@ -589,7 +590,9 @@ TEST_F(HfReader, SentencePieceStyleTokenizer) {
   EXPECT_EQ(t.token_types[258], 6);
   EXPECT_EQ(t.token_types[259], 1);
   // Merge results score -(merge rank); everything else below all of them.
-  EXPECT_EQ(t.tokens[262], "\xE2\x96\x81" "a");
+  EXPECT_EQ(t.tokens[262],
+            "\xE2\x96\x81"
+            "a");
   EXPECT_EQ(t.scores[262], -0.0f);
   EXPECT_EQ(t.scores[263], -1.0f);  // "ab"
   EXPECT_EQ(t.scores[264], -2.0f);  // "▁ab"
@@ -864,16 +867,22 @@ TEST_F(HfReader, RejectsUnsupportedTokenizers) {
   };
   const Case cases[] = {
       {[](json& t) { t["model"]["type"] = "Unigram"; }, "model type \"Unigram\" is not supported"},
-      {[](json& t) { t["pre_tokenizer"] = {{"type", "Whitespace"}}; t["decoder"] = nullptr; },
+      {[](json& t) {
+         t["pre_tokenizer"] = {{"type", "Whitespace"}};
+         t["decoder"] = nullptr;
+       },
        "neither byte-level BPE"},
       {[](json& t) {
-         t["pre_tokenizer"] = {{"type", "Sequence"},
-                               {"pretokenizers", {{{"type", "Split"}, {"pattern", {{"Regex", "\\s+"}}}},
-                                                  {{"type", "ByteLevel"}}}}};
+         t["pre_tokenizer"] = {
+             {"type", "Sequence"},
+             {"pretokenizers", {{{"type", "Split"}, {"pattern", {{"Regex", "\\s+"}}}}, {{"type", "ByteLevel"}}}}};
        },
        "byte-level pre-tokenizer not recognized"},
       {[](json& t) { t["added_tokens"][0]["id"] = 5; }, "id 5 is both"},
-      {[](json& t) { t["model"]["vocab"].erase("<|im_end|>"); t["added_tokens"].erase(2); },
+      {[](json& t) {
+         t["model"]["vocab"].erase("<|im_end|>");
+         t["added_tokens"].erase(2);
+       },
        "no token has id 2"},
       {[](json& t) { t["model"]["merges"][3] = 17; }, "merge 17 is neither"},
   };
@@ -897,16 +906,17 @@ TEST_F(HfReader, RecognizesLlama3AndQwen2PreTokenizers) {
       "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
       "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
   const Written w = write_tiny("hf_pretok", Tiny{});
-  for (const auto& [re, want] : {std::pair<std::string, PreTokenizer>{llama3, PreTokenizer::Llama3},
-                                 {qwen2, PreTokenizer::Qwen2}}) {
+  for (const auto& [re, want] :
+       {std::pair<std::string, PreTokenizer>{llama3, PreTokenizer::Llama3}, {qwen2, PreTokenizer::Qwen2}}) {
     json t = base;
     t["pre_tokenizer"] = {{"type", "Sequence"},
                           {"pretokenizers",
                            {{{"type", "Split"}, {"pattern", {{"Regex", re}}}, {"behavior", "Isolated"}},
                             {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
     t["post_processor"] = {{"type", "TemplateProcessing"},
-                           {"single", {{{"SpecialToken", {{"id", "<|endoftext|>"}, {"type_id", 0}}}},
-                                       {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}}};
+                           {"single",
+                            {{{"SpecialToken", {{"id", "<|endoftext|>"}, {"type_id", 0}}}},
+                             {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}}};
     write_text(w.dir + "/tokenizer.json", t.dump());
     SourceModel m = read_ok(w.dir);
     EXPECT_EQ(m.tokenizer.pre, want);

@@ -88,9 +88,7 @@ struct Bytes {
 struct Weights {
   int32_t dim, hidden, n_layers, n_heads, n_kv_heads, vocab, seq_len;
   std::map<std::string, std::vector<float>> t;  // canonical name -> values
-  std::vector<float>& layer(int l, const char* what) {
-    return t["blk." + std::to_string(l) + "." + what];
-  }
+  std::vector<float>& layer(int l, const char* what) { return t["blk." + std::to_string(l) + "." + what]; }
 };
 
 Weights weights_of(const SourceModel& m) {
@@ -106,13 +104,11 @@ Weights weights_of(const SourceModel& m) {
   return w;
 }
 
-const char* const kMatrices[] = {"attn_q.weight", "attn_k.weight", "attn_v.weight",
-                                 "attn_output.weight", "ffn_gate.weight", "ffn_down.weight",
-                                 "ffn_up.weight"};
+const char* const kMatrices[] = {"attn_q.weight",   "attn_k.weight",   "attn_v.weight", "attn_output.weight",
+                                 "ffn_gate.weight", "ffn_down.weight", "ffn_up.weight"};
 
 void header7(Bytes& out, const Weights& w, int32_t vocab_field) {
-  for (int32_t v : {w.dim, w.hidden, w.n_layers, w.n_heads, w.n_kv_heads, vocab_field, w.seq_len})
-    out.i32(v);
+  for (int32_t v : {w.dim, w.hidden, w.n_layers, w.n_heads, w.n_kv_heads, vocab_field, w.seq_len}) out.i32(v);
 }
 
 std::vector<uint8_t> write_legacy(Weights& w, bool shared) {
@@ -165,8 +161,7 @@ std::vector<uint8_t> write_v1(Weights& w, bool shared) {
 
 // Quantizes like export.py's quantize_q80: scale = max|group| / 127, q = round(w / scale).
 // Returns the file; `dequantized` receives q * scale per tensor, in export order.
-std::vector<uint8_t> write_v2(Weights& w, bool shared, int32_t group,
-                              std::vector<std::vector<float>>& dequantized) {
+std::vector<uint8_t> write_v2(Weights& w, bool shared, int32_t group, std::vector<std::vector<float>>& dequantized) {
   Bytes out;
   versioned_header(out, w, 2, shared, group);
   write_norms(out, w);
@@ -473,8 +468,7 @@ TEST(Llama2cReader, RejectsBadVersionedHeaders) {
     b = v2;
     memcpy(b.data() + 37, &group, 4);
     e = error_for(b, "llama2c_v2_group.bin");
-    EXPECT_NE(e.find("group_size " + std::to_string(group) + " is invalid"), std::string::npos)
-        << e;
+    EXPECT_NE(e.find("group_size " + std::to_string(group) + " is invalid"), std::string::npos) << e;
   }
   b = v2;
   const int32_t group32 = 32;  // valid divisor, but the file was written with 64
@@ -499,10 +493,8 @@ TEST(Llama2cReader, RejectsBadTokenizer) {
   std::vector<uint8_t> extra = tok;
   const float score = -1;
   const int32_t len = 1;
-  extra.insert(extra.end(), reinterpret_cast<const uint8_t*>(&score),
-               reinterpret_cast<const uint8_t*>(&score) + 4);
-  extra.insert(extra.end(), reinterpret_cast<const uint8_t*>(&len),
-               reinterpret_cast<const uint8_t*>(&len) + 4);
+  extra.insert(extra.end(), reinterpret_cast<const uint8_t*>(&score), reinterpret_cast<const uint8_t*>(&score) + 4);
+  extra.insert(extra.end(), reinterpret_cast<const uint8_t*>(&len), reinterpret_cast<const uint8_t*>(&len) + 4);
   extra.push_back('x');
   e = tok_error(extra);
   EXPECT_NE(e.find("has 513 tokens"), std::string::npos) << e;

@@ -105,7 +105,11 @@ TEST(Roundtrip, StoriesRequantizedWithinBound) {
   // scale. q4 (Q4, as GGUF Q4_0: d = signed max / -8, levels d * (u - 8) for u in 0..15) covers
   // [-amax, 7/8 amax] on the side of the max, so values near -amax on the other side clamp at
   // 7/8 amax: the worst error is amax/8.
-  struct Case { convert::QuantMode mode; const char* name; double bound; };
+  struct Case {
+    convert::QuantMode mode;
+    const char* name;
+    double bound;
+  };
   for (const Case& k : {Case{convert::QuantMode::Keep, "rt_st_keep.keel", 0.0},
                         Case{convert::QuantMode::F16, "rt_st_f16.keel", 1.0 / 1024},
                         Case{convert::QuantMode::Q8, "rt_st_q8.keel", 1.0 / 254 * 1.01},

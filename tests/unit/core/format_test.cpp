@@ -15,14 +15,14 @@ namespace keel {
 namespace {
 
 // Formats with both keel::format and the C library; checks text and returned length match.
-#define EXPECT_SAME(...)                                                                  \
-  do {                                                                                    \
-    char ours[512], libc[512];                                                            \
-    std::memset(ours, 'Z', sizeof ours);                                                  \
-    const size_t n = format(ours, sizeof ours, __VA_ARGS__);                              \
-    const int m = std::snprintf(libc, sizeof libc, __VA_ARGS__);                          \
-    EXPECT_STREQ(ours, libc) << "format " << #__VA_ARGS__;                                \
-    EXPECT_EQ(n, size_t(m)) << "format " << #__VA_ARGS__;                                 \
+#define EXPECT_SAME(...)                                         \
+  do {                                                           \
+    char ours[512], libc[512];                                   \
+    std::memset(ours, 'Z', sizeof ours);                         \
+    const size_t n = format(ours, sizeof ours, __VA_ARGS__);     \
+    const int m = std::snprintf(libc, sizeof libc, __VA_ARGS__); \
+    EXPECT_STREQ(ours, libc) << "format " << #__VA_ARGS__;       \
+    EXPECT_EQ(n, size_t(m)) << "format " << #__VA_ARGS__;        \
   } while (0)
 
 std::string fmt(const char* f, ...) __attribute__((format(printf, 1, 2)));
@@ -71,9 +71,9 @@ TEST(Format, IntegersMatchTheCLibrary) {
 TEST(Format, IntegerWidthPrecisionAndFlags) {
   EXPECT_SAME("[%5d][%-5d][%05d][%+d][% d][%+5d][%-+5d]", 42, 42, -42, 42, 42, 42, 42);
   EXPECT_SAME("[%.3d][%8.3d][%-8.3d][%08.3d]", 7, -7, 7, 7);  // precision disables the 0 flag
-  EXPECT_SAME("[%.0d][%.0u][%5.0x]", 0, 0u, 0u);                // precision 0 prints no digit for 0
-  EXPECT_SAME("[%*d][%-*d][%*d]", 6, 1, 6, 2, -6, 3);           // negative * width means '-'
-  EXPECT_SAME("[%.*d][%.*d]", 4, 5, -1, 5);                     // negative * precision means none
+  EXPECT_SAME("[%.0d][%.0u][%5.0x]", 0, 0u, 0u);              // precision 0 prints no digit for 0
+  EXPECT_SAME("[%*d][%-*d][%*d]", 6, 1, 6, 2, -6, 3);         // negative * width means '-'
+  EXPECT_SAME("[%.*d][%.*d]", 4, 5, -1, 5);                   // negative * precision means none
   EXPECT_SAME("[%14llu]", 123456789ull);
 }
 
@@ -90,11 +90,43 @@ TEST(Format, StringsAndCharacters) {
 }
 
 TEST(Format, FloatsMatchTheCLibrary) {
-  const double values[] = {0.0,     -0.0,      1.0,       -1.0,     0.5,      0.125,      2.5,      10000.0,
-                           1e-5,    1e-6,      1e-4,      1.5e-4,   123456.0, 1234567.0,  999999.5, 0.1,
-                           0.2,     1.0 / 3.0, 2.0 / 3.0, 3.14159,  1e21,     1e22,       1e100,    1e-100,
-                           5e-324,  2.2250738585072014e-308,      1.7976931348623157e308,  500000.0, 1e6,
-                           9.9999e5, 0.00012345, 1234.5678, 100.0,  1e-4,     0.0001,     9.5,      0.95};
+  const double values[] = {0.0,
+                           -0.0,
+                           1.0,
+                           -1.0,
+                           0.5,
+                           0.125,
+                           2.5,
+                           10000.0,
+                           1e-5,
+                           1e-6,
+                           1e-4,
+                           1.5e-4,
+                           123456.0,
+                           1234567.0,
+                           999999.5,
+                           0.1,
+                           0.2,
+                           1.0 / 3.0,
+                           2.0 / 3.0,
+                           3.14159,
+                           1e21,
+                           1e22,
+                           1e100,
+                           1e-100,
+                           5e-324,
+                           2.2250738585072014e-308,
+                           1.7976931348623157e308,
+                           500000.0,
+                           1e6,
+                           9.9999e5,
+                           0.00012345,
+                           1234.5678,
+                           100.0,
+                           1e-4,
+                           0.0001,
+                           9.5,
+                           0.95};
   for (double v : values) {
     EXPECT_SAME("%g", v);
     EXPECT_SAME("%g", -v);

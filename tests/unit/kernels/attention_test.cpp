@@ -73,7 +73,8 @@ TEST(AttentionKernels, WeightedSumMatchesDoubleArithmetic) {
             exact += t;
             mag += std::fabs(t);
           }
-          EXPECT_NEAR(got[i], exact, (n + 3) * kU * mag + 1e-30) << k->name << " hd " << hd << " n " << n << " lane " << i;
+          EXPECT_NEAR(got[i], exact, (n + 3) * kU * mag + 1e-30)
+              << k->name << " hd " << hd << " n " << n << " lane " << i;
         }
         EXPECT_EQ(got[hd], -7.0f) << k->name << " wrote past " << hd << " lanes";
       }

@@ -57,9 +57,7 @@ struct QuantReader {
   uint64_t head() const { return (uint64_t(nb()) * 32 * (dt == DType::Q4M ? 2 : 1) + 63) / 64 * 64; }
   uint64_t panel_size() const { return head() + uint64_t(nb()) * (dt == DType::Q8 ? 512 : 256); }
   const uint8_t* panel(uint32_t row) const { return t + (row / 16) * panel_size(); }
-  double scale(uint32_t row, uint32_t b) const {
-    return f16_to_f32(get_u16(panel(row) + (b * 16 + row % 16) * 2));
-  }
+  double scale(uint32_t row, uint32_t b) const { return f16_to_f32(get_u16(panel(row) + (b * 16 + row % 16) * 2)); }
   double min(uint32_t row, uint32_t b) const {
     return f16_to_f32(get_u16(panel(row) + uint64_t(nb()) * 32 + (b * 16 + row % 16) * 2));
   }
@@ -117,8 +115,8 @@ TestWeights make_raw_weights(DType dt, uint32_t rows, uint32_t cols, std::mt1993
     }
   auto bytes = std::make_shared<AlignedBytes>(tensor_bytes(dt, rows, cols));
   std::string err;
-  EXPECT_TRUE(convert::pack_from_ggml_blocks(st, src.data(), src.size(), rows, cols, dt, bytes->data(),
-                                             bytes->size, err))
+  EXPECT_TRUE(
+      convert::pack_from_ggml_blocks(st, src.data(), src.size(), rows, cols, dt, bytes->data(), bytes->size, err))
       << err;
   return {WeightView{dt, rows, cols, bytes->data()}, bytes};
 }
@@ -142,8 +140,7 @@ std::vector<float> make_acts(uint32_t n_tokens, uint32_t cols, std::mt19937& rng
   return x;
 }
 
-std::vector<ActBlock> quantize(const MatmulKernels& k, const std::vector<float>& x, uint32_t n_tokens,
-                               uint32_t cols) {
+std::vector<ActBlock> quantize(const MatmulKernels& k, const std::vector<float>& x, uint32_t n_tokens, uint32_t cols) {
   std::vector<ActBlock> a(uint64_t(n_tokens) * act_blocks(cols));
   for (uint32_t t = 0; t < n_tokens; ++t)
     k.quantize_act(&x[uint64_t(t) * cols], cols, &a[uint64_t(t) * act_blocks(cols)]);
@@ -151,8 +148,8 @@ std::vector<ActBlock> quantize(const MatmulKernels& k, const std::vector<float>&
 }
 
 // Exact y and the magnitude M of the f32 terms, for quantized weights and activations.
-void exact_quant(const WeightView& w, const std::vector<ActBlock>& a, uint32_t n_tokens,
-                 std::vector<double>& y, std::vector<double>& mag) {
+void exact_quant(const WeightView& w, const std::vector<ActBlock>& a, uint32_t n_tokens, std::vector<double>& y,
+                 std::vector<double>& mag) {
   const QuantReader qr{w.dtype, w.cols, w.data};
   const uint32_t nb = act_blocks(w.cols);
   y.assign(uint64_t(n_tokens) * w.rows, 0.0);
@@ -324,8 +321,8 @@ class X86Kernels : public ::testing::TestWithParam<const char*> {
   void SetUp() override {
     k_ = x86_table(GetParam());
     if (k_ == nullptr) {
-      std::printf("[  SKIP    ] this CPU lacks %s: the %s kernels cannot run here\n",
-                  x86_requirement(GetParam()), GetParam());
+      std::printf("[  SKIP    ] this CPU lacks %s: the %s kernels cannot run here\n", x86_requirement(GetParam()),
+                  GetParam());
       GTEST_SKIP() << "CPU lacks " << x86_requirement(GetParam());
     }
   }
@@ -363,8 +360,7 @@ void compare_to_ref(const MatmulKernels& k, DType dt, bool raw, Stats& st) {
                      std::to_string(cols) + " tokens " + std::to_string(n_tokens));
         const TestWeights w = raw ? make_raw_weights(dt, rows, cols, rng) : make_weights(dt, rows, cols, rng);
         const std::vector<float> x = make_acts(n_tokens, cols, rng);
-        const std::vector<ActBlock> a =
-            quant ? quantize(kernels_ref(), x, n_tokens, cols) : std::vector<ActBlock>{};
+        const std::vector<ActBlock> a = quant ? quantize(kernels_ref(), x, n_tokens, cols) : std::vector<ActBlock>{};
         std::vector<double> ye, mag;
         if (quant)
           exact_quant(w.view, a, n_tokens, ye, mag);
@@ -392,9 +388,8 @@ void compare_to_ref(const MatmulKernels& k, DType dt, bool raw, Stats& st) {
 }
 
 void report(const char* what, const Stats& st) {
-  std::printf("    %s: %llu outputs, %.1f%% bit-identical to ref, worst |diff| = %.3g of the tolerance\n",
-              what, (unsigned long long)st.n, 100.0 * double(st.identical) / double(st.n ? st.n : 1),
-              st.worst_ratio);
+  std::printf("    %s: %llu outputs, %.1f%% bit-identical to ref, worst |diff| = %.3g of the tolerance\n", what,
+              (unsigned long long)st.n, 100.0 * double(st.identical) / double(st.n ? st.n : 1), st.worst_ratio);
 }
 
 TEST_P(X86Kernels, Q8MatchesRef) {
@@ -448,8 +443,8 @@ TEST_P(X86Kernels, Q8ExtremesDoNotSaturate) {
       }
     AlignedBytes bytes(tensor_bytes(DType::Q8, rows, cols));
     std::string err;
-    ASSERT_TRUE(convert::pack_from_ggml_blocks(convert::SrcType::Q8_0, src.data(), src.size(), rows, cols,
-                                               DType::Q8, bytes.data(), bytes.size, err));
+    ASSERT_TRUE(convert::pack_from_ggml_blocks(convert::SrcType::Q8_0, src.data(), src.size(), rows, cols, DType::Q8,
+                                               bytes.data(), bytes.size, err));
     const WeightView w{DType::Q8, rows, cols, bytes.data()};
     for (float sign : {1.0f, -1.0f}) {
       std::vector<float> x(cols);
@@ -508,9 +503,7 @@ TEST_P(X86Kernels, DispatcherPicksTheWidestSupportedLevel) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, X86Kernels, ::testing::Values("avx2", "avx512"),
-                         [](const ::testing::TestParamInfo<const char*>& info) {
-                           return std::string(info.param);
-                         });
+                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 // ---- vector ops ----
 
@@ -647,9 +640,7 @@ TEST_P(VectorOps, AddScaleAxpyDot) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, VectorOps, ::testing::Values("ref", "x86"),
-                         [](const ::testing::TestParamInfo<const char*>& info) {
-                           return std::string(info.param);
-                         });
+                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 }  // namespace
 }  // namespace keel

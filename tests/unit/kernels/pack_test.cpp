@@ -113,9 +113,7 @@ GgmlTensor make_ggml(SrcType t, uint32_t rows, uint32_t cols, std::mt19937& rng)
   return g;
 }
 
-DType dst_of(SrcType t) {
-  return t == SrcType::Q8_0 ? DType::Q8 : t == SrcType::Q4_0 ? DType::Q4 : DType::Q4M;
-}
+DType dst_of(SrcType t) { return t == SrcType::Q8_0 ? DType::Q8 : t == SrcType::Q4_0 ? DType::Q4 : DType::Q4M; }
 
 void check_lossless(SrcType t) {
   std::mt19937 rng(1234 + int(t));
@@ -123,13 +121,11 @@ void check_lossless(SrcType t) {
   const uint8_t z = dt == DType::Q8 ? 128 : dt == DType::Q4 ? 8 : 0;
   for (uint32_t rows : {1u, 7u, 15u, 16u, 17u, 33u, 50u}) {
     for (uint32_t cols : {32u, 64u, 96u, 576u}) {
-      SCOPED_TRACE(std::string(src_type_name(t)) + " rows " + std::to_string(rows) + " cols " +
-                   std::to_string(cols));
+      SCOPED_TRACE(std::string(src_type_name(t)) + " rows " + std::to_string(rows) + " cols " + std::to_string(cols));
       const GgmlTensor g = make_ggml(t, rows, cols, rng);
       std::vector<uint8_t> out(tensor_bytes(dt, rows, cols), 0xcd);
       std::string err;
-      ASSERT_TRUE(pack_from_ggml_blocks(t, g.bytes.data(), g.bytes.size(), rows, cols, dt, out.data(),
-                                        out.size(), err))
+      ASSERT_TRUE(pack_from_ggml_blocks(t, g.bytes.data(), g.bytes.size(), rows, cols, dt, out.data(), out.size(), err))
           << err;
       std::vector<float> row(cols);
       for (uint32_t r = 0; r < rows; ++r) {
@@ -163,8 +159,8 @@ TEST(PackFromGgml, StoresBiasedBytesWhereTheFormatSays) {
   for (int k = 0; k < 32; ++k) src.push_back(uint8_t(int8_t(k - 16)));
   std::vector<uint8_t> out(tensor_bytes(DType::Q8, 1, 32));
   std::string err;
-  ASSERT_TRUE(pack_from_ggml_blocks(SrcType::Q8_0, src.data(), src.size(), 1, 32, DType::Q8, out.data(),
-                                    out.size(), err));
+  ASSERT_TRUE(
+      pack_from_ggml_blocks(SrcType::Q8_0, src.data(), src.size(), 1, 32, DType::Q8, out.data(), out.size(), err));
   const uint64_t qoff = 64;  // 1 block x 16 rows x 2 bytes of scales, padded to 64
   for (int k = 0; k < 32; ++k) EXPECT_EQ(out[qoff + (k / 4) * 64 + k % 4], uint8_t(k - 16 + 128)) << k;
   EXPECT_EQ(get_u16(out.data()), 0x3c00);
@@ -176,24 +172,24 @@ TEST(PackFromGgml, RejectsMismatchedInput) {
   const GgmlTensor g = make_ggml(SrcType::Q8_0, 4, 64, rng);
   std::vector<uint8_t> out(tensor_bytes(DType::Q8, 4, 64));
   std::string err;
-  EXPECT_FALSE(pack_from_ggml_blocks(SrcType::Q8_0, g.bytes.data(), g.bytes.size(), 4, 64, DType::Q4,
-                                     out.data(), out.size(), err));
+  EXPECT_FALSE(pack_from_ggml_blocks(SrcType::Q8_0, g.bytes.data(), g.bytes.size(), 4, 64, DType::Q4, out.data(),
+                                     out.size(), err));
   EXPECT_NE(err.find("Q8_0"), std::string::npos) << err;
   err.clear();
-  EXPECT_FALSE(pack_from_ggml_blocks(SrcType::Q8_0, g.bytes.data(), g.bytes.size() - 1, 4, 64, DType::Q8,
-                                     out.data(), out.size(), err));
+  EXPECT_FALSE(pack_from_ggml_blocks(SrcType::Q8_0, g.bytes.data(), g.bytes.size() - 1, 4, 64, DType::Q8, out.data(),
+                                     out.size(), err));
   EXPECT_NE(err.find("bytes"), std::string::npos) << err;
   err.clear();
-  EXPECT_FALSE(pack_from_ggml_blocks(SrcType::Q8_0, g.bytes.data(), g.bytes.size(), 4, 64, DType::Q8,
-                                     out.data(), out.size() - 64, err));
+  EXPECT_FALSE(pack_from_ggml_blocks(SrcType::Q8_0, g.bytes.data(), g.bytes.size(), 4, 64, DType::Q8, out.data(),
+                                     out.size() - 64, err));
   EXPECT_FALSE(err.empty());
   err.clear();
-  EXPECT_FALSE(pack_from_ggml_blocks(SrcType::Q8_0, g.bytes.data(), g.bytes.size(), 8, 32 + 16, DType::Q8,
-                                     out.data(), out.size(), err));
+  EXPECT_FALSE(pack_from_ggml_blocks(SrcType::Q8_0, g.bytes.data(), g.bytes.size(), 8, 32 + 16, DType::Q8, out.data(),
+                                     out.size(), err));
   EXPECT_NE(err.find("multiple of 32"), std::string::npos) << err;
   err.clear();
-  EXPECT_FALSE(pack_from_ggml_blocks(SrcType::Q4_K, g.bytes.data(), g.bytes.size(), 4, 64, DType::Q4,
-                                     out.data(), out.size(), err));
+  EXPECT_FALSE(pack_from_ggml_blocks(SrcType::Q4_K, g.bytes.data(), g.bytes.size(), 4, 64, DType::Q4, out.data(),
+                                     out.size(), err));
   EXPECT_FALSE(err.empty());
 }
 

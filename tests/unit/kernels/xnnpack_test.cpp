@@ -74,8 +74,8 @@ TEST(XnnpackOps, FullyConnectedMatchesRef) {
   struct Shape {
     uint32_t rows, cols;
   };
-  const Shape shapes[] = {{1, 1},   {64, 64},   {32, 64},   {172, 64},  {64, 172},
-                          {512, 64}, {33, 70},  {576, 576}, {100, 1536}};
+  const Shape shapes[] = {{1, 1},    {64, 64}, {32, 64},   {172, 64},  {64, 172},
+                          {512, 64}, {33, 70}, {576, 576}, {100, 1536}};
   std::mt19937 rng(3);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (const Shape& s : shapes) {
@@ -219,7 +219,8 @@ const Loaded& stories(convert::QuantMode q) {
   convert::WriteOptions wo;
   wo.quant = q;
   convert::WriteStats ws;
-  const std::string path = test::tmp_path(q == convert::QuantMode::Q8 ? "xnnpack_stories_q8.keel" : "xnnpack_stories_f32.keel");
+  const std::string path =
+      test::tmp_path(q == convert::QuantMode::Q8 ? "xnnpack_stories_q8.keel" : "xnnpack_stories_f32.keel");
   EXPECT_TRUE(convert::write_keel(*src, wo, path, ws, err)) << err;
   EXPECT_TRUE(slot->file.open(path, err)) << err;
   const Error e = slot->model.load(Span<const uint8_t>(slot->file.data(), slot->file.size()));
@@ -258,8 +259,7 @@ TEST(XnnpackModel, MeasuredBytesEqualUse) {
   // The packed copy of every F32 matrix is in the block.
   EXPECT_GT(measured.value(), (5ull * (64 * 64 * 2 + 32 * 64 * 2 + 172 * 64 * 3) + 512 * 64) * 4);
   std::printf("stories260K XNNPACK block: %llu bytes (%u fully-connected, %u softmax operators)\n",
-              (unsigned long long)measured.value(), ops.value()->fully_connected_count(),
-              ops.value()->softmax_count());
+              (unsigned long long)measured.value(), ops.value()->fully_connected_count(), ops.value()->softmax_count());
 
   // One granule less does not fit.
   HostMemory small = host(measured.value());
@@ -342,7 +342,8 @@ float max_diff(Span<const float> a, Span<const float> b) {
 }
 
 std::vector<int32_t> prompt_ids(Runtime& rt) {
-  const char text[] = "Once upon a time, there was a little girl named Lily. She loved to play in the park with her dog.";
+  const char text[] =
+      "Once upon a time, there was a little girl named Lily. She loved to play in the park with her dog.";
   std::vector<int32_t> ids(256);
   size_t n = 0;
   const Error e = rt.tokenize(text, sizeof text - 1, text::EncodeOptions{}, Span<int32_t>(ids.data(), ids.size()), &n);
@@ -394,9 +395,10 @@ TEST(XnnpackModel, ForwardMatchesRefGreedyIdenticalNoAllocation) {
   EXPECT_TRUE(std::equal(a.begin(), a.begin() + 64, b.begin())) << "greedy continuations differ within 64 tokens";
   size_t same = 0;
   while (same < a.size() && a[same] == b[same]) ++same;
-  std::printf("stories260K xnnpack vs ref: max |logit diff| %.3g after the %zu-token prompt, %.3g over 100 decode "
-              "steps (logit scale %.3g); greedy identical for %zu of %zu tokens\n",
-              prompt_diff, ids.size(), worst, scale, same, a.size());
+  std::printf(
+      "stories260K xnnpack vs ref: max |logit diff| %.3g after the %zu-token prompt, %.3g over 100 decode "
+      "steps (logit scale %.3g); greedy identical for %zu of %zu tokens\n",
+      prompt_diff, ids.size(), worst, scale, same, a.size());
 }
 
 // The forward pass really hands its F32 matrices and softmax to XNNPACK (the backend's
@@ -415,8 +417,8 @@ TEST(XnnpackModel, ForwardDispatchesToXnnpack) {
     const MemoryPlan p = Runtime::plan(m, rc);
     HostMemory pm = host(p.persistent_bytes), sm = host(p.scratch_bytes);
     Runtime rt;
-    const Error e = rt.init(m, rc, Span<uint8_t>(pm.get(), p.persistent_bytes), Span<uint8_t>(sm.get(), p.scratch_bytes),
-                            nullptr);
+    const Error e =
+        rt.init(m, rc, Span<uint8_t>(pm.get(), p.persistent_bytes), Span<uint8_t>(sm.get(), p.scratch_bytes), nullptr);
     ASSERT_TRUE(e.ok()) << e.message();
     const xnn::ModelOps* ops = static_cast<const XnnpackBackend&>(rt.backend()).ops();
     ASSERT_NE(ops, nullptr);

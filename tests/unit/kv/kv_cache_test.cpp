@@ -145,9 +145,9 @@ TEST(SnapKvSelect, PoolsThenKeepsTheTopInOriginalOrder) {
 
 TEST(SnapKvSelect, AdaptiveKernel) {
   EXPECT_EQ(snapkv_kernel(7, 1000, 100), 7u);
-  EXPECT_EQ(snapkv_kernel(0, 1000, 100), 21u);   // 2 * 10 + 1
-  EXPECT_EQ(snapkv_kernel(0, 100, 100), 3u);     // clamped low
-  EXPECT_EQ(snapkv_kernel(0, 100000, 100), 31u); // clamped high
+  EXPECT_EQ(snapkv_kernel(0, 1000, 100), 21u);    // 2 * 10 + 1
+  EXPECT_EQ(snapkv_kernel(0, 100, 100), 3u);      // clamped low
+  EXPECT_EQ(snapkv_kernel(0, 100000, 100), 31u);  // clamped high
 }
 
 TEST(KvPolicy, BudgetsThatCannotHoldThePolicyAreRefused) {

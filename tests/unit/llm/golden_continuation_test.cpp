@@ -139,8 +139,7 @@ class GreedyContinuation : public ::testing::TestWithParam<BackendKind> {
 #endif
       ASSERT_NE(kind, BackendKind::Ref) << offered.message();
       ASSERT_NE(kind, BackendKind::Auto) << offered.message();
-      GTEST_SKIP() << "this build does not offer backend '" << backend_name(kind)
-                   << "': " << offered.message();
+      GTEST_SKIP() << "this build does not offer backend '" << backend_name(kind) << "': " << offered.message();
     }
     RuntimeConfig cfg;
     cfg.backend = kind;
@@ -155,10 +154,9 @@ class GreedyContinuation : public ::testing::TestWithParam<BackendKind> {
     engine_->persistent = aligned_buffer(plan.persistent_bytes);
     engine_->scratch = aligned_buffer(plan.scratch_bytes);
     if (kThreads > 1) engine_->pool = std::make_unique<port::LinuxThreadPool>(kThreads);
-    const Error e = engine_->runtime.init(converted_->model, cfg,
-                                          Span<uint8_t>(engine_->persistent.get(), plan.persistent_bytes),
-                                          Span<uint8_t>(engine_->scratch.get(), plan.scratch_bytes),
-                                          engine_->pool ? engine_->pool->pool() : nullptr);
+    const Error e = engine_->runtime.init(
+        converted_->model, cfg, Span<uint8_t>(engine_->persistent.get(), plan.persistent_bytes),
+        Span<uint8_t>(engine_->scratch.get(), plan.scratch_bytes), engine_->pool ? engine_->pool->pool() : nullptr);
     ASSERT_TRUE(e.ok()) << to_string(e.status()) << ": " << e.message();
   }
 
@@ -211,8 +209,8 @@ TEST_P(GreedyContinuation, TwoHundredTokensFromBosMatchLlamaCpp) {
   EXPECT_EQ(g.text.rfind("Once upon a time, there was a little girl named Lily", 0), 0u) << g.text;
   const std::vector<int32_t> ids = greedy(g.prompt, g.ids.size());
   const size_t same = first_difference(ids, g.ids);
-  std::printf("[golden] stories260K greedy, backend %s: %zu / %zu ids match llama.cpp\n",
-              backend_name(GetParam()), same, g.ids.size());
+  std::printf("[golden] stories260K greedy, backend %s: %zu / %zu ids match llama.cpp\n", backend_name(GetParam()),
+              same, g.ids.size());
   EXPECT_EQ(same, g.ids.size()) << "first difference at " << same << "\nkeel:      " << decode_text(ids)
                                 << "\nreference: " << g.text;
   EXPECT_EQ(ids, g.ids);

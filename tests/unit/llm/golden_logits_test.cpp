@@ -42,11 +42,11 @@ namespace {
 
 constexpr uint32_t kThreads = 2;
 constexpr uint32_t kLogitRows = 16;
-constexpr double kDecidedMargin = 0.25;       // nats between the reference's top-1 and top-2
+constexpr double kDecidedMargin = 0.25;        // nats between the reference's top-1 and top-2
 constexpr double kMinDecidedAgreement = 0.99;  // over positions with at least that margin
 constexpr size_t kMinDecidedPositions = 2000;
-constexpr double kMinTop1Agreement = 0.95;     // over all positions (measured 0.96)
-constexpr double kMaxMeanKl = 5e-3;            // approximate KL, mean (measured 2.2e-3)
+constexpr double kMinTop1Agreement = 0.95;  // over all positions (measured 0.96)
+constexpr double kMaxMeanKl = 5e-3;         // approximate KL, mean (measured 2.2e-3)
 constexpr double kMaxPplRelError = 0.01;
 
 struct Golden {
@@ -222,14 +222,14 @@ struct Comparison {
   size_t positions = 0;
   size_t top1_agree = 0;
   size_t first_disagreement = SIZE_MAX;
-  double max_margin_disagreeing = 0;  // largest reference top-1/top-2 margin where top-1 differs
+  double max_margin_disagreeing = 0;      // largest reference top-1/top-2 margin where top-1 differs
   size_t decided = 0, decided_agree = 0;  // positions with a margin of at least kDecidedMargin
-  double max_dlogit = 0;       // over the reference's top-k, raw logits
+  double max_dlogit = 0;                  // over the reference's top-k, raw logits
   size_t max_dlogit_at = 0;
   double kl_sum = 0, kl_max = 0;
   size_t kl_max_at = 0;
-  double nll_sum = 0;          // keel, tokens 1..n-1
-  double ref_nll_sum = 0;      // reference, same tokens
+  double nll_sum = 0;      // keel, tokens 1..n-1
+  double ref_nll_sum = 0;  // reference, same tokens
   double max_dnll = 0;
   bool finite = true;
 };
@@ -320,14 +320,14 @@ TEST_F(GoldenLogits, MatchesLlamaCppOverTheEssay) {
               g.meta.value("essay", "?").c_str(), n, backend_name(rt.backend().kind()), kThreads);
   std::printf("[golden] top-1 agreement %.4f (%zu / %zu), first disagreement at %lld\n", agreement, c.top1_agree,
               c.positions, c.first_disagreement == SIZE_MAX ? -1LL : (long long)c.first_disagreement);
-  std::printf("[golden] top-1 agreement where the reference's top-1 leads by >= %.2f nats: %.4f (%zu / %zu); "
-              "largest reference margin at a disagreement %.4f\n",
-              kDecidedMargin, c.decided ? double(c.decided_agree) / double(c.decided) : 0.0, c.decided_agree, c.decided,
-              c.max_margin_disagreeing);
-  std::printf("[golden] max |dlogit| over reference top-%u: %.4f (position %zu)\n", g.k, c.max_dlogit,
-              c.max_dlogit_at);
-  std::printf("[golden] approx KL(ref||keel) over top-%u + tail: mean %.3e, max %.3e (position %zu)\n", g.k,
-              kl_mean, c.kl_max, c.kl_max_at);
+  std::printf(
+      "[golden] top-1 agreement where the reference's top-1 leads by >= %.2f nats: %.4f (%zu / %zu); "
+      "largest reference margin at a disagreement %.4f\n",
+      kDecidedMargin, c.decided ? double(c.decided_agree) / double(c.decided) : 0.0, c.decided_agree, c.decided,
+      c.max_margin_disagreeing);
+  std::printf("[golden] max |dlogit| over reference top-%u: %.4f (position %zu)\n", g.k, c.max_dlogit, c.max_dlogit_at);
+  std::printf("[golden] approx KL(ref||keel) over top-%u + tail: mean %.3e, max %.3e (position %zu)\n", g.k, kl_mean,
+              c.kl_max, c.kl_max_at);
   std::printf("[golden] max |dNLL| of the next token: %.4f\n", c.max_dnll);
   if (g.meta.contains("llama_cpp_vs_float64") && g.meta["llama_cpp_vs_float64"].is_object()) {
     const nlohmann::json& f = g.meta["llama_cpp_vs_float64"];
@@ -354,16 +354,16 @@ TEST_F(GoldenLogits, TokenizerGivesTheReferenceIds) {
   opts.parse_special = false;
   std::vector<int32_t> ids(g.ids.size() + 256);
   size_t n = 0;
-  const Error e = engine_->runtime.tokenize(g.text.data(), g.text.size(), opts, Span<int32_t>(ids.data(), ids.size()),
-                                            &n);
+  const Error e =
+      engine_->runtime.tokenize(g.text.data(), g.text.size(), opts, Span<int32_t>(ids.data(), ids.size()), &n);
   ASSERT_TRUE(e.ok()) << to_string(e.status()) << ": " << e.message();
   ids.resize(std::min(n, ids.size()));
   EXPECT_EQ(n, g.ids.size());
   size_t first = 0;
   while (first < ids.size() && first < g.ids.size() && ids[first] == g.ids[first]) ++first;
   EXPECT_EQ(first, std::min(ids.size(), g.ids.size()))
-      << "first difference at token " << first << ": keel " << (first < ids.size() ? ids[first] : -1)
-      << ", reference " << (first < g.ids.size() ? g.ids[first] : -1);
+      << "first difference at token " << first << ": keel " << (first < ids.size() ? ids[first] : -1) << ", reference "
+      << (first < g.ids.size() ? g.ids[first] : -1);
 }
 
 }  // namespace

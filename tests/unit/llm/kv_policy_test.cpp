@@ -93,7 +93,8 @@ TEST(KvPolicies, BitIdenticalToFullWhileTheBudgetHoldsTheSequence) {
   Engine full(KvPolicyKind::Full, 300, 16);
   ASSERT_TRUE(full.error.ok()) << full.error.message();
   const std::vector<float> want = trace(full, prompt, 60);
-  for (KvPolicyKind k : {KvPolicyKind::Window, KvPolicyKind::Streaming, KvPolicyKind::SnapKV, KvPolicyKind::SnapStream}) {
+  for (KvPolicyKind k :
+       {KvPolicyKind::Window, KvPolicyKind::Streaming, KvPolicyKind::SnapKV, KvPolicyKind::SnapStream}) {
     Engine e(k, 300, 16);
     ASSERT_TRUE(e.error.ok()) << kv_policy_name(k) << ": " << e.error.message();
     const std::vector<float> got = trace(e, prompt, 60);
@@ -106,7 +107,8 @@ TEST(KvPolicies, BitIdenticalToFullWhileTheBudgetHoldsTheSequence) {
 TEST(KvPolicies, HundredThousandTokenPromptStaysInTheBudget) {
   ASSERT_TRUE(stories().model.loaded());
   const auto prompt = pseudo_random_ids(100000, 512, 5);
-  for (KvPolicyKind k : {KvPolicyKind::Window, KvPolicyKind::Streaming, KvPolicyKind::SnapKV, KvPolicyKind::SnapStream}) {
+  for (KvPolicyKind k :
+       {KvPolicyKind::Window, KvPolicyKind::Streaming, KvPolicyKind::SnapKV, KvPolicyKind::SnapStream}) {
     SCOPED_TRACE(kv_policy_name(k));
     Engine e(k, 1024, 64);
     ASSERT_TRUE(e.error.ok()) << e.error.message();

@@ -97,11 +97,7 @@ std::string describe(const PlanConfig& c) {
 
 const PlanConfig kConfigs[] = {
     // kv_budget_tokens, slots, chunk_tokens, threads, logit_rows
-    {1024, 1, 64, 1, 1},
-    {256, 2, 16, 2, 4},
-    {2048, 1, 64, 2, 16},
-    {7, 3, 1, 1, 1},
-    {100, 1, 33, 2, 33},
+    {1024, 1, 64, 1, 1}, {256, 2, 16, 2, 4}, {2048, 1, 64, 2, 16}, {7, 3, 1, 1, 1}, {100, 1, 33, 2, 33},
 };
 
 // A few tokens through every entry point that touches the arenas.

@@ -157,11 +157,15 @@ TEST(RuntimeNoAlloc, CounterSeesAllocations) {
   EXPECT_EQ(c.deallocations, 2);
 }
 
-TEST(RuntimeNoAlloc, StoriesF32Ref) { run_case({"na_st_f32_ref", false, convert::QuantMode::Keep, BackendKind::Ref, 1, 1000}); }
+TEST(RuntimeNoAlloc, StoriesF32Ref) {
+  run_case({"na_st_f32_ref", false, convert::QuantMode::Keep, BackendKind::Ref, 1, 1000});
+}
 TEST(RuntimeNoAlloc, StoriesF32Native) {
   run_case({"na_st_f32_nat", false, convert::QuantMode::Keep, BackendKind::Native, 2, 1000});
 }
-TEST(RuntimeNoAlloc, StoriesQ8Ref) { run_case({"na_st_q8_ref", false, convert::QuantMode::Q8, BackendKind::Ref, 1, 1000}); }
+TEST(RuntimeNoAlloc, StoriesQ8Ref) {
+  run_case({"na_st_q8_ref", false, convert::QuantMode::Q8, BackendKind::Ref, 1, 1000});
+}
 TEST(RuntimeNoAlloc, StoriesQ8Native) {
   run_case({"na_st_q8_nat", false, convert::QuantMode::Q8, BackendKind::Native, 2, 1000});
 }

@@ -48,7 +48,9 @@ TEST(SnapKvReference, KeepsWhatThePaperDefinitionKeeps) {
   rc.plan.chunk_tokens = uint32_t(ids.size());
   const MemoryPlan p = Runtime::plan(model, rc);
   std::vector<uint8_t> persistent(p.persistent_bytes + 64), scratch(p.scratch_bytes + 64);
-  auto aligned = [](std::vector<uint8_t>& v) { return v.data() + (64 - reinterpret_cast<uintptr_t>(v.data()) % 64) % 64; };
+  auto aligned = [](std::vector<uint8_t>& v) {
+    return v.data() + (64 - reinterpret_cast<uintptr_t>(v.data()) % 64) % 64;
+  };
   Runtime rt;
   ASSERT_TRUE(rt.init(model, rc, Span<uint8_t>(aligned(persistent), p.persistent_bytes),
                       Span<uint8_t>(aligned(scratch), p.scratch_bytes), nullptr)

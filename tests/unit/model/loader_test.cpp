@@ -76,8 +76,8 @@ TEST(Loader, TruncatedAtEverySectionBoundaryIsRejected) {
   Image whole(bytes);
   const fb::Model* meta = whole.meta();
   const uint64_t doff = meta->data_offset();
-  std::vector<size_t> cuts = {0, 1, 4, 7, 8, 12, 64, size_t(doff / 2), size_t(doff - 1), size_t(doff),
-                              size_t(doff + 1), bytes.size() - 1};
+  std::vector<size_t> cuts = {
+      0, 1, 4, 7, 8, 12, 64, size_t(doff / 2), size_t(doff - 1), size_t(doff), size_t(doff + 1), bytes.size() - 1};
   for (const fb::Tensor* t : *meta->tensors()) {
     cuts.push_back(size_t(doff + t->offset()));
     cuts.push_back(size_t(doff + t->offset() + t->size() / 2));
@@ -133,8 +133,8 @@ TEST(Loader, HandcraftedCorruptionsGetSpecificStatus) {
        Status::ModelBadSize, "takes"},
       {"unknown dtype", [&](Image& img) { tensor(img, 2)->mutate_dtype(static_cast<fb::DType>(77)); },
        Status::ModelBadDType, "unknown dtype 77"},
-      {"wrong layout", [&](Image& img) { tensor(img, 2)->mutate_layout(fb::Layout::RowMajor); },
-       Status::ModelBadDType, "requires layout"},
+      {"wrong layout", [&](Image& img) { tensor(img, 2)->mutate_layout(fb::Layout::RowMajor); }, Status::ModelBadDType,
+       "requires layout"},
       {"block size", [&](Image& img) { tensor(img, 2)->mutate_block_size(64); }, Status::ModelBadDType,
        "block size 64"},
       {"unknown role", [&](Image& img) { tensor(img, 2)->mutate_role(static_cast<fb::TensorRole>(200)); },
@@ -156,7 +156,9 @@ TEST(Loader, HandcraftedCorruptionsGetSpecificStatus) {
       {"bos out of range", [](Image& img) { img.meta()->mutable_tokenizer()->mutate_bos_id(512); },
        Status::ModelBadTokenizer, "bos_id = 512"},
       {"unknown token type",
-       [](Image& img) { img.meta()->mutable_tokenizer()->mutable_token_types()->Mutate(5, static_cast<fb::TokenType>(9)); },
+       [](Image& img) {
+         img.meta()->mutable_tokenizer()->mutable_token_types()->Mutate(5, static_cast<fb::TokenType>(9));
+       },
        Status::ModelBadTokenizer, "unknown type 9"},
       {"renamed tensor", [&](Image& img) { tensor(img, 2)->mutable_name()->Mutate(0, 'x'); },
        Status::ModelShapeMismatch, "role and layer make it"},
@@ -213,7 +215,9 @@ TEST(Loader, RandomByteFlipsNeverCrash) {
   for (int trial = 0; trial < 2000; ++trial) {
     Image img(bytes);
     for (int k = 0; k < 4; ++k) {
-      rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+      rng ^= rng << 13;
+      rng ^= rng >> 7;
+      rng ^= rng << 17;
       img.mem.get()[rng % meta_len] ^= uint8_t(1u << (rng >> 60 & 7));
     }
     const Error e = load(img);

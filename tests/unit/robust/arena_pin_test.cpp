@@ -88,8 +88,8 @@ SmolLM2Engine g_smollm2_engine;
 void expect_near_record(const std::string& what, uint64_t actual, uint64_t record) {
   if (actual * 100 > record * 103) {
     ADD_FAILURE() << what << " grew to " << actual << " bytes, " << (actual - record) << " (+"
-                  << (record ? 100.0 * double(actual - record) / double(record) : 0.0)
-                  << "%) over the recorded " << record
+                  << (record ? 100.0 * double(actual - record) / double(record) : 0.0) << "%) over the recorded "
+                  << record
                   << ". If the growth is deliberate, update the record in tests/unit/robust/arena_pin_test.cpp.";
   } else if (actual * 100 < record * 97) {
     ADD_FAILURE() << what << " shrank to " << actual << " bytes, " << (record - actual) << " (-"

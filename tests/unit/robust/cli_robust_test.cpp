@@ -148,7 +148,8 @@ TEST(CliRobust, BudgetBelowWhatThePolicyKeeps) {
       keel_cli("run -m " + q(stories()) + " -p hi --kv-policy streaming --sinks 8 --kv-budget 8 -t 1"), "run",
       "budget too small: streaming needs a budget above its 8 sinks; got 8 tokens");
   // `full` refuses a prompt longer than the budget before starting.
-  expect_one_line_error(keel_cli("run -m " + q(stories()) + " -p 'Once upon a time there was a dog' --kv-policy full "
+  expect_one_line_error(keel_cli("run -m " + q(stories()) +
+                                 " -p 'Once upon a time there was a dog' --kv-policy full "
                                  "--kv-budget 3 -t 1"),
                         "run", "exceeds the KV budget of 3 tokens");
   // A budget whose arenas exceed the machine's memory is refused before anything is touched

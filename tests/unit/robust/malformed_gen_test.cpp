@@ -86,9 +86,7 @@ struct Rng {
 
 const std::vector<uint8_t>& base() { return robust::stories_keel_bytes(); }
 
-uint64_t data_offset_of(const std::vector<uint8_t>& bytes) {
-  return fb::GetModel(bytes.data())->data_offset();
-}
+uint64_t data_offset_of(const std::vector<uint8_t>& bytes) { return fb::GetModel(bytes.data())->data_offset(); }
 
 // What a run of a loaded (possibly corrupted) model did; every step returns a Status.
 struct RunOutcome {
@@ -224,8 +222,8 @@ void data_flips(const std::vector<uint8_t>& bytes, const char* name, uint64_t se
       ++no_valid_logit;
     }
   }
-  std::printf("[malformed-gen] %s data flips: %d cases loaded, %d ran to the end, %d stopped at all-NaN logits\n",
-              name, kCases, ran, no_valid_logit);
+  std::printf("[malformed-gen] %s data flips: %d cases loaded, %d ran to the end, %d stopped at all-NaN logits\n", name,
+              kCases, ran, no_valid_logit);
 }
 
 TEST(MalformedGen, DataByteFlipsLoadAndRun) {

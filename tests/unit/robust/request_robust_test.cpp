@@ -220,9 +220,9 @@ TEST(RequestRobust, HugeAndOddTextsTokenize) {
     return s;
   };
   const std::pair<const char*, std::string> texts[] = {
-      {"1 MiB word", std::string(1 << 20, 'a')},      {"1 MiB of 0xff", std::string(1 << 20, '\xff')},
-      {"1 MiB of NUL", std::string(1 << 20, '\0')},   {"1 MiB of spaces", std::string(1 << 20, ' ')},
-      {"special texts", repeat("<s></s>", 50000)},   {"emoji", repeat("\xf0\x9f\x98\x80", 100000)},
+      {"1 MiB word", std::string(1 << 20, 'a')},    {"1 MiB of 0xff", std::string(1 << 20, '\xff')},
+      {"1 MiB of NUL", std::string(1 << 20, '\0')}, {"1 MiB of spaces", std::string(1 << 20, ' ')},
+      {"special texts", repeat("<s></s>", 50000)},  {"emoji", repeat("\xf0\x9f\x98\x80", 100000)},
   };
   for (const auto& [name, text] : texts) {
     for (const bool special : {false, true}) {
@@ -401,8 +401,10 @@ TEST(RequestRobust, ReinitNeverTouchesThePreviousArenas) {
     uint32_t obs_window;  // of the policy and the plan
   };
   const Step steps[] = {
-      {"snapstream", KvPolicyKind::SnapStream, 32}, {"full", KvPolicyKind::Full, 0},
-      {"snapkv", KvPolicyKind::SnapKV, 8},          {"streaming", KvPolicyKind::Streaming, 0},
+      {"snapstream", KvPolicyKind::SnapStream, 32},
+      {"full", KvPolicyKind::Full, 0},
+      {"snapkv", KvPolicyKind::SnapKV, 8},
+      {"streaming", KvPolicyKind::Streaming, 0},
       {"snapstream, window 16", KvPolicyKind::SnapStream, 16},
       {"snapstream without an observation window (the bug above)", KvPolicyKind::SnapStream, 0},
   };
@@ -461,10 +463,9 @@ TEST(RequestRobust, EveryAcceptedConfigurationServes) {
     rc.kv.snap_kernel = uint32_t(rng.below(8) == 0 ? 0 : 2 * rng.below(5) + 1);
     const std::string what = std::string(kv_policy_name(rc.kv.kind)) + " budget " +
                              std::to_string(rc.plan.kv_budget_tokens) + " chunk " +
-                             std::to_string(rc.plan.chunk_tokens) +
-                             " sinks " + std::to_string(rc.kv.sinks) + " window " + std::to_string(rc.kv.window) +
-                             " snap window " + std::to_string(rc.kv.obs_window) + " kernel " +
-                             std::to_string(rc.kv.snap_kernel);
+                             std::to_string(rc.plan.chunk_tokens) + " sinks " + std::to_string(rc.kv.sinks) +
+                             " window " + std::to_string(rc.kv.window) + " snap window " +
+                             std::to_string(rc.kv.obs_window) + " kernel " + std::to_string(rc.kv.snap_kernel);
     robust::Arenas a(stories(), rc);
     Runtime rt;
     Error e = rt.init(stories(), rc, a.persistent.span(), a.scratch.span(), nullptr);
@@ -601,8 +602,9 @@ TEST(RequestRobust, InvalidTokenIdsAreRefusedAndAppendNothing) {
       EXPECT_EQ(e.status(), Status::InvalidArgument) << what << ": " << describe(e);
       EXPECT_TRUE(has(e.message(), "token id " + std::to_string(bad) + " at " + std::to_string(at))) << e.message();
       size_t rows = 0;
-      e = r.rt.score(0, Span<const int32_t>(ids.data(), ids.size()),
-                     [](void* ctx, size_t, const float*) { ++*static_cast<size_t*>(ctx); }, &rows);
+      e = r.rt.score(
+          0, Span<const int32_t>(ids.data(), ids.size()),
+          [](void* ctx, size_t, const float*) { ++*static_cast<size_t*>(ctx); }, &rows);
       EXPECT_EQ(e.status(), Status::InvalidArgument) << what << ": " << describe(e);
       EXPECT_EQ(rows, 0u);
     }
@@ -636,7 +638,9 @@ TEST(RequestRobust, SlotOutOfRangeIsRefused) {
     EXPECT_EQ(r.rt.sample(slot).error().status(), Status::InvalidArgument);
     EXPECT_EQ(r.rt.reset(slot).status(), Status::InvalidArgument);
     EXPECT_EQ(r.rt.set_sampler(slot, text::SamplerConfig{}).status(), Status::InvalidArgument);
-    EXPECT_EQ(r.rt.score(slot, Span<const int32_t>(&one, 1), [](void*, size_t, const float*) {}, nullptr).status(),
+    EXPECT_EQ(r.rt.score(
+                      slot, Span<const int32_t>(&one, 1), [](void*, size_t, const float*) {}, nullptr)
+                  .status(),
               Status::InvalidArgument);
     EXPECT_TRUE(r.rt.logits(slot).empty());
     EXPECT_EQ(r.rt.sequence_length(slot), 0u);

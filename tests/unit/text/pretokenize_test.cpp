@@ -48,8 +48,7 @@ TEST(PreTokenize, MatchesReferenceSplits) {
       EXPECT_EQ(got, want) << name << " on " << nlohmann::json(text).dump();
     }
   }
-  std::printf("[ splits   ] %zu / %zu (text, pre-tokenizer) pairs match the reference\n", matched,
-              checked);
+  std::printf("[ splits   ] %zu / %zu (text, pre-tokenizer) pairs match the reference\n", matched, checked);
   EXPECT_GE(checked, 4u * 80u);
 }
 
@@ -74,13 +73,13 @@ TEST(UnicodeTables, Classes) {
   EXPECT_EQ(text::char_class(0x85), CharClass::Space);
   EXPECT_EQ(text::char_class(0xA0), CharClass::Space);
   EXPECT_EQ(text::char_class(0x3000), CharClass::Space);
-  EXPECT_EQ(text::char_class(0x200B), CharClass::Other);  // zero width space is Cf
-  EXPECT_EQ(text::char_class(0x4E2D), CharClass::Letter); // 中
-  EXPECT_EQ(text::char_class(0x0663), CharClass::Number); // Arabic-Indic three
-  EXPECT_EQ(text::char_class(0x2460), CharClass::Number); // circled one (No)
-  EXPECT_EQ(text::char_class(0x216B), CharClass::Number); // Roman numeral twelve (Nl)
-  EXPECT_EQ(text::char_class(0x0301), CharClass::Other);  // combining acute (Mn)
-  EXPECT_EQ(text::char_class(0x1F999), CharClass::Other); // llama emoji (So)
+  EXPECT_EQ(text::char_class(0x200B), CharClass::Other);   // zero width space is Cf
+  EXPECT_EQ(text::char_class(0x4E2D), CharClass::Letter);  // 中
+  EXPECT_EQ(text::char_class(0x0663), CharClass::Number);  // Arabic-Indic three
+  EXPECT_EQ(text::char_class(0x2460), CharClass::Number);  // circled one (No)
+  EXPECT_EQ(text::char_class(0x216B), CharClass::Number);  // Roman numeral twelve (Nl)
+  EXPECT_EQ(text::char_class(0x0301), CharClass::Other);   // combining acute (Mn)
+  EXPECT_EQ(text::char_class(0x1F999), CharClass::Other);  // llama emoji (So)
   EXPECT_EQ(text::char_class(0x10FFFF), CharClass::Other);
   EXPECT_EQ(text::char_class(0x110000), CharClass::Other);
   EXPECT_EQ(text::char_class(text::kInvalidCodePoint), CharClass::Other);
@@ -93,20 +92,18 @@ TEST(ByteAlphabet, IsABijection) {
   }
   EXPECT_EQ(text::byte_to_code_point('A'), uint32_t('A'));
   EXPECT_EQ(text::byte_to_code_point(0), 0x100u);
-  EXPECT_EQ(text::code_point_to_byte(0x20), -1);   // space is shown as U+0120, not itself
+  EXPECT_EQ(text::code_point_to_byte(0x20), -1);  // space is shown as U+0120, not itself
   EXPECT_EQ(text::code_point_to_byte(0x144), -1);
 }
 
 TEST(Utf8, DecodeIsStrict) {
-  auto dec = [](const char* s, size_t n) {
-    return text::utf8_decode(reinterpret_cast<const uint8_t*>(s), n);
-  };
+  auto dec = [](const char* s, size_t n) { return text::utf8_decode(reinterpret_cast<const uint8_t*>(s), n); };
   EXPECT_EQ(dec("\xE2\x82\xAC", 3).cp, 0x20ACu);
   EXPECT_EQ(dec("\xF0\x9F\xA6\x99", 4).cp, 0x1F999u);
-  EXPECT_EQ(dec("\xC0\xAF", 2).cp, text::kInvalidCodePoint);      // overlong
-  EXPECT_EQ(dec("\xED\xA0\x80", 3).cp, text::kInvalidCodePoint);  // surrogate
+  EXPECT_EQ(dec("\xC0\xAF", 2).cp, text::kInvalidCodePoint);          // overlong
+  EXPECT_EQ(dec("\xED\xA0\x80", 3).cp, text::kInvalidCodePoint);      // surrogate
   EXPECT_EQ(dec("\xF4\x90\x80\x80", 4).cp, text::kInvalidCodePoint);  // > U+10FFFF
-  EXPECT_EQ(dec("\xE2\x82", 2).len, 1u);                          // truncated
+  EXPECT_EQ(dec("\xE2\x82", 2).len, 1u);                              // truncated
 }
 
 }  // namespace

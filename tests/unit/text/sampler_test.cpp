@@ -24,8 +24,7 @@ struct Fixture {
     EXPECT_TRUE(e.ok()) << e.message();
   }
   int32_t sample(std::vector<float> logits, const std::vector<int32_t>& recent = {}) {
-    return sampler.sample(Span<float>(logits.data(), logits.size()),
-                          Span<const int32_t>(recent.data(), recent.size()));
+    return sampler.sample(Span<float>(logits.data(), logits.size()), Span<const int32_t>(recent.data(), recent.size()));
   }
 };
 
@@ -170,9 +169,9 @@ TEST(Sampler, RepetitionPenaltyDiscouragesRecentTokens) {
   // Repeated ids are penalized once; negative logits are multiplied.
   std::vector<float> logits = {3.0f, 2.0f, 1.0f, -1.0f};
   const std::vector<int32_t> recent = {1, 0, 0, 3, 3};  // window 2: only {3}
-  EXPECT_EQ(f.sampler.sample(Span<float>(logits.data(), logits.size()),
-                             Span<const int32_t>(recent.data(), recent.size())),
-            0);
+  EXPECT_EQ(
+      f.sampler.sample(Span<float>(logits.data(), logits.size()), Span<const int32_t>(recent.data(), recent.size())),
+      0);
   EXPECT_EQ(logits, (std::vector<float>{3.0f, 2.0f, 1.0f, -2.0f}));
   // Out-of-range history is ignored.
   EXPECT_EQ(f.sample({3.0f, 2.0f, 1.0f, -1.0f}, {-5, 99}), 0);

@@ -28,21 +28,17 @@ std::unique_ptr<LoadedTokenizer> smollm2() {
 std::unique_ptr<LoadedTokenizer> llama_spm() {
   convert::SourceTokenizer src;
   std::string error;
-  if (!load_gguf_vocab(require_file(shared_path("fixtures/ggml-vocab-llama-spm.gguf")), src,
-                       error)) {
+  if (!load_gguf_vocab(require_file(shared_path("fixtures/ggml-vocab-llama-spm.gguf")), src, error)) {
     ADD_FAILURE() << error;
     return nullptr;
   }
   return make_tokenizer(src);
 }
 
-bool valid_utf8(const std::string& s) {
-  return text::utf8_valid(reinterpret_cast<const uint8_t*>(s.data()), s.size());
-}
+bool valid_utf8(const std::string& s) { return text::utf8_valid(reinterpret_cast<const uint8_t*>(s.data()), s.size()); }
 
 // Pushes ids one by one; every chunk must be well-formed UTF-8 on its own.
-std::string stream(const text::Tokenizer& tok, const std::vector<int32_t>& ids,
-                   text::DecodeOptions opt = {}) {
+std::string stream(const text::Tokenizer& tok, const std::vector<int32_t>& ids, text::DecodeOptions opt = {}) {
   text::StreamDecoder dec(tok, opt);
   std::vector<char> buf(dec.max_push_bytes());
   std::string out;
@@ -97,7 +93,9 @@ TEST(StreamDecoder, HoldsBackAnIncompleteCharacter) {
   ASSERT_TRUE(dec.push(243, out, &n).ok());
   ASSERT_TRUE(dec.push(162, out, &n).ok());
   ASSERT_TRUE(dec.push(29874, out, &n).ok());  // "a"
-  EXPECT_EQ(std::string(buf.data(), n), "\xEF\xBF\xBD" "a");
+  EXPECT_EQ(std::string(buf.data(), n),
+            "\xEF\xBF\xBD"
+            "a");
   // Cut off by the end of the stream.
   ASSERT_TRUE(dec.push(228, out, &n).ok());  // <0xE1>
   EXPECT_EQ(dec.flush(out), 3u);
@@ -159,14 +157,10 @@ TEST(StreamDecoder, WholeSequenceDecode) {
   const std::vector<int32_t> ids = t->encode(text);
   char out[64];
   size_t n = 0;
-  ASSERT_TRUE(text::decode(t->tok, Span<const int32_t>(ids.data(), ids.size()), Span<char>(out),
-                           &n)
-                  .ok());
+  ASSERT_TRUE(text::decode(t->tok, Span<const int32_t>(ids.data(), ids.size()), Span<char>(out), &n).ok());
   EXPECT_EQ(std::string(out, n), text);
   char tiny[4];
-  EXPECT_EQ(text::decode(t->tok, Span<const int32_t>(ids.data(), ids.size()), Span<char>(tiny),
-                         &n)
-                .status(),
+  EXPECT_EQ(text::decode(t->tok, Span<const int32_t>(ids.data(), ids.size()), Span<char>(tiny), &n).status(),
             Status::InvalidArgument);
 }
 

@@ -24,8 +24,7 @@ long allocations_for(LoadedTokenizer& t, const std::string& text, bool parse_spe
   size_t n = 0, at = 0;
 
   start_alloc_counting();
-  const Error e = t.tok.encode(text.data(), text.size(), opt,
-                               Span<int32_t>(ids.data(), ids.size()), &n, t.scratch);
+  const Error e = t.tok.encode(text.data(), text.size(), opt, Span<int32_t>(ids.data(), ids.size()), &n, t.scratch);
   dec.reset(t.tok, print);
   for (size_t i = 0; i < n && e.ok(); ++i) {
     size_t k = 0;
@@ -46,14 +45,12 @@ TEST(TextNoAlloc, EncodeAndDecode) {
   const std::string dir = shared_path("fixtures/smollm2-135m-tokenizer");
   require_file(dir + "/tokenizer.json");
   ASSERT_TRUE(load_hf_tokenizer_json(dir, bpe, error)) << error;
-  ASSERT_TRUE(load_gguf_vocab(require_file(shared_path("fixtures/ggml-vocab-llama-spm.gguf")),
-                              spm, error))
-      << error;
+  ASSERT_TRUE(load_gguf_vocab(require_file(shared_path("fixtures/ggml-vocab-llama-spm.gguf")), spm, error)) << error;
   auto b = make_tokenizer(bpe);
   auto s = make_tokenizer(spm);
   ASSERT_TRUE(b && s);
-  const std::string text = "Hello, w\xC3\xB6rld! 1234 \xF0\x9F\xA6\x99 \t\n  code(x) { return y; }" +
-                           std::string(2000, ' ') + "end";
+  const std::string text =
+      "Hello, w\xC3\xB6rld! 1234 \xF0\x9F\xA6\x99 \t\n  code(x) { return y; }" + std::string(2000, ' ') + "end";
   EXPECT_EQ(allocations_for(*b, text, false), 0);
   EXPECT_EQ(allocations_for(*b, "<|im_start|>user\nhi<|im_end|>", true), 0);
   EXPECT_EQ(allocations_for(*s, text, false), 0);
@@ -77,8 +74,7 @@ TEST(TextNoAlloc, Sample) {
   int32_t id = -1;
   start_alloc_counting();
   for (int i = 0; i < 10; ++i) {
-    id = sampler.sample(Span<float>(logits.data(), logits.size()),
-                        Span<const int32_t>(recent.data(), recent.size()));
+    id = sampler.sample(Span<float>(logits.data(), logits.size()), Span<const int32_t>(recent.data(), recent.size()));
   }
   const AllocCounts counts = stop_alloc_counting();
   EXPECT_EQ(counts.total(), 0);

@@ -48,8 +48,8 @@ TEST(TokenizerBpe, MatchesHuggingFaceOnGoldenCorpus) {
       ++roundtrips;
     }
   }
-  std::printf("[ corpus   ] %zu / %zu strings match the reference, %zu decoded back exactly\n",
-              matched, entries.size(), roundtrips);
+  std::printf("[ corpus   ] %zu / %zu strings match the reference, %zu decoded back exactly\n", matched, entries.size(),
+              roundtrips);
   EXPECT_EQ(matched, entries.size());
 }
 
@@ -79,8 +79,7 @@ TEST(TokenizerBpe, OutputTooSmallSaysHowManyIdsAreNeeded) {
   const Error e = t->tok.encode(text.data(), text.size(), {}, Span<int32_t>(out), &n, t->scratch);
   EXPECT_EQ(e.status(), Status::PromptTooLong);
   EXPECT_EQ(n, all.size());
-  EXPECT_NE(std::string(e.message()).find(std::to_string(all.size())), std::string::npos)
-      << e.message();
+  EXPECT_NE(std::string(e.message()).find(std::to_string(all.size())), std::string::npos) << e.message();
   for (int i = 0; i < 3; ++i) EXPECT_EQ(out[i], all[size_t(i)]);
 }
 
@@ -106,8 +105,7 @@ TEST(TokenizerBpe, IllFormedUtf8EncodesItsBytes) {
   EXPECT_EQ(bytes, text);
   // The stream decoder never emits ill-formed UTF-8: each maximal bad subpart is one U+FFFD.
   const std::string fffd = "\xEF\xBF\xBD";
-  EXPECT_EQ(t->decode(ids),
-            "ok " + fffd + fffd + " bytes " + fffd + " and " + fffd + " cut " + fffd);
+  EXPECT_EQ(t->decode(ids), "ok " + fffd + fffd + " bytes " + fffd + " and " + fffd + " cut " + fffd);
   // Bytes whose alphabet character the vocabulary lacks (0xFE, 0xFF never occur in UTF-8) are
   // dropped, as the reference drops characters it has no token for.
   EXPECT_EQ(t->encode("a\xfe\xff"), t->encode("a"));
@@ -116,8 +114,7 @@ TEST(TokenizerBpe, IllFormedUtf8EncodesItsBytes) {
   strict.reject_invalid_utf8 = true;
   int32_t out[64];
   size_t n = 0;
-  const Error e =
-      t->tok.encode(text.data(), text.size(), strict, Span<int32_t>(out), &n, t->scratch);
+  const Error e = t->tok.encode(text.data(), text.size(), strict, Span<int32_t>(out), &n, t->scratch);
   EXPECT_EQ(e.status(), Status::InvalidUtf8);
   EXPECT_EQ(n, 0u);
 }
@@ -125,13 +122,11 @@ TEST(TokenizerBpe, IllFormedUtf8EncodesItsBytes) {
 TEST(TokenizerBpe, LongPreTokensAreCutAndStillRoundTrip) {
   auto t = smollm2();
   ASSERT_TRUE(t);
-  for (const std::string& text :
-       {std::string(5000, ' ') + "x", std::string(3000, 'a'), std::string(2500, '!'),
-        [] {
-          std::string s;
-          for (int i = 0; i < 800; ++i) s += "\xC3\xA9";  // é: cut only at character starts
-          return s;
-        }()}) {
+  for (const std::string& text : {std::string(5000, ' ') + "x", std::string(3000, 'a'), std::string(2500, '!'), [] {
+                                    std::string s;
+                                    for (int i = 0; i < 800; ++i) s += "\xC3\xA9";  // é: cut only at character starts
+                                    return s;
+                                  }()}) {
     const std::vector<int32_t> ids = t->encode(text);
     EXPECT_FALSE(ids.empty());
     EXPECT_EQ(t->decode(ids), text);
@@ -165,12 +160,10 @@ TEST(TokenizerBpe, RejectsBrokenTables) {
   src.merges = {"a b"};
   src.bos_id = 7;  // out of range
   auto table = build_tokenizer_table(src);
-  std::vector<uint8_t> mem(text::Tokenizer::arena_bytes(
-      flatbuffers::GetRoot<fb::Tokenizer>(table.data())));
+  std::vector<uint8_t> mem(text::Tokenizer::arena_bytes(flatbuffers::GetRoot<fb::Tokenizer>(table.data())));
   Arena arena(mem.data(), mem.size());
   text::Tokenizer tok;
-  EXPECT_EQ(tok.init(flatbuffers::GetRoot<fb::Tokenizer>(table.data()), arena).status(),
-            Status::ModelBadTokenizer);
+  EXPECT_EQ(tok.init(flatbuffers::GetRoot<fb::Tokenizer>(table.data()), arena).status(), Status::ModelBadTokenizer);
 
   src.bos_id = -1;
   src.merges = {"a c"};  // names a token that does not exist
@@ -184,8 +177,7 @@ TEST(TokenizerBpe, RejectsBrokenTables) {
   table = build_tokenizer_table(src);
   std::vector<uint8_t> tiny(64);
   Arena small(tiny.data(), tiny.size());
-  EXPECT_EQ(tok.init(flatbuffers::GetRoot<fb::Tokenizer>(table.data()), small).status(),
-            Status::ArenaTooSmall);
+  EXPECT_EQ(tok.init(flatbuffers::GetRoot<fb::Tokenizer>(table.data()), small).status(), Status::ArenaTooSmall);
   EXPECT_EQ(tok.init(nullptr, small).status(), Status::ModelMissingField);
 }
 

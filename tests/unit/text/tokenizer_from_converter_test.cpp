@@ -38,20 +38,16 @@ std::unique_ptr<LoadedTokenizer> from_converter(const convert::SourceTokenizer& 
 
 TEST(TokenizerFromConverter, GgufLlamaSpmVocab) {
   std::string error;
-  const auto model = convert::read_gguf(
-      require_file(shared_path("fixtures/llama-2-tiny-random.gguf")), error);
+  const auto model = convert::read_gguf(require_file(shared_path("fixtures/llama-2-tiny-random.gguf")), error);
   ASSERT_TRUE(model) << error;
   convert::SourceTokenizer vocab_only;
-  ASSERT_TRUE(load_gguf_vocab(shared_path("fixtures/ggml-vocab-llama-spm.gguf"), vocab_only, error))
-      << error;
+  ASSERT_TRUE(load_gguf_vocab(shared_path("fixtures/ggml-vocab-llama-spm.gguf"), vocab_only, error)) << error;
   ASSERT_EQ(model->tokenizer.tokens, vocab_only.tokens);
   ASSERT_EQ(model->tokenizer.scores, vocab_only.scores);
   auto t = from_converter(model->tokenizer);
   ASSERT_TRUE(t);
-  const auto inputs =
-      read_ggml_vocab_inputs(require_file(shared_path("fixtures/ggml-vocab-llama-spm.gguf.inp")));
-  const auto outputs =
-      read_ggml_vocab_outputs(require_file(shared_path("fixtures/ggml-vocab-llama-spm.gguf.out")));
+  const auto inputs = read_ggml_vocab_inputs(require_file(shared_path("fixtures/ggml-vocab-llama-spm.gguf.inp")));
+  const auto outputs = read_ggml_vocab_outputs(require_file(shared_path("fixtures/ggml-vocab-llama-spm.gguf.out")));
   ASSERT_EQ(inputs.size(), outputs.size());
   ASSERT_FALSE(inputs.empty());
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -61,9 +57,8 @@ TEST(TokenizerFromConverter, GgufLlamaSpmVocab) {
 
 TEST(TokenizerFromConverter, Llama2cStories260K) {
   std::string error;
-  const auto model =
-      convert::read_llama2c(require_file(shared_path("models/stories260K/stories260K.bin")),
-                            require_file(shared_path("models/stories260K/tok512.bin")), error);
+  const auto model = convert::read_llama2c(require_file(shared_path("models/stories260K/stories260K.bin")),
+                                           require_file(shared_path("models/stories260K/tok512.bin")), error);
   ASSERT_TRUE(model) << error;
   auto t = from_converter(model->tokenizer);
   ASSERT_TRUE(t);

@@ -16,8 +16,7 @@ namespace {
 std::unique_ptr<LoadedTokenizer> llama_spm() {
   convert::SourceTokenizer src;
   std::string error;
-  if (!load_gguf_vocab(require_file(shared_path("fixtures/ggml-vocab-llama-spm.gguf")), src,
-                       error)) {
+  if (!load_gguf_vocab(require_file(shared_path("fixtures/ggml-vocab-llama-spm.gguf")), src, error)) {
     ADD_FAILURE() << error;
     return nullptr;
   }
@@ -28,8 +27,7 @@ std::unique_ptr<LoadedTokenizer> llama_spm() {
 std::unique_ptr<LoadedTokenizer> stories260k() {
   convert::SourceTokenizer src;
   std::string error;
-  if (!load_llama2c_tokenizer(require_file(shared_path("models/stories260K/tok512.bin")), src,
-                              error)) {
+  if (!load_llama2c_tokenizer(require_file(shared_path("models/stories260K/tok512.bin")), src, error)) {
     ADD_FAILURE() << error;
     return nullptr;
   }
@@ -39,10 +37,8 @@ std::unique_ptr<LoadedTokenizer> stories260k() {
 TEST(TokenizerSpm, MatchesLlamaCppVocabTestVectors) {
   auto t = llama_spm();
   ASSERT_TRUE(t);
-  const auto inputs =
-      read_ggml_vocab_inputs(require_file(shared_path("fixtures/ggml-vocab-llama-spm.gguf.inp")));
-  const auto outputs =
-      read_ggml_vocab_outputs(require_file(shared_path("fixtures/ggml-vocab-llama-spm.gguf.out")));
+  const auto inputs = read_ggml_vocab_inputs(require_file(shared_path("fixtures/ggml-vocab-llama-spm.gguf.inp")));
+  const auto outputs = read_ggml_vocab_outputs(require_file(shared_path("fixtures/ggml-vocab-llama-spm.gguf.out")));
   ASSERT_FALSE(inputs.empty());
   ASSERT_EQ(inputs.size(), outputs.size());
   size_t matched = 0, roundtrips = 0;
@@ -54,8 +50,8 @@ TEST(TokenizerSpm, MatchesLlamaCppVocabTestVectors) {
     if (back == inputs[i]) ++roundtrips;
     EXPECT_EQ(back, inputs[i]) << "text #" << i;
   }
-  std::printf("[ vectors  ] %zu / %zu strings match llama.cpp, %zu decoded back exactly\n",
-              matched, inputs.size(), roundtrips);
+  std::printf("[ vectors  ] %zu / %zu strings match llama.cpp, %zu decoded back exactly\n", matched, inputs.size(),
+              roundtrips);
 }
 
 TEST(TokenizerSpm, BosAndSpecialTokens) {
@@ -89,8 +85,7 @@ TEST(TokenizerSpm, ByteFallbackAndIllFormedUtf8) {
 TEST(TokenizerSpm, LongWordsAreCutAndStillRoundTrip) {
   auto t = llama_spm();
   ASSERT_TRUE(t);
-  for (const std::string& text :
-       {std::string(3000, 'a'), std::string(2000, ' ') + "x", std::string("word ") + "x"}) {
+  for (const std::string& text : {std::string(3000, 'a'), std::string(2000, ' ') + "x", std::string("word ") + "x"}) {
     const std::vector<int32_t> ids = t->encode(text);
     EXPECT_EQ(t->decode(ids), text);
   }
@@ -140,8 +135,18 @@ namespace {
 TEST(TokenizerSpm, PieceAcrossSpaceDisablesWordCuts) {
   convert::SourceTokenizer src;
   src.kind = convert::TokenizerKind::SentencePieceBpe;
-  src.tokens = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "a", "b", "\xE2\x96\x81" "a",
-                "\xE2\x96\x81" "b", "a\xE2\x96\x81" "b"};
+  src.tokens = {"<unk>",
+                "<s>",
+                "</s>",
+                "\xE2\x96\x81",
+                "a",
+                "b",
+                "\xE2\x96\x81"
+                "a",
+                "\xE2\x96\x81"
+                "b",
+                "a\xE2\x96\x81"
+                "b"};
   src.scores = {0, 0, 0, -1, -2, -3, -10, -5, -4};
   src.token_types = {2, 3, 3, 1, 1, 1, 1, 1, 1};
   src.unk_id = 0;
