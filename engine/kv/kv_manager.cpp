@@ -7,7 +7,7 @@
 namespace keel {
 
 Error KvManager::init(const KvPolicyConfig& policy, uint32_t budget, uint32_t chunk, uint32_t capacity,
-                      uint32_t threads, const SnapScratch& scratch, const ThreadPool* pool, KvModelHooks* hooks) {
+                      const SnapScratch& scratch, const ThreadPool* pool, KvModelHooks* hooks) {
   KEEL_TRY(validate_kv_policy(policy, budget, chunk));
   KEEL_ENSURE(!kv_policy_uses_snapkv(policy.kind) || (scratch.rows && scratch.sums && scratch.pooled && scratch.order &&
                                                       scratch.keep && scratch.compact && scratch.rope && hooks),
@@ -17,7 +17,6 @@ Error KvManager::init(const KvPolicyConfig& policy, uint32_t budget, uint32_t ch
   budget_ = budget;
   chunk_ = chunk;
   capacity_ = capacity;
-  threads_ = threads ? threads : 1;
   snap_ = scratch;
   pool_ = pool;
   hooks_ = hooks;

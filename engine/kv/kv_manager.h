@@ -29,8 +29,9 @@ struct SnapScratch {
 
 class KvManager {
  public:
-  // `scratch` may be empty for policies that do not use SnapKV. `threads` workers score heads.
-  Error init(const KvPolicyConfig& policy, uint32_t budget, uint32_t chunk, uint32_t capacity, uint32_t threads,
+  // `scratch` may be empty for policies that do not use SnapKV; its per-worker rows hold
+  // `capacity` entries. The pool's workers score (layer, KV head) pairs.
+  Error init(const KvPolicyConfig& policy, uint32_t budget, uint32_t chunk, uint32_t capacity,
              const SnapScratch& scratch, const ThreadPool* pool, KvModelHooks* hooks);
 
   const KvPolicyConfig& policy() const { return policy_; }
@@ -57,7 +58,6 @@ class KvManager {
   uint32_t budget_ = 0;
   uint32_t chunk_ = 0;
   uint32_t capacity_ = 0;
-  uint32_t threads_ = 1;
   SnapScratch snap_;
   const ThreadPool* pool_ = nullptr;
   KvModelHooks* hooks_ = nullptr;

@@ -59,8 +59,8 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
   snap.keep = regions.get<uint32_t>(Region::SnapKeep);
   snap.compact = regions.get<uint8_t>(Region::SnapCompact);
   snap.rope = regions.get<float>(Region::SnapRope);
-  KEEL_TRY(kv_.init(config.kv, pc.kv_budget_tokens, pc.chunk_tokens, uint32_t(p.kv_capacity_tokens), pc.threads, snap,
-                    pool, &transformer_));
+  KEEL_TRY(kv_.init(config.kv, pc.kv_budget_tokens, pc.chunk_tokens, uint32_t(p.kv_capacity_tokens), snap, pool,
+                    &transformer_));
   KEEL_ENSURE(text::Sampler::arena_bytes(model.shape().vocab_size) <= p.sampler_bytes, Status::Internal,
               "sampler needs %zu bytes, planned %llu", text::Sampler::arena_bytes(model.shape().vocab_size),
               (unsigned long long)p.sampler_bytes);
