@@ -57,6 +57,9 @@ typedef struct keel_config {
   uint32_t obs_window;     /* snapkv, snapstream: observation window; 0 = the model's (else 32) */
   int32_t snap_kernel;     /* max-pool kernel (odd); 0 = the model's for its own policy, else the
                               policy's (7 snapkv, 31 snapstream); -1 = adaptive */
+  uint32_t verify_weights; /* non-zero: keel_init checks every tensor's CRC-32C first (reads all
+                              weights once; KEEL_ERR_BAD_MODEL naming the tensor on a mismatch,
+                              also for a format-1 file, which has no checksums) */
 } keel_config;
 
 typedef struct keel_plan_info {

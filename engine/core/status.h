@@ -30,7 +30,9 @@ enum class Status : uint16_t {
   ModelBadTokenizer,
   ModelMissingTensor,
   ModelDuplicateTensor,
-  ModelBadSize,  // tensor byte size inconsistent with dtype and shape
+  ModelBadSize,           // tensor byte size inconsistent with dtype and shape
+  ModelChecksumMismatch,  // tensor bytes differ from what the converter wrote
+  ModelNoChecksums,       // asked to verify a file written before tensors carried checksums
   // Out of memory in an arena
   ArenaTooSmall = 300,
   KvFull,

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/crc32c.h"
 #include "core/format.h"
 #include "flatbuffers/flatbuffers.h"
 #include "model/weight_format.h"
@@ -213,8 +214,9 @@ Error Model::load(Span<const uint8_t> image) {
                 "metadata is not a valid keel.fb.Model FlatBuffer (file %zu bytes; truncated or corrupted)", n);
   }
   const fb::Model* m = fb::GetModel(p);
-  KEEL_ENSURE(m->format_version() == kFormatVersion, Status::ModelBadVersion,
-              "format version %" PRIu32 "; this engine reads version %" PRIu32, m->format_version(), kFormatVersion);
+  KEEL_ENSURE(m->format_version() >= kOldestFormatVersion && m->format_version() <= kFormatVersion,
+              Status::ModelBadVersion, "format version %" PRIu32 "; this engine reads versions %" PRIu32 "..%" PRIu32,
+              m->format_version(), kOldestFormatVersion, kFormatVersion);
   const uint64_t doff = m->data_offset(), dsize = m->data_size();
   KEEL_ENSURE(doff % 64 == 0 && doff >= 8, Status::ModelMisaligned,
               "data section offset %llu; expected a non-zero multiple of 64", (unsigned long long)doff);
@@ -369,6 +371,23 @@ TensorView Model::tensor(TensorRole role, int layer) const {
   v.data = data_ + t->offset();
   v.bytes = t->size();
   return v;
+}
+
+Error Model::verify_checksums() const {
+  KEEL_ENSURE(meta_ != nullptr, Status::InvalidArgument, "model is not loaded");
+  KEEL_ENSURE(has_checksums(), Status::ModelNoChecksums,
+              "format version %" PRIu32 " carries no tensor checksums; expected version >= %" PRIu32
+              " (convert the source again)",
+              meta_->format_version(), kFirstChecksumVersion);
+  const auto* tensors = meta_->tensors();
+  for (uint32_t i = 0; i < tensors->size(); ++i) {
+    const fb::Tensor* t = tensors->Get(i);
+    const uint32_t actual = crc32c(data_ + t->offset(), size_t(t->size()));
+    KEEL_ENSURE(actual == t->crc32c(), Status::ModelChecksumMismatch,
+                "tensor %s: CRC-32C of its %llu bytes is %08" PRIx32 "; the file says %08" PRIx32, t->name()->c_str(),
+                (unsigned long long)t->size(), actual, t->crc32c());
+  }
+  return Error();
 }
 
 Error Model::check_tokens(Span<const int32_t> tokens) const {

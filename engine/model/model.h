@@ -10,7 +10,11 @@
 
 namespace keel {
 
-constexpr uint32_t kFormatVersion = 1;
+// Version 2: every tensor carries a CRC-32C of its bytes. Version 1 files (no checksums) still
+// load; only verify_checksums() refuses them.
+constexpr uint32_t kFormatVersion = 2;
+constexpr uint32_t kOldestFormatVersion = 1;
+constexpr uint32_t kFirstChecksumVersion = 2;
 
 // Upper bounds the verifier enforces; far above any edge model, low enough that products of
 // them cannot overflow 64-bit arithmetic.
@@ -61,6 +65,10 @@ class Model {
   uint64_t weights_bytes() const { return data_size_; }
   // InvalidArgument naming the first id outside the vocabulary and its index.
   Error check_tokens(Span<const int32_t> tokens) const;
+  bool has_checksums() const { return meta_ && meta_->format_version() >= kFirstChecksumVersion; }
+  // Recomputes every tensor's CRC-32C: ModelChecksumMismatch naming the first tensor whose bytes
+  // differ (and both sums), ModelNoChecksums for a version 1 file. Reads all weights once.
+  Error verify_checksums() const;
 
  private:
   const fb::Model* meta_ = nullptr;

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "convert/pack.h"
+#include "core/crc32c.h"
 #include "llm/plan.h"
 #include "model/model.h"
 #include "model/weight_format.h"
@@ -113,6 +114,7 @@ namespace {
 struct PlannedTensor {
   DType dtype;
   uint64_t rows, cols, offset, size;
+  uint32_t crc32c;  // of the written bytes; known once the tensor is written
 };
 
 // Builds the metadata FlatBuffer. `data_offset` is written as given; every field is forced so
@@ -143,6 +145,7 @@ void build_metadata(flatbuffers::FlatBufferBuilder& fbb, const SourceModel& m,
     tb.add_layout(keel::layout_for(p.dtype));
     tb.add_offset(p.offset);
     tb.add_size(p.size);
+    tb.add_crc32c(p.crc32c);
     tensors.push_back(tb.Finish());
   }
   auto tensors_vec = fbb.CreateVector(tensors);
@@ -222,8 +225,8 @@ bool encode_rows(const SourceTensor& t, DType dtype, const uint8_t* raw, uint64_
 // Writes one tensor (exactly p.size bytes). When the source reads byte ranges, a large matrix
 // goes through in groups of whole 16-row panels, so the working set stays a few MiB whatever
 // the tensor's size; otherwise the tensor is read whole.
-bool write_tensor(FILE* f, const SourceTensor& t, const PlannedTensor& p, std::vector<uint8_t>& raw,
-                  std::vector<float>& f32, std::vector<uint8_t>& out, uint64_t& working, std::string& error) {
+bool write_tensor(FILE* f, const SourceTensor& t, PlannedTensor& p, std::vector<uint8_t>& raw, std::vector<float>& f32,
+                  std::vector<uint8_t>& out, uint64_t& working, std::string& error) {
   const uint64_t row_bytes = encoded_bytes(t.type, p.cols);
   if (row_bytes == 0 || row_bytes * p.rows != t.n_bytes) {
     error = "tensor " + t.name + " has " + std::to_string(t.n_bytes) + " bytes; " + src_type_name(t.type) + " [" +
@@ -249,6 +252,7 @@ bool write_tensor(FILE* f, const SourceTensor& t, const PlannedTensor& p, std::v
     }
   }
   uint64_t written = 0;
+  p.crc32c = 0;
   for (uint64_t r0 = 0; r0 < p.rows; r0 += step) {
     const uint64_t nr = p.rows - r0 < step ? p.rows - r0 : step;
     const uint8_t* src = nullptr;
@@ -270,6 +274,7 @@ bool write_tensor(FILE* f, const SourceTensor& t, const PlannedTensor& p, std::v
       error = std::string("write failed: ") + strerror(errno);
       return false;
     }
+    p.crc32c = keel::crc32c(out.data(), out.size(), p.crc32c);
     written += out.size();
     const uint64_t w = raw.capacity() + f32.capacity() * sizeof(float) + out.capacity();
     if (w > working) working = w;
@@ -343,7 +348,8 @@ bool write_keel(const SourceModel& m, const WriteOptions& opts, const std::strin
   const keel::MemoryPlan plan = keel::plan_memory(plan_shape(m), rc.plan, rc.kv);
 
   // 2. Metadata: build once to learn its size, then again with the final data offset. All
-  // fields are forced present, so the size does not change between the two builds.
+  // fields are forced present, so the size does not change between the two builds, nor when
+  // the tensors' checksums are filled in after they are written (step 4).
   flatbuffers::FlatBufferBuilder fbb(1 << 20);
   build_metadata(fbb, m, planned, opts, 0, data_size, plan);
   const uint64_t data_offset = keel::align64(fbb.GetSize());
@@ -371,7 +377,7 @@ bool write_keel(const SourceModel& m, const WriteOptions& opts, const std::strin
   std::vector<float> f32;
   uint64_t written = 0;
   for (size_t i = 0; i < m.tensors.size(); ++i) {
-    const PlannedTensor& p = planned[i];
+    PlannedTensor& p = planned[i];
     if (written < p.offset && !write_all(file.f, zeros, p.offset - written, error, tmp_path)) return false;
     uint64_t working = 0;
     if (!write_tensor(file.f, m.tensors[i], p, raw, f32, out, working, error)) {
@@ -389,6 +395,16 @@ bool write_keel(const SourceModel& m, const WriteOptions& opts, const std::strin
       std::vector<float>().swap(f32);
     }
     if (opts.progress) opts.progress(i + 1, m.tensors.size(), data_offset + written);
+  }
+  // 4. The metadata again, now with every tensor's checksum, over the placeholder.
+  build_metadata(fbb, m, planned, opts, data_offset, data_size, plan);
+  if (keel::align64(fbb.GetSize()) != data_offset) {
+    error = "internal: metadata size changed with the checksums";
+    return false;
+  }
+  if (fseek(file.f, 0, SEEK_SET) != 0 || !write_all(file.f, fbb.GetBufferPointer(), fbb.GetSize(), error, tmp_path)) {
+    if (error.empty()) error = "cannot seek in " + tmp_path + ": " + strerror(errno);
+    return false;
   }
   if (fflush(file.f) != 0 || fclose(file.f) != 0) {
     file.f = nullptr;

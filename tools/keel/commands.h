@@ -6,6 +6,7 @@ namespace keel::cli {
 
 int cmd_convert(int argc, char** argv);
 int cmd_info(int argc, char** argv);
+int cmd_verify(int argc, char** argv);
 int cmd_run(int argc, char** argv);
 int cmd_chat(int argc, char** argv);
 int cmd_ppl(int argc, char** argv);

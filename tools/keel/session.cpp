@@ -25,6 +25,7 @@ const char kSessionHelp[] =
     "  --snap-kernel N        SnapKV max-pool kernel, odd; 0 = adaptive (default: 7 for snapkv,\n"
     "                         31 for snapstream)\n"
     "  --chunk N              prefill chunk in tokens (default 64)\n"
+    "  --verify-weights       check every tensor's CRC-32C before running (reads the weights once)\n"
     "  Defaults are the model's where its file names them (keel info: run defaults).\n";
 
 void parse_session_options(Args& args, SessionOptions& o) {
@@ -51,6 +52,7 @@ void parse_session_options(Args& args, SessionOptions& o) {
     }
   }
   at_least_one("--chunk", o.chunk);
+  o.verify_weights = args.flag("--verify-weights");
 }
 
 namespace {
@@ -110,6 +112,13 @@ bool Session::load(const SessionOptions& o, std::string& error) {
   if (!e.ok()) {
     error = o.model_path + ": " + to_string(e.status()) + ": " + e.message();
     return false;
+  }
+  if (o.verify_weights) {
+    const Error v = model_.verify_checksums();
+    if (!v.ok()) {
+      error = o.model_path + ": " + to_string(v.status()) + ": " + v.message();
+      return false;
+    }
   }
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
   threads_ = o.threads ? o.threads : uint32_t(cores > 0 ? cores : 1);

@@ -27,7 +27,8 @@ struct SessionOptions {
   int32_t snap_kernel = 0;  // -1 = adaptive (--snap-kernel 0)
   uint32_t chunk = 0;
   uint32_t logit_rows = 1;
-  std::string error;  // set by parse_session_options for a value out of range
+  bool verify_weights = false;  // check every tensor's checksum on load
+  std::string error;            // set by parse_session_options for a value out of range
 };
 
 // Parses the options every model command takes: -m, -t, --backend, --kv-policy, --kv-budget,
