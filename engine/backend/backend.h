@@ -42,6 +42,13 @@ struct AttentionArgs {
   bool rope_halves;        // pair (i, i + pairs) instead of (2i, 2i + 1)
   const float* shift_cos;  // [rope_pairs] rotation by (cache index - position)
   const float* shift_sin;
+  float attn_scale;  // multiplies q . k; 0 = 1/sqrt(head_dim)
+  // Sliding window (0 = none): a token at position p sees only entries whose position is above
+  // p - window. `positions` is KV head 0's [capacity] positions, the next head's positions_stride
+  // further.
+  uint32_t window;
+  const int32_t* positions;
+  uint64_t positions_stride;
   float* rows;  // [threads][row_capacity] score rows, one per worker
   float* qrot;  // [threads][head_dim] re-rotated queries, one per worker
   uint32_t row_capacity;
@@ -74,6 +81,7 @@ class Backend {
   virtual void rmsnorm(const float* x, const float* w, uint32_t n, float eps, float* out) = 0;
   virtual void add(const float* a, const float* b, uint32_t n, float* out) = 0;
   virtual void silu_mul(const float* gate, const float* up, uint32_t n, float* out) = 0;
+  virtual void gelu_mul(const float* gate, const float* up, uint32_t n, float* out) = 0;
   // In place; `worker` is the calling attention worker (backends may keep per-worker state).
   virtual void softmax(uint32_t worker, float* x, uint32_t n) = 0;
   // scores[j] = scale * dot(q, k_j) over n half keys [n][head_dim].

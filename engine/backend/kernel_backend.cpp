@@ -48,7 +48,7 @@ void attention_task(void* ctx, size_t task) {
   const uint32_t end = uint32_t(uint64_t(total) * (task + 1) / job.tasks);
   float* scores = j.rows + uint64_t(task) * j.row_capacity;
   float* qc = j.qrot + uint64_t(task) * j.head_dim;
-  const float scale = 1.0f / std::sqrt(float(j.head_dim));
+  const float scale = j.attn_scale > 0.0f ? j.attn_scale : 1.0f / std::sqrt(float(j.head_dim));
   const uint32_t q_dim = j.n_heads * j.head_dim;
   const uint32_t group = j.n_heads / j.n_kv_heads;
   const uint64_t hd = j.head_dim;
@@ -66,6 +66,13 @@ void attention_task(void* ctx, size_t task) {
       job.ak->scores(qc, keys, j.prefix, j.head_dim, scale, scores);
     }
     job.ak->scores(qh, keys + j.prefix * hd, len - j.prefix, j.head_dim, scale, scores + j.prefix);
+    if (j.window > 0) {
+      const int32_t* pos = j.positions + kvh * j.positions_stride;
+      const int64_t oldest_seen = int64_t(pos[j.visible + t]) - int64_t(j.window);
+      for (uint32_t e = 0; e < len; ++e) {
+        if (pos[e] <= oldest_seen) scores[e] = -INFINITY;
+      }
+    }
     job.backend->softmax(uint32_t(task), scores, len);
     job.ak->weighted_sum(scores, j.values + kvh * j.head_stride, len, j.head_dim,
                          j.out + uint64_t(t) * q_dim + uint64_t(h) * j.head_dim);

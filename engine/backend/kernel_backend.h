@@ -25,6 +25,7 @@ class KernelBackend : public Backend {
   }
   void add(const float* a, const float* b, uint32_t n, float* out) override { vk_.add(a, b, n, out); }
   void silu_mul(const float* gate, const float* up, uint32_t n, float* out) override { vk_.silu_mul(gate, up, n, out); }
+  void gelu_mul(const float* gate, const float* up, uint32_t n, float* out) override { vk_.gelu_mul(gate, up, n, out); }
   void softmax(uint32_t worker, float* x, uint32_t n) override { vk_.softmax(x, n); }
   void scores(const float* q, const uint16_t* keys, uint32_t n, uint32_t head_dim, float scale, float* out) override {
     ak_.scores(q, keys, n, head_dim, scale, out);

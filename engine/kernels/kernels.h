@@ -82,6 +82,9 @@ struct VectorKernels {
   float (*dot)(const float* a, const float* b, uint32_t n);
   // y[i] += a * x[i] (attention sum_j p_j v_j).
   void (*axpy)(float a, const float* x, uint32_t n, float* y);
+  // GeGLU (Gemma): out[i] = gelu_tanh(gate[i]) * up[i], with gelu_tanh(g) = g/2 (1 + tanh(u)),
+  // u = sqrt(2/pi) (g + 0.044715 g^3), computed as g / (1 + exp(-2u)); out may alias either.
+  void (*gelu_mul)(const float* gate, const float* up, uint32_t n, float* out);
 };
 
 // The portable oracle; always available.

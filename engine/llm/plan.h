@@ -118,7 +118,7 @@ struct RegionInfo {
 inline constexpr RegionInfo kRegions[kRegionCount] = {
     {Region::Tokenizer, "tokenizer", PlanArena::Persistent, RegionGroup::Tokenizer, false, 1,
      "[tokenizer_bytes] tables"},
-    {Region::RopeInvFreq, "rope_inv_freq", PlanArena::Persistent, RegionGroup::Rope, false, 8, "[head_dim/2] f64"},
+    {Region::RopeInvFreq, "rope_inv_freq", PlanArena::Persistent, RegionGroup::Rope, false, 8, "[2][head_dim/2] f64"},
     {Region::BackendState, "backend_state", PlanArena::Persistent, RegionGroup::Backend, false, 1, "[backend_bytes]"},
     {Region::SlotRecords, "slot_records", PlanArena::Persistent, RegionGroup::Logits, false, 1, "[slots][1024]"},
     {Region::KvKeysValues, "kv_keys_values", PlanArena::Persistent, RegionGroup::Kv, true, 2,
@@ -185,7 +185,7 @@ constexpr uint64_t region_elements(Region r, const PlanShape& s, const PlanConfi
   const uint64_t snap = obs_window > 0 ? 1 : 0;  // SnapKV's buffers exist only for its policies
   switch (r) {
     case Region::Tokenizer: return s.tokenizer_bytes;
-    case Region::RopeInvFreq: return pairs;
+    case Region::RopeInvFreq: return 2 * pairs;  // global layers', then local layers' (Gemma 3)
     case Region::BackendState: return c.backend_bytes;
     case Region::SlotRecords: return slots * kSlotStateBytes;
     case Region::KvKeysValues: return 2 * heads * cap * s.head_dim;

@@ -16,16 +16,18 @@ using fb::TensorRole;
 LayerWeights layer_weights(const Model& m, uint32_t l) {
   const int L = int(l);
   return LayerWeights{
-      m.tensor(TensorRole::AttnNorm, L), m.tensor(TensorRole::Wq, L),    m.tensor(TensorRole::Wk, L),
-      m.tensor(TensorRole::Wv, L),       m.tensor(TensorRole::Wo, L),    m.tensor(TensorRole::Bq, L),
-      m.tensor(TensorRole::Bk, L),       m.tensor(TensorRole::Bv, L),    m.tensor(TensorRole::FfnNorm, L),
-      m.tensor(TensorRole::FfnGate, L),  m.tensor(TensorRole::FfnUp, L), m.tensor(TensorRole::FfnDown, L)};
+      m.tensor(TensorRole::AttnNorm, L),   m.tensor(TensorRole::Wq, L),        m.tensor(TensorRole::Wk, L),
+      m.tensor(TensorRole::Wv, L),         m.tensor(TensorRole::Wo, L),        m.tensor(TensorRole::Bq, L),
+      m.tensor(TensorRole::Bk, L),         m.tensor(TensorRole::Bv, L),        m.tensor(TensorRole::FfnNorm, L),
+      m.tensor(TensorRole::FfnGate, L),    m.tensor(TensorRole::FfnUp, L),     m.tensor(TensorRole::FfnDown, L),
+      m.tensor(TensorRole::AttnQNorm, L),  m.tensor(TensorRole::AttnKNorm, L), m.tensor(TensorRole::PostAttnNorm, L),
+      m.tensor(TensorRole::PostFfnNorm, L)};
 }
 
-void rope_inverse_frequencies(const Model& model, uint32_t rope_dim, double* out) {
+void rope_inverse_frequencies(const Model& model, uint32_t rope_dim, double* out, bool local) {
   const fb::Hyper* h = model.meta()->hyper();
-  const fb::RopeScaling* rs = h->rope_scaling();
-  const double theta = h->rope_theta();
+  const fb::RopeScaling* rs = local ? nullptr : h->rope_scaling();
+  const double theta = local ? h->rope_theta_local() : h->rope_theta();
   for (uint32_t i = 0; i < rope_dim / 2; ++i) {
     double f = 1.0 / std::pow(theta, double(2 * i) / double(rope_dim));
     if (rs && rs->kind() == fb::RopeScalingKind::Linear) {
@@ -64,6 +66,10 @@ Error Transformer::init(const Model& model, Backend& backend, const PlanConfig& 
   rope_dim_ = h->rope_dim() ? h->rope_dim() : shape_.head_dim;
   rope_halves_ = h->rope_style() == fb::RopeStyle::Halves;
   qkv_bias_ = model.meta()->arch()->qkv_bias();
+  gemma3_ = model.meta()->arch()->family() == fb::ArchFamily::Gemma3;
+  query_scale_ = gemma3_ ? h->query_scale() : 0.0f;
+  sliding_window_ = gemma3_ ? h->sliding_window() : 0;
+  sliding_window_pattern_ = gemma3_ ? h->sliding_window_pattern() : 0;
   token_embd_ = model.tensor(TensorRole::TokenEmbedding);
   output_norm_ = model.tensor(TensorRole::OutputNorm);
   output_ = model.meta()->arch()->tied_output() ? token_embd_ : model.tensor(TensorRole::Output);
@@ -89,7 +95,9 @@ Error Transformer::init(const Model& model, Backend& backend, const PlanConfig& 
   KEEL_ENSURE(inv_freq_ && x_ && xb_ && q_ && k_ && v_ && att_ && hb_ && hb2_ && xq_ && cos_ && sin_ && att_rows_ &&
                   qrot_ && shift_cos_ && shift_sin_ && logit_rows_,
               Status::Internal, "the plan lacks a buffer of the forward pass");
+  inv_freq_local_ = inv_freq_ + rope_dim_ / 2;
   rope_inverse_frequencies(model, rope_dim_, inv_freq_);
+  if (gemma3_) rope_inverse_frequencies(model, rope_dim_, inv_freq_local_, true);
   return Error();
 }
 
@@ -100,10 +108,26 @@ void Transformer::embed(const int32_t* tokens, uint32_t n) {
   }
 }
 
-void Transformer::rope_tables(int64_t pos0, uint32_t n) {
+void Transformer::rope_tables(int64_t pos0, uint32_t n, bool local) {
   const uint32_t half = rope_dim_ / 2;
+  const double* inv_freq = local ? inv_freq_local_ : inv_freq_;
   for (uint32_t t = 0; t < n; ++t) {
-    keel::rope_angles(double(pos0 + t), inv_freq_, half, cos_ + uint64_t(t) * half, sin_ + uint64_t(t) * half);
+    keel::rope_angles(double(pos0 + t), inv_freq, half, cos_ + uint64_t(t) * half, sin_ + uint64_t(t) * half);
+  }
+}
+
+bool Transformer::layer_is_local(uint32_t layer) const {
+  return sliding_window_pattern_ > 0 && (layer + 1) % sliding_window_pattern_ != 0;
+}
+
+void Transformer::norm_heads(float* rows, uint32_t n, uint32_t n_heads, uint32_t row_stride, const TensorView& w) {
+  const uint32_t hd = shape_.head_dim;
+  const float* weight = reinterpret_cast<const float*>(w.data);
+  for (uint32_t t = 0; t < n; ++t) {
+    for (uint32_t h = 0; h < n_heads; ++h) {
+      float* head = rows + uint64_t(t) * row_stride + uint64_t(h) * hd;
+      backend_->rmsnorm(head, weight, hd, norm_eps_, head);
+    }
   }
 }
 
@@ -117,7 +141,7 @@ void Transformer::apply_rope(float* rows, uint32_t n, uint32_t n_heads, uint32_t
   }
 }
 
-void Transformer::attention(KvCache& kv, uint32_t layer, uint32_t n) {
+void Transformer::attention(KvCache& kv, uint32_t layer, uint32_t n, bool local) {
   AttentionArgs a{};
   a.q = q_;
   a.out = att_;
@@ -134,6 +158,10 @@ void Transformer::attention(KvCache& kv, uint32_t layer, uint32_t n) {
   a.rope_halves = rope_halves_;
   a.shift_cos = shift_cos_;
   a.shift_sin = shift_sin_;
+  a.attn_scale = query_scale_;
+  a.window = local ? sliding_window_ : 0;
+  a.positions = kv.positions(layer, 0);
+  a.positions_stride = kv.shape().capacity;
   a.rows = att_rows_;
   a.qrot = qrot_;
   a.row_capacity = capacity_;
@@ -158,7 +186,7 @@ void Transformer::attention_row(uint32_t worker, const float* q, const float* an
                                 int64_t t, float* row) {
   float qt[kMaxHeadDim], qc[kMaxHeadDim];
   const uint32_t hd = shape_.head_dim, pairs = rope_dim_ / 2;
-  const float scale = 1.0f / std::sqrt(float(hd));
+  const float scale = query_scale_ > 0.0f ? query_scale_ : 1.0f / std::sqrt(float(hd));
   memcpy(qt, q, hd * sizeof(float));
   memcpy(qc, q, hd * sizeof(float));
   rope_rotate(qt, pairs, rope_halves_, angles_t, angles_t + pairs);
@@ -188,13 +216,27 @@ Error Transformer::forward(KvCache& kv, const int32_t* tokens, uint32_t n, float
   const uint32_t obs_window = kv.shape().obs_window;
 
   embed(tokens, n);
-  rope_tables(pos0, n);
+  if (gemma3_) {
+    // Gemma 3: the embedding is scaled by sqrt(dim) (in f32, as llama.cpp does).
+    const float embed_scale = std::sqrt(float(dim));
+    for (uint32_t t = 0; t < n; ++t) {
+      float* row = x_ + uint64_t(t) * dim;
+      for (uint32_t i = 0; i < dim; ++i) row[i] *= embed_scale;
+    }
+  }
+  bool tables_local = false;
+  rope_tables(pos0, n, tables_local);
   if (kv.prefix() > 0) {
     // Cache index minus position is the same for every token of the chunk.
     keel::rope_angles(double(int64_t(size_before) - pos0), inv_freq_, rope_dim_ / 2, shift_cos_, shift_sin_);
   }
   for (uint32_t l = 0; l < shape_.n_layers; ++l) {
     const LayerWeights w = layer_weights(*model_, l);
+    const bool local = layer_is_local(l);
+    if (local != tables_local) {
+      tables_local = local;
+      rope_tables(pos0, n, local);
+    }
     const float* attn_norm = reinterpret_cast<const float*>(w.attn_norm.data);
     for (uint32_t t = 0; t < n; ++t)
       be.rmsnorm(x_ + uint64_t(t) * dim, attn_norm, dim, norm_eps_, xb_ + uint64_t(t) * dim);
@@ -210,6 +252,11 @@ Error Transformer::forward(KvCache& kv, const int32_t* tokens, uint32_t n, float
         be.add(k_ + uint64_t(t) * kv_dim, reinterpret_cast<const float*>(w.bk.data), kv_dim, k_ + uint64_t(t) * kv_dim);
         be.add(v_ + uint64_t(t) * kv_dim, reinterpret_cast<const float*>(w.bv.data), kv_dim, v_ + uint64_t(t) * kv_dim);
       }
+    }
+    if (gemma3_) {
+      // Gemma 3: each query and key head is RMS-normalized before RoPE.
+      norm_heads(q_, n, shape_.n_heads, q_dim, w.q_norm);
+      norm_heads(k_, n, shape_.n_kv_heads, kv_dim, w.k_norm);
     }
     // SnapKV scores the cache with the last queries, kept unrotated.
     for (uint32_t t = (n > obs_window ? n - obs_window : 0); obs_window > 0 && t < n; ++t) {
@@ -229,8 +276,14 @@ Error Transformer::forward(KvCache& kv, const int32_t* tokens, uint32_t n, float
         pc[size_before + t] = int32_t(pos0 + t);
       }
     }
-    attention(kv, l, n);
+    attention(kv, l, n, local);
     be.matmul(w.wo, att_, q_dim, xq_, false, n, xb_, dim);
+    if (gemma3_) {
+      // Gemma 3: the attention output is normalized before the residual add.
+      const float* post = reinterpret_cast<const float*>(w.post_attn_norm.data);
+      for (uint32_t t = 0; t < n; ++t)
+        be.rmsnorm(xb_ + uint64_t(t) * dim, post, dim, norm_eps_, xb_ + uint64_t(t) * dim);
+    }
     for (uint32_t t = 0; t < n; ++t)
       be.add(x_ + uint64_t(t) * dim, xb_ + uint64_t(t) * dim, dim, x_ + uint64_t(t) * dim);
 
@@ -241,9 +294,22 @@ Error Transformer::forward(KvCache& kv, const int32_t* tokens, uint32_t n, float
     if (shared_f) be.quantize_rows(xb_, n, dim, dim, xq_);
     be.matmul(w.gate, xb_, dim, xq_, shared_f, n, hb_, ffn);
     be.matmul(w.up, xb_, dim, xq_, shared_f, n, hb2_, ffn);
-    for (uint32_t t = 0; t < n; ++t)
-      be.silu_mul(hb_ + uint64_t(t) * ffn, hb2_ + uint64_t(t) * ffn, ffn, hb_ + uint64_t(t) * ffn);
+    for (uint32_t t = 0; t < n; ++t) {
+      float* g = hb_ + uint64_t(t) * ffn;
+      const float* u = hb2_ + uint64_t(t) * ffn;
+      if (gemma3_) {
+        be.gelu_mul(g, u, ffn, g);  // Gemma 3: GELU(tanh)-gated
+      } else {
+        be.silu_mul(g, u, ffn, g);
+      }
+    }
     be.matmul(w.down, hb_, ffn, xq_, false, n, xb_, dim);
+    if (gemma3_) {
+      // Gemma 3: the FFN output is normalized before the residual add.
+      const float* post = reinterpret_cast<const float*>(w.post_ffn_norm.data);
+      for (uint32_t t = 0; t < n; ++t)
+        be.rmsnorm(xb_ + uint64_t(t) * dim, post, dim, norm_eps_, xb_ + uint64_t(t) * dim);
+    }
     for (uint32_t t = 0; t < n; ++t)
       be.add(x_ + uint64_t(t) * dim, xb_ + uint64_t(t) * dim, dim, x_ + uint64_t(t) * dim);
   }

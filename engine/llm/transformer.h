@@ -1,6 +1,10 @@
 // The llama-family forward pass over a static plan: token embedding, per layer RMSNorm ->
 // q/k/v (+bias) -> RoPE -> grouped-query attention over the KV cache -> output projection ->
-// residual -> RMSNorm -> SwiGLU FFN -> residual, then the final norm and the LM head. It runs a
+// residual -> RMSNorm -> SwiGLU FFN -> residual, then the final norm and the LM head. Gemma 3
+// adds its own steps, each marked in forward(): the embedding scaled by sqrt(dim), per-head q/k
+// RMSNorm before RoPE, a second RMSNorm on the attention and FFN outputs before each residual
+// add, GELU(tanh) instead of SiLU, its query scale, and local layers with their own RoPE base
+// that see only the last `sliding_window` positions. It runs a
 // chunk of up to `chunk_tokens` tokens at a time (prefill) or a single token (decode); every
 // buffer is a region of the plan (llm/plan.h); matmuls, attention and the row ops go to the
 // backend (the embedding lookup and RoPE rotation run here).
@@ -20,6 +24,7 @@ namespace keel {
 
 struct LayerWeights {
   TensorView attn_norm, wq, wk, wv, wo, bq, bk, bv, ffn_norm, gate, up, down;
+  TensorView q_norm, k_norm, post_attn_norm, post_ffn_norm;  // Gemma 3 only
 };
 
 class Transformer final : public KvModelHooks {
@@ -46,9 +51,13 @@ class Transformer final : public KvModelHooks {
 
  private:
   void embed(const int32_t* tokens, uint32_t n);
-  void rope_tables(int64_t pos0, uint32_t n);
+  // cos/sin of the chunk's positions under the global (local = false) or local RoPE base.
+  void rope_tables(int64_t pos0, uint32_t n, bool local);
+  bool layer_is_local(uint32_t layer) const;
+  // Gemma 3: RMSNorm of each of `n_heads` heads of every row, in place.
+  void norm_heads(float* rows, uint32_t n, uint32_t n_heads, uint32_t row_stride, const TensorView& w);
   void apply_rope(float* rows, uint32_t n, uint32_t n_heads, uint32_t row_stride);
-  void attention(KvCache& kv, uint32_t layer, uint32_t n);
+  void attention(KvCache& kv, uint32_t layer, uint32_t n, bool local);
 
   ModelShape shape_;
   PlanConfig config_;
@@ -57,11 +66,15 @@ class Transformer final : public KvModelHooks {
   uint32_t rope_dim_ = 0;
   bool rope_halves_ = false;
   bool qkv_bias_ = false;
+  bool gemma3_ = false;
+  float query_scale_ = 0.0f;  // 0 = 1/sqrt(head_dim)
+  uint32_t sliding_window_ = 0, sliding_window_pattern_ = 0;
   TensorView token_embd_, output_norm_, output_;
   const Model* model_ = nullptr;
   uint32_t capacity_ = 0;
 
-  double* inv_freq_ = nullptr;  // [rope_dim / 2]
+  double* inv_freq_ = nullptr;        // [rope_dim / 2] global layers' (every layer's but Gemma 3's local)
+  double* inv_freq_local_ = nullptr;  // [rope_dim / 2] Gemma 3's local layers'
   float *x_ = nullptr, *xb_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *att_ = nullptr, *hb_ = nullptr,
         *hb2_ = nullptr;
   ActBlock* xq_ = nullptr;
@@ -75,7 +88,7 @@ class Transformer final : public KvModelHooks {
 LayerWeights layer_weights(const Model& model, uint32_t layer);
 
 // RoPE inverse frequencies of the model, [rope_dim / 2], in double, with Llama-3 / linear
-// scaling folded in.
-void rope_inverse_frequencies(const Model& model, uint32_t rope_dim, double* out);
+// scaling folded in; `local`: Gemma 3's local layers (their own base, never scaled).
+void rope_inverse_frequencies(const Model& model, uint32_t rope_dim, double* out, bool local = false);
 
 }  // namespace keel

@@ -32,13 +32,22 @@ const char* role_suffix(TensorRole r) {
     case TensorRole::FfnUp: return "ffn_up.weight";
     case TensorRole::OutputNorm: return "output_norm.weight";
     case TensorRole::Output: return "output.weight";
+    case TensorRole::AttnQNorm: return "attn_q_norm.weight";
+    case TensorRole::AttnKNorm: return "attn_k_norm.weight";
+    case TensorRole::PostAttnNorm: return "post_attention_norm.weight";
+    case TensorRole::PostFfnNorm: return "post_ffw_norm.weight";
   }
   return "?";
 }
 
+bool role_is_gemma3(TensorRole r) {
+  return r == TensorRole::AttnQNorm || r == TensorRole::AttnKNorm || r == TensorRole::PostAttnNorm ||
+         r == TensorRole::PostFfnNorm;
+}
+
 bool role_is_vector(TensorRole r) {
   return r == TensorRole::AttnNorm || r == TensorRole::FfnNorm || r == TensorRole::OutputNorm || r == TensorRole::Bq ||
-         r == TensorRole::Bk || r == TensorRole::Bv;
+         r == TensorRole::Bk || r == TensorRole::Bv || role_is_gemma3(r);
 }
 
 bool dtype_known(DType t) { return static_cast<unsigned>(t) <= static_cast<unsigned>(DType::Q4M); }
@@ -81,6 +90,10 @@ void expected_shape(TensorRole r, const ModelShape& s, uint64_t& rows, uint64_t&
       rows = s.dim;
       cols = s.ffn_dim;
       return;
+    case TensorRole::AttnQNorm:
+    case TensorRole::AttnKNorm: cols = s.head_dim; return;
+    case TensorRole::PostAttnNorm:
+    case TensorRole::PostFfnNorm: cols = s.dim; return;
   }
   cols = 0;
 }
@@ -89,8 +102,9 @@ Error check_hyper(const fb::Model* m, ModelShape& s) {
   const fb::Hyper* h = m->hyper();
   KEEL_ENSURE(h != nullptr, Status::ModelMissingField, "model has no hyper-parameters table");
   KEEL_ENSURE(m->arch() != nullptr, Status::ModelMissingField, "model has no architecture table");
-  KEEL_ENSURE(m->arch()->family() == fb::ArchFamily::Llama, Status::UnsupportedArch,
-              "architecture family %u is unknown; expected Llama (0)", unsigned(m->arch()->family()));
+  KEEL_ENSURE(m->arch()->family() == fb::ArchFamily::Llama || m->arch()->family() == fb::ArchFamily::Gemma3,
+              Status::UnsupportedArch, "architecture family %u is unknown; expected Llama (0) or Gemma3 (1)",
+              unsigned(m->arch()->family()));
   s.vocab_size = h->vocab_size();
   s.dim = h->dim();
   s.n_layers = h->n_layers();
@@ -123,6 +137,17 @@ Error check_hyper(const fb::Model* m, ModelShape& s) {
               "rope_theta = %g; expected a positive finite value", double(h->rope_theta()));
   KEEL_ENSURE(h->norm_eps() > 0.0f && h->norm_eps() < 1.0f, Status::ModelBadHyper, "norm_eps = %g; expected in (0, 1)",
               double(h->norm_eps()));
+  if (m->arch()->family() == fb::ArchFamily::Gemma3) {
+    KEEL_ENSURE(h->sliding_window() >= 1 && h->sliding_window() <= kMaxContext && h->sliding_window_pattern() >= 1 &&
+                    h->sliding_window_pattern() <= kMaxLayers,
+                Status::ModelBadHyper,
+                "Gemma 3 sliding window %" PRIu32 " every %" PRIu32 " layers; expected 1..%" PRIu32 " and 1..%" PRIu32,
+                h->sliding_window(), h->sliding_window_pattern(), kMaxContext, kMaxLayers);
+    KEEL_ENSURE(h->rope_theta_local() > 0.0f && h->rope_theta_local() < 1e12f, Status::ModelBadHyper,
+                "rope_theta_local = %g; expected a positive finite value", double(h->rope_theta_local()));
+    KEEL_ENSURE(h->query_scale() > 0.0f && h->query_scale() <= 1.0f, Status::ModelBadHyper,
+                "query_scale = %g; expected in (0, 1]", double(h->query_scale()));
+  }
   if (const fb::RopeScaling* rs = h->rope_scaling()) {
     KEEL_ENSURE(static_cast<unsigned>(rs->kind()) <= 2, Status::ModelBadHyper, "rope scaling kind %u is unknown",
                 unsigned(rs->kind()));
@@ -244,6 +269,7 @@ Error Model::load(Span<const uint8_t> image) {
   }
   const bool tied = m->arch()->tied_output();
   const bool qkv_bias = m->arch()->qkv_bias();
+  const bool gemma3 = m->arch()->family() == fb::ArchFamily::Gemma3;
 
   const auto* tensors = m->tensors();
   KEEL_ENSURE(tensors != nullptr && tensors->size() > 0, Status::ModelMissingTensor, "model has no tensors");
@@ -280,6 +306,10 @@ Error Model::load(Span<const uint8_t> image) {
     }
     if (role == TensorRole::Bq || role == TensorRole::Bk || role == TensorRole::Bv) {
       KEEL_ENSURE(qkv_bias, Status::ModelShapeMismatch, "tensor %s present but arch.qkv_bias is false", name);
+    }
+    if (role_is_gemma3(role)) {
+      KEEL_ENSURE(gemma3, Status::ModelShapeMismatch, "tensor %s belongs to the Gemma3 family, not to this model's",
+                  name);
     }
     if (role == TensorRole::Output) {
       KEEL_ENSURE(!tied, Status::ModelShapeMismatch, "tensor %s present but arch.tied_output is true", name);
@@ -328,6 +358,11 @@ Error Model::load(Span<const uint8_t> image) {
   for (uint32_t l = 0; l < s.n_layers; ++l) {
     for (TensorRole r : per_layer) {
       KEEL_ENSURE(index_[l][unsigned(r)] != 0, Status::ModelMissingTensor, "tensor %s is missing",
+                  canonical_tensor_name(r, int(l), want, sizeof want));
+    }
+    for (TensorRole r :
+         {TensorRole::AttnQNorm, TensorRole::AttnKNorm, TensorRole::PostAttnNorm, TensorRole::PostFfnNorm}) {
+      KEEL_ENSURE(!gemma3 || index_[l][unsigned(r)] != 0, Status::ModelMissingTensor, "tensor %s is missing",
                   canonical_tensor_name(r, int(l), want, sizeof want));
     }
     if (qkv_bias) {

@@ -25,7 +25,7 @@ constexpr uint32_t kMaxHeads = 1024;
 constexpr uint32_t kMaxHeadDim = 1024;
 constexpr uint32_t kMaxFfnDim = 1u << 20;
 constexpr uint32_t kMaxContext = 1u << 30;
-constexpr uint32_t kRoleCount = 15;  // keel::fb::TensorRole values
+constexpr uint32_t kRoleCount = 19;  // keel::fb::TensorRole values
 
 struct ModelShape {
   uint32_t vocab_size = 0;

@@ -25,6 +25,7 @@ std::string require_file(const std::string& path) {
 std::string shared_path(const std::string& rel) { return std::string(KEEL_SHARED_DIR) + "/" + rel; }
 std::string source_path(const std::string& rel) { return std::string(KEEL_SOURCE_DIR) + "/" + rel; }
 std::string smollm2_gguf() { return KEEL_SMOLLM2_GGUF; }
+std::string gemma3_gguf() { return KEEL_GEMMA3_GGUF; }
 // Each test process (CTest runs every test as its own process, several at once) gets a private
 // directory, removed when the process exits, so tests never race on shared file names.
 std::string tmp_path(const std::string& name) {

@@ -13,6 +13,7 @@ std::string require_file(const std::string& path);
 std::string shared_path(const std::string& rel);  // ../shared/<rel>
 std::string source_path(const std::string& rel);  // <repo>/<rel>
 std::string smollm2_gguf();                       // fetched by scripts/setup.sh
+std::string gemma3_gguf();                        // fetched by scripts/setup.sh (models/gemma3.recipe)
 std::string tmp_path(const std::string& name);    // inside the build tree
 
 std::vector<uint8_t> read_bytes(const std::string& path);

@@ -500,11 +500,20 @@ constexpr RoleName kBlockTensors[] = {
     {"ffn_gate.weight", Role::FfnGate},
     {"ffn_up.weight", Role::FfnUp},
     {"ffn_down.weight", Role::FfnDown},
+    {"attn_q_norm.weight", Role::AttnQNorm},
+    {"attn_k_norm.weight", Role::AttnKNorm},
+    {"post_attention_norm.weight", Role::PostAttnNorm},
+    {"post_ffw_norm.weight", Role::PostFfnNorm},
 };
+
+bool is_gemma_role(Role r) {
+  return r == Role::AttnQNorm || r == Role::AttnKNorm || r == Role::PostAttnNorm || r == Role::PostFfnNorm;
+}
 
 constexpr const char* kKnownNames =
     "token_embd.weight, output_norm.weight, output.weight, blk.N.{attn_norm, attn_q, attn_k, "
-    "attn_v, attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down}.weight, blk.N.attn_{q,k,v}.bias";
+    "attn_v, attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down}.weight, blk.N.attn_{q,k,v}.bias, "
+    "gemma3: blk.N.{attn_q_norm, attn_k_norm, post_attention_norm, post_ffw_norm}.weight";
 
 // Role and layer of a canonical tensor name; nullopt if the name is not one we know.
 std::optional<std::pair<Role, int>> role_of(const std::string& name) {
@@ -655,12 +664,14 @@ class GgufReader {
   std::string read_hyper(const Meta& meta, SourceHyper& h) {
     const auto arch = meta.opt_string("general.architecture");
     if (!arch) fail("missing metadata key 'general.architecture'");
-    if (*arch != "llama" && *arch != "qwen2") {
-      fail("unsupported architecture ", quoted(*arch), " (supported: llama, qwen2)");
+    if (*arch != "llama" && *arch != "qwen2" && *arch != "gemma3") {
+      fail("unsupported architecture ", quoted(*arch), " (supported: llama, qwen2, gemma3)");
     }
     const std::string a = *arch + ".";
     h.arch_name = *arch;
-    h.rope_style = *arch == "qwen2" ? RopeStyle::Halves : RopeStyle::Interleaved;
+    h.family = *arch == "gemma3" ? ArchFamily::Gemma3 : ArchFamily::Llama;
+    // GGML's NEOX rotation (gemma3, qwen2) pairs the halves of a head.
+    h.rope_style = *arch == "llama" ? RopeStyle::Interleaved : RopeStyle::Halves;
     h.context_length = meta.req_u32(a + "context_length", std::numeric_limits<uint32_t>::max());
     h.dim = meta.req_u32(a + "embedding_length");
     h.n_layers = meta.req_u32(a + "block_count", 4096);
@@ -725,7 +736,27 @@ class GgufReader {
 
     const auto vocab = meta.opt_uint(a + "vocab_size", std::numeric_limits<uint32_t>::max());
     if (vocab) h.vocab_size = uint32_t(*vocab);  // else: the number of tokens, set later
+    if (h.family == ArchFamily::Gemma3) read_gemma3_hyper(meta, a, h);
     return *arch;
+  }
+
+  // What a gemma3 GGUF states (attention.sliding_window) and what it leaves to the architecture,
+  // as llama.cpp reads the same files: every sixth layer global, local layers at RoPE base
+  // 10,000 without scaling, and attention scaled by 1/sqrt(query_pre_attn_scalar), which
+  // Gemma 3's configs set to head_dim except for the 27B model (62 layers), where it is
+  // dim / n_heads. Newer files may name the pattern and the local base; those keys win.
+  void read_gemma3_hyper(const Meta& meta, const std::string& a, SourceHyper& h) {
+    const auto window = meta.opt_uint(a + "attention.sliding_window", std::numeric_limits<uint32_t>::max());
+    if (!window || *window == 0) fail("missing or zero metadata key ", quoted(a + "attention.sliding_window"));
+    h.sliding_window = uint32_t(*window);
+    h.sliding_window_pattern = uint32_t(meta.opt_uint(a + "attention.sliding_window_pattern", kMaxHyper).value_or(6));
+    if (h.sliding_window_pattern == 0) fail(a, "attention.sliding_window_pattern is 0");
+    h.rope_theta_local = float(meta.opt_float(a + "rope.freq_base_swa").value_or(10000.0));
+    if (!(h.rope_theta_local > 0) || !std::isfinite(h.rope_theta_local)) {
+      fail("rope.freq_base_swa is not a positive number");
+    }
+    const double scalar = h.n_layers == 62 ? double(h.dim) / h.n_heads : double(h.head_dim);
+    h.query_scale = float(1.0 / std::sqrt(scalar));
   }
 
   void read_tokenizer(const Meta& meta, SourceModel& m) {
@@ -811,6 +842,13 @@ class GgufReader {
       if (t.im_start_id < 0 && t.tokens[k] == "<|im_start|>") t.im_start_id = int32_t(k);
       if (t.im_end_id < 0 && t.tokens[k] == "<|im_end|>") t.im_end_id = int32_t(k);
     }
+    // Gemma's turn markers serve where a vocabulary has no ChatML ones (keel chat reads which).
+    for (uint64_t k = 0; k < n && t.im_start_id < 0; ++k) {
+      if (t.tokens[k] == "<start_of_turn>") t.im_start_id = int32_t(k);
+    }
+    for (uint64_t k = 0; k < n && t.im_end_id < 0; ++k) {
+      if (t.tokens[k] == "<end_of_turn>") t.im_end_id = int32_t(k);
+    }
     t.add_bos = meta.opt_bool("tokenizer.ggml.add_bos_token").value_or(spm);
     t.add_space_prefix = meta.opt_bool("tokenizer.ggml.add_space_prefix").value_or(spm);
     m.chat_template = meta.opt_string("tokenizer.chat_template").value_or("");
@@ -835,6 +873,10 @@ class GgufReader {
       case Role::FfnGate:
       case Role::FfnUp: return {{h.ffn_dim, h.dim}, "[feed_forward_length, embedding_length]"};
       case Role::FfnDown: return {{h.dim, h.ffn_dim}, "[embedding_length, feed_forward_length]"};
+      case Role::AttnQNorm:
+      case Role::AttnKNorm: return {{h.head_dim}, "[head_dim]"};
+      case Role::PostAttnNorm:
+      case Role::PostFfnNorm: return {{h.dim}, "[embedding_length]"};
     }
     return {{}, ""};
   }
@@ -946,7 +988,13 @@ class GgufReader {
       for (const auto& rn : kBlockTensors) {
         const bool bias = rn.role == Role::Bq || rn.role == Role::Bk || rn.role == Role::Bv;
         const std::string name = p + rn.suffix;
-        if (!bias) {
+        if (is_gemma_role(rn.role)) {
+          if (h.family == ArchFamily::Gemma3) {
+            require(name);
+          } else if (seen.count(name)) {
+            fail("tensor ", name, " belongs to gemma3, not to ", h.arch_name);
+          }
+        } else if (!bias) {
           require(name);
         } else if (h.qkv_bias && !seen.count(name)) {
           fail("missing tensor ", name,

@@ -19,7 +19,8 @@ using keel::fb::DType;
 
 bool is_vector_role(Role r) {
   return r == Role::AttnNorm || r == Role::FfnNorm || r == Role::OutputNorm || r == Role::Bq || r == Role::Bk ||
-         r == Role::Bv;
+         r == Role::Bv || r == Role::AttnQNorm || r == Role::AttnKNorm || r == Role::PostAttnNorm ||
+         r == Role::PostFfnNorm;
 }
 
 // The lossless keel counterpart of a GGML block type, if any.
@@ -170,9 +171,14 @@ void build_metadata(flatbuffers::FlatBufferBuilder& fbb, const SourceModel& m,
   hb.add_rope_scaling(scaling);
   hb.add_norm_eps(h.norm_eps);
   hb.add_context_length(h.context_length);
+  hb.add_query_scale(h.query_scale);
+  hb.add_sliding_window(h.sliding_window);
+  hb.add_sliding_window_pattern(h.sliding_window_pattern);
+  hb.add_rope_theta_local(h.rope_theta_local);
   auto hyper = hb.Finish();
 
-  auto arch = keel::fb::CreateArchitecture(fbb, keel::fb::ArchFamily::Llama, arch_name, h.qkv_bias, h.tied_output);
+  auto arch = keel::fb::CreateArchitecture(fbb, static_cast<keel::fb::ArchFamily>(h.family), arch_name, h.qkv_bias,
+                                           h.tied_output);
   auto gen = keel::fb::CreateGeneration(fbb);
   const keel::RunDefaults d = run_defaults(opts);
   auto kv = keel::fb::CreateKvDefaults(fbb, opts.kv.policy, d.kv_budget_tokens, d.sinks, d.window, d.obs_window,

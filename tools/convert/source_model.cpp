@@ -36,6 +36,10 @@ const char* role_name(Role r) {
     case Role::FfnUp: return "ffn_up";
     case Role::OutputNorm: return "output_norm";
     case Role::Output: return "output";
+    case Role::AttnQNorm: return "attn_q_norm";
+    case Role::AttnKNorm: return "attn_k_norm";
+    case Role::PostAttnNorm: return "post_attention_norm";
+    case Role::PostFfnNorm: return "post_ffw_norm";
   }
   return "?";
 }

@@ -46,6 +46,10 @@ enum class Role : uint8_t {
   FfnUp,
   OutputNorm,
   Output,
+  AttnQNorm,
+  AttnKNorm,
+  PostAttnNorm,
+  PostFfnNorm,
 };
 
 const char* role_name(Role r);
@@ -69,6 +73,8 @@ struct SourceTensor {
 };
 
 enum class RopeStyle : uint8_t { Interleaved, Halves };
+// Matches keel.fb.ArchFamily numbering.
+enum class ArchFamily : uint8_t { Llama, Gemma3 };
 enum class RopeScalingKind : uint8_t { None, Linear, Llama3 };
 
 struct SourceHyper {
@@ -83,6 +89,11 @@ struct SourceHyper {
   uint32_t rope_original_context = 0;
   bool qkv_bias = false;
   bool tied_output = false;
+  ArchFamily family = ArchFamily::Llama;
+  // Gemma 3 (docs/format.md): 0 = absent.
+  float query_scale = 0.0f;
+  uint32_t sliding_window = 0, sliding_window_pattern = 0;
+  float rope_theta_local = 0.0f;
 };
 
 enum class TokenizerKind : uint8_t { ByteLevelBpe, SentencePieceBpe };

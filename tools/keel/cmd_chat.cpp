@@ -1,5 +1,5 @@
-// keel chat: ChatML conversation, one turn per line of input; the KV cache carries the
-// conversation from turn to turn.
+// keel chat: a conversation in the model's turn markup (ChatML or Gemma's), one turn per line of
+// input; the KV cache carries the conversation from turn to turn.
 #include <unistd.h>
 
 #include <cstdio>
@@ -18,9 +18,11 @@ namespace {
 const char kHelp[] =
     "usage: keel chat -m MODEL.keel [options]\n"
     "\n"
-    "Chat with a ChatML model (<|im_start|>role ... <|im_end|>). Each line read from stdin is a\n"
-    "user turn; the answer streams to stdout. On a terminal a '> ' prompt is shown; an empty\n"
-    "line or end of input ends the chat. With -p, answers that one message and exits.\n"
+    "Chat with a ChatML model (<|im_start|>role ... <|im_end|>) or a Gemma model\n"
+    "(<start_of_turn>user|model ... <end_of_turn>; it has no system role, so a system message\n"
+    "opens the first user turn). Each line read from stdin is a user turn; the answer streams to\n"
+    "stdout. On a terminal a '> ' prompt is shown; an empty line or end of input ends the chat.\n"
+    "With -p, answers that one message and exits.\n"
     "\n"
     "options:\n"
     "  -p, --prompt TEXT      one user message, then exit\n"
@@ -51,6 +53,23 @@ std::string default_system(const Model& m) {
   return body.find("{{") == std::string::npos && body.find("{%") == std::string::npos ? body : "";
 }
 
+// The markup of a turn, from the texts of the tokenizer's turn markers.
+struct ChatFormat {
+  std::string start, end;
+  bool gemma = false;  // <start_of_turn>: roles user and model, no system role
+
+  // What goes before the first user message for `system` (empty: nothing).
+  std::string system_prefix(const std::string& system) const {
+    if (system.empty()) return "";
+    return gemma ? system + "\n\n" : start + "system\n" + system + end + "\n";
+  }
+  // A user turn and the opening of the answer; `prefix` is system_prefix() on the first turn.
+  std::string user_turn(const std::string& prefix, const std::string& line) const {
+    if (gemma) return start + "user\n" + prefix + line + end + "\n" + start + "model\n";
+    return prefix + start + "user\n" + line + end + "\n" + start + "assistant\n";
+  }
+};
+
 }  // namespace
 
 int cmd_chat(int argc, char** argv) {
@@ -75,9 +94,13 @@ int cmd_chat(int argc, char** argv) {
   const fb::Tokenizer* tok = model.meta()->tokenizer();
   if (tok->im_start_id() < 0 || tok->im_end_id() < 0) {
     return fail("chat",
-                "the model's tokenizer has no <|im_start|>/<|im_end|> tokens; chat needs a ChatML model "
-                "(use keel run for plain completion)");
+                "the model's tokenizer has no turn markers (<|im_start|>/<|im_end|> or "
+                "<start_of_turn>/<end_of_turn>); chat needs a chat model (use keel run for plain completion)");
   }
+  ChatFormat fmt;
+  fmt.start = tok->tokens()->Get(uint32_t(tok->im_start_id()))->str();
+  fmt.end = tok->tokens()->Get(uint32_t(tok->im_end_id()))->str();
+  fmt.gemma = fmt.start == "<start_of_turn>";
   if (!has_system) system = default_system(model);
   if (!session.resolve_policy(nullptr, error)) return usage_error("chat", error);
   const bool full = session.policy() == KvPolicyKind::Full;
@@ -86,13 +109,13 @@ int cmd_chat(int argc, char** argv) {
   Runtime& rt = session.runtime();
   Error e = rt.set_sampler(0, sc);
   if (!e.ok()) return fail("chat", e.message());
-  // Ends at <|im_end|> or EOS (the defaults), which stays in the cache for the next turn.
+  // Ends at the turn's end marker or EOS (the defaults), which stays in the cache for the next turn.
   GenerateOptions go;
   go.max_tokens = n_predict;
   go.feed_last = true;
 
   const bool interactive = !has_once && isatty(STDIN_FILENO);
-  std::string pending = system.empty() ? "" : "<|im_start|>system\n" + system + "<|im_end|>\n";
+  std::string pending = fmt.system_prefix(system);
   bool fresh = true;
   for (;;) {
     std::string line;
@@ -108,7 +131,7 @@ int cmd_chat(int argc, char** argv) {
       if (!std::getline(std::cin, line) || line.empty()) break;
     }
     if (line.empty()) break;
-    std::string turn = pending + "<|im_start|>user\n" + line + "<|im_end|>\n<|im_start|>assistant\n";
+    std::string turn = fmt.user_turn(pending, line);
     // Turns after the first follow the end token already in the cache.
     if (!fresh) turn = "\n" + turn;
     std::vector<int32_t> ids;
@@ -117,8 +140,7 @@ int cmd_chat(int argc, char** argv) {
       fprintf(stderr, "[conversation reached the KV budget of %u tokens; starting over]\n", budget);
       (void)rt.reset(0);
       fresh = true;
-      turn = (system.empty() ? "" : "<|im_start|>system\n" + system + "<|im_end|>\n") + "<|im_start|>user\n" + line +
-             "<|im_end|>\n<|im_start|>assistant\n";
+      turn = fmt.user_turn(fmt.system_prefix(system), line);
       if (!encode_text(model, turn, true, true, ids, error)) return fail("chat", error);
       if (ids.size() + 1 > budget)
         return fail("chat", "one message of " + std::to_string(ids.size()) +
@@ -135,7 +157,7 @@ int cmd_chat(int argc, char** argv) {
       fprintf(stderr, "[KV budget of %u tokens reached; the next message starts a new conversation]\n", budget);
       (void)rt.reset(0);
       fresh = true;
-      pending = system.empty() ? "" : "<|im_start|>system\n" + system + "<|im_end|>\n";
+      pending = fmt.system_prefix(system);
     }
     if (stats) {
       const MemoryPlan& p = session.plan();

@@ -51,7 +51,17 @@ void axpy_ref(float a, const float* x, uint32_t n, float* y) {
   for (uint32_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
-constexpr VectorKernels kRef = {"ref", rmsnorm_ref, softmax_ref, silu_mul_ref, add_ref, scale_ref, dot_ref, axpy_ref};
+void gelu_mul_ref(const float* gate, const float* up, uint32_t n, float* out) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (uint32_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    const float u = kSqrt2OverPi * (g + 0.044715f * g * g * g);
+    out[i] = g / (1.0f + expf_poly::exp_ref(-2.0f * u)) * up[i];
+  }
+}
+
+constexpr VectorKernels kRef = {"ref",     rmsnorm_ref, softmax_ref, silu_mul_ref, add_ref,
+                                scale_ref, dot_ref,     axpy_ref,    gelu_mul_ref};
 
 }  // namespace
 

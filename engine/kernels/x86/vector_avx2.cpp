@@ -147,8 +147,26 @@ void axpy_avx2(float a, const float* x, uint32_t n, float* y) {
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
-constexpr VectorKernels kAvx2 = {"avx2",   rmsnorm_avx2, softmax_avx2, silu_mul_avx2,
-                                 add_avx2, scale_avx2,   dot_avx2,     axpy_avx2};
+void gelu_mul_avx2(const float* gate, const float* up, uint32_t n, float* out) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  const __m256 one = _mm256_set1_ps(1.0f), c = _mm256_set1_ps(0.044715f);
+  const __m256 minus_two_k = _mm256_set1_ps(-2.0f * kSqrt2OverPi);
+  uint32_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 inner = _mm256_fmadd_ps(_mm256_mul_ps(c, g), _mm256_mul_ps(g, g), g);  // g + c g^3
+    const __m256 den = _mm256_add_ps(one, exp8(_mm256_mul_ps(minus_two_k, inner)));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(g, den), _mm256_loadu_ps(up + i)));
+  }
+  for (; i < n; ++i) {
+    const float g = gate[i];
+    const float u = kSqrt2OverPi * (g + 0.044715f * g * g * g);
+    out[i] = g / (1.0f + expf_poly::exp_ref(-2.0f * u)) * up[i];
+  }
+}
+
+constexpr VectorKernels kAvx2 = {"avx2",     rmsnorm_avx2, softmax_avx2, silu_mul_avx2, add_avx2,
+                                 scale_avx2, dot_avx2,     axpy_avx2,    gelu_mul_avx2};
 
 }  // namespace
 

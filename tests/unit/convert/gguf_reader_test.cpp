@@ -546,7 +546,7 @@ TEST_F(GgufHostile, NamesAndValues) {
   expect_error(patch("blk.1.ffn_up.weight", "blk.0.ffn_up.weight"), "duplicate tensor 'blk.0.ffn_up.weight'");
   expect_error(patch("blk.1.ffn_up.weight", "blk.1.ffn_up.weighx"), "unknown tensor");
   expect_error(patch("blk.1.attn_q.bias", "blk.1.attn_q.biax"), "unknown tensor");
-  expect_error(patch("llama", "gemma"), "unsupported architecture 'gemma' (supported: llama, qwen2)");
+  expect_error(patch("llama", "gemma"), "unsupported architecture 'gemma' (supported: llama, qwen2, gemma3)");
   expect_error(patch("gpt2", "bert"), "unsupported tokenizer model 'bert'");
   expect_error(patch("gpt-2", "gpt-9"), "unsupported pre-tokenizer tokenizer.ggml.pre = 'gpt-9'");
   expect_error(patch("general.architecture", "general.architectur_"), "missing metadata key 'general.architecture'");

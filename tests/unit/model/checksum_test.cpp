@@ -116,8 +116,7 @@ TEST(Checksums, CApiChecksWhenAsked) {
   keel_engine* e = nullptr;
   char msg[256] = {};
   // Without the flag the flip goes unnoticed, as before checksums existed.
-  ASSERT_EQ(keel_init(block.data(), block.size(), img.mem.get(), img.size, &cfg, &e, msg, sizeof msg), KEEL_OK)
-      << msg;
+  ASSERT_EQ(keel_init(block.data(), block.size(), img.mem.get(), img.size, &cfg, &e, msg, sizeof msg), KEEL_OK) << msg;
   cfg.verify_weights = 1;
   EXPECT_EQ(keel_init(block.data(), block.size(), img.mem.get(), img.size, &cfg, &e, msg, sizeof msg),
             KEEL_ERR_BAD_MODEL);
