@@ -165,6 +165,10 @@ int cmd_info(int argc, char** argv) {
          double(h->rope_theta()), rope_style_name(h->rope_style()), h->rope_dim(),
          scaling_name(rs ? rs->kind() : fb::RopeScalingKind::None), double(h->norm_eps()),
          m->arch()->tied_output() ? ", tied output" : "", m->arch()->qkv_bias() ? ", q/k/v bias" : "");
+  if (m->arch()->family() == fb::ArchFamily::Gemma3) {
+    printf("            Gemma 3: global every %u layers; local layers: window %u, RoPE theta %g; query scale %g\n",
+           h->sliding_window_pattern(), h->sliding_window(), double(h->rope_theta_local()), double(h->query_scale()));
+  }
   printf("tensors     %u, %s:", m->tensors()->size(), human_bytes(model.weights_bytes()).c_str());
   for (const auto& [name, e] : by_dtype) {
     printf(" %s %llu (%s)", name.c_str(), (unsigned long long)e.first, human_bytes(e.second).c_str());

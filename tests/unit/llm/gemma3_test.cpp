@@ -169,7 +169,8 @@ void check_cases(Engine& e, const nlohmann::json& g, const char* label) {
     std::string text = c.value("text", "");
     if (c.contains("essay")) {
       // An excerpt of a shared essay, longer than the sliding window.
-      const std::string path = test::require_file(test::shared_path("data/paul_graham_essays/" + std::string(c["essay"])));
+      const std::string path =
+          test::require_file(test::shared_path("data/paul_graham_essays/" + std::string(c["essay"])));
       ASSERT_FALSE(path.empty());
       const std::vector<uint8_t> bytes = test::read_bytes(path);
       const size_t n_bytes = c["bytes"];
