@@ -156,8 +156,8 @@ TEST(CliRobust, BudgetBelowWhatThePolicyKeeps) {
   // (4e9 tokens of stories260K's KV: 2.7 TiB), not left to the OOM killer.
   expect_one_line_error(keel_cli("run -m " + q(stories()) + " -p hi --kv-policy full --kv-budget 4000000000 -t 1"),
                         "run", "of arenas (KV budget 4000000000 tokens); this machine has");
-  // chat needs a ChatML model; stories260K is not one.
-  expect_one_line_error(keel_cli("chat -m " + q(stories()) + " -p hi -t 1"), "chat", "needs a ChatML model");
+  // chat needs a chat model; stories260K is not one.
+  expect_one_line_error(keel_cli("chat -m " + q(stories()) + " -p hi -t 1"), "chat", "needs a chat model");
 }
 
 TEST(CliRobust, ZeroTokensToPredict) {
