@@ -20,8 +20,8 @@ Result<DfSchedule> DataflowBackend::plan_schedule(const Model& model, const Back
   in.slots = plan.slots;
   in.chunk_tokens = plan.chunk_tokens;
   KEEL_ENSURE(in.model.shape.n_kv_heads > 0 && in.model.shape.n_heads % in.model.shape.n_kv_heads == 0,
-              Status::UnsupportedArch, "heads %" PRIu32 " not a multiple of KV heads %" PRIu32,
-              in.model.shape.n_heads, in.model.shape.n_kv_heads);
+              Status::UnsupportedArch, "heads %" PRIu32 " not a multiple of KV heads %" PRIu32, in.model.shape.n_heads,
+              in.model.shape.n_kv_heads);
   DfSchedule s = df_schedule(in);
   KEEL_ENSURE(s.fits, Status::ArenaTooSmall, "hardware '%s': %s", plan.hw->name, s.refusal);
   return s;
@@ -104,7 +104,8 @@ void DataflowBackend::matmul(const TensorView& w, const float* x, uint32_t x_str
     const uint32_t row0 = p * kPanelRows, row1 = end * kPanelRows < w.rows ? end * kPanelRows : w.rows;
     const uint32_t rows = row1 - row0;
     const uint64_t bytes = df_weight_rows_bytes(w.dtype, rows, w.cols);
-    const uint64_t src = quant ? uint64_t(p) * panel_bytes(w.dtype, w.cols) : uint64_t(row0) * w.cols * float_elem_bytes(w.dtype);
+    const uint64_t src =
+        quant ? uint64_t(p) * panel_bytes(w.dtype, w.cols) : uint64_t(row0) * w.cols * float_elem_bytes(w.dtype);
     uint8_t* wt = buf(s.double_buffered && (tile & 1) ? DfBuf::WeightTile1 : DfBuf::WeightTile0);
     memcpy(wt, w.data + src, bytes);
     charge(c, s.weights_onchip, s.weight_tier, bytes);
@@ -164,7 +165,8 @@ void DataflowBackend::attention(const AttentionArgs& a) {
         uint32_t tile = 0;
         for (uint32_t j = 0; j < len_max; j += s.kv_tile_tokens, ++tile) {
           const uint32_t len = j + s.kv_tile_tokens < len_max ? s.kv_tile_tokens : len_max - j;
-          uint16_t* kb = reinterpret_cast<uint16_t*>(buf(s.double_buffered && (tile & 1) ? DfBuf::KvTile1 : DfBuf::KvTile0));
+          uint16_t* kb =
+              reinterpret_cast<uint16_t*>(buf(s.double_buffered && (tile & 1) ? DfBuf::KvTile1 : DfBuf::KvTile0));
           memcpy(kb, src + uint64_t(j) * hd, uint64_t(len) * hd * 2);
           charge(c, s.kv_onchip, s.kv_tier, uint64_t(len) * hd * 2);
           for (uint32_t t = t0; t < t1; ++t) {

@@ -11,7 +11,7 @@ constexpr uint32_t kHwNameBytes = 32;
 constexpr uint32_t kHwMaxTiers = 2;
 
 struct HwTier {
-  char name[kHwNameBytes] = {};   // "hbm", "ddr", "lpddr"
+  char name[kHwNameBytes] = {};  // "hbm", "ddr", "lpddr"
   uint64_t capacity_bytes = 0;
   double bandwidth_bytes_per_s = 0;
   double latency_ns = 0;  // per DMA transfer, before its first byte arrives

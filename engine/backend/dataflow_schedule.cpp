@@ -109,9 +109,9 @@ struct Walker {
         const uint32_t t1 = t0 + s.q_block < n ? t0 + s.q_block : n;
         const uint32_t rows = (t1 - t0) * group;
         const uint32_t len_max = visible + t1;
-        c.sram_bytes += uint64_t(rows) * hd * 4;                   // queries in
-        if (prefix > 0) c.vector_elems += uint64_t(rows) * hd;     // re-rotation for the prefix
-        for (int pass = 0; pass < 2; ++pass) {                     // keys, then values
+        c.sram_bytes += uint64_t(rows) * hd * 4;                // queries in
+        if (prefix > 0) c.vector_elems += uint64_t(rows) * hd;  // re-rotation for the prefix
+        for (int pass = 0; pass < 2; ++pass) {                  // keys, then values
           for (uint32_t j = 0; j < len_max; j += s.kv_tile_tokens) {
             const uint32_t len = j + s.kv_tile_tokens < len_max ? s.kv_tile_tokens : len_max - j;
             offchip_or_sram(c, s.kv_onchip, s.kv_tier, uint64_t(len) * hd * 2);
@@ -125,7 +125,7 @@ struct Walker {
           }
         }
         for (uint32_t t = t0; t < t1; ++t) c.vector_elems += uint64_t(visible + t + 1) * group;  // softmax
-        c.sram_bytes += uint64_t(rows) * hd * 4;                                                  // outputs
+        c.sram_bytes += uint64_t(rows) * hd * 4;                                                 // outputs
       }
     }
   }
@@ -240,9 +240,9 @@ DfSchedule df_schedule(const DfScheduleInput& in) {
   s.chunk_tokens = chunk;
   s.sram_bytes = in.hw.sram_bytes;
   s.kv_total_bytes = uint64_t(s.slots) * sh.n_layers * 2 * kv_dim * uint64_t(in.kv_capacity_tokens) * 2;
-  const Mat mats[] = {{DfOp::QkvProj, m.attn_dtype, q_dim, sh.dim},   {DfOp::QkvProj, m.attn_dtype, kv_dim, sh.dim},
-                      {DfOp::QkvProj, m.attn_dtype, kv_dim, sh.dim},  {DfOp::OutProj, m.attn_dtype, sh.dim, q_dim},
-                      {DfOp::FfnIn, m.ffn_dtype, sh.ffn_dim, sh.dim}, {DfOp::FfnIn, m.ffn_dtype, sh.ffn_dim, sh.dim},
+  const Mat mats[] = {{DfOp::QkvProj, m.attn_dtype, q_dim, sh.dim},    {DfOp::QkvProj, m.attn_dtype, kv_dim, sh.dim},
+                      {DfOp::QkvProj, m.attn_dtype, kv_dim, sh.dim},   {DfOp::OutProj, m.attn_dtype, sh.dim, q_dim},
+                      {DfOp::FfnIn, m.ffn_dtype, sh.ffn_dim, sh.dim},  {DfOp::FfnIn, m.ffn_dtype, sh.ffn_dim, sh.dim},
                       {DfOp::FfnDown, m.ffn_dtype, sh.dim, sh.ffn_dim}};
   uint64_t weights = 0, max_panel = 0;
   uint32_t max_panels = 1;
@@ -262,7 +262,8 @@ DfSchedule df_schedule(const DfScheduleInput& in) {
       uint64_t(chunk) * (2ull * sh.dim + 2ull * q_dim + 2ull * kv_dim + 2ull * sh.ffn_dim) * 4 +
       uint64_t(chunk) * act_blocks(widest) * kActBlock;
   // Norms pass a row and the weight through MatIn; matmuls their whole input.
-  const uint64_t mat_in = uint64_t(chunk) * widest * 4 > 2ull * widest * 4 ? uint64_t(chunk) * widest * 4 : 2ull * widest * 4;
+  const uint64_t mat_in =
+      uint64_t(chunk) * widest * 4 > 2ull * widest * 4 ? uint64_t(chunk) * widest * 4 : 2ull * widest * 4;
 
   auto layout = [&](bool dbl, uint32_t tile_panels, uint32_t kv_tile, uint32_t q_block) {
     s.bytes[uint32_t(DfBuf::KvResident)] = s.kv_onchip ? s.kv_total_bytes : 0;
@@ -298,9 +299,8 @@ DfSchedule df_schedule(const DfScheduleInput& in) {
     for (uint32_t b = 1; b < kDfBufs; ++b)
       if (s.bytes[b] > s.bytes[worst]) worst = b;
     format(s.refusal, sizeof(s.refusal),
-           "the smallest schedule needs %" PRIu64 " bytes of SRAM, the hardware has %" PRIu64
-           "; largest: %s (%" PRIu64 " bytes: chunk %" PRIu32 ", 1 query, 1 panel, %" PRIu32 " keys of %" PRIu32
-           " capacity)",
+           "the smallest schedule needs %" PRIu64 " bytes of SRAM, the hardware has %" PRIu64 "; largest: %s (%" PRIu64
+           " bytes: chunk %" PRIu32 ", 1 query, 1 panel, %" PRIu32 " keys of %" PRIu32 " capacity)",
            s.peak_bytes, in.hw.sram_bytes, df_buf_name(DfBuf(worst)), s.bytes[worst], chunk, min_kv_tile,
            in.kv_capacity_tokens);
     s.fits = false;
@@ -370,13 +370,12 @@ void df_count_forward(const DfSchedule& s, const DfModel& m, uint32_t n, uint32_
   }
 }
 
-DfCost df_cost(const DfCounters& c, const HwDesc& hw, bool double_buffered) {
+DfCost df_cost(const DfCounters& c, const HwDesc& hw, bool double_buffered, DfOp op) {
   DfCost k;
   auto rate = [](double r) { return r > 0 ? r : 1e-30; };
-  k.compute_cycles = double(c.macs_int8) / rate(hw.macs_per_cycle_int8) +
-                     double(c.macs_bf16) / rate(hw.macs_per_cycle_bf16) +
-                     double(c.macs_f32) / rate(hw.macs_per_cycle_f32) +
-                     double(c.vector_elems) / rate(hw.vector_elems_per_cycle);
+  k.compute_cycles =
+      double(c.macs_int8) / rate(hw.macs_per_cycle_int8) + double(c.macs_bf16) / rate(hw.macs_per_cycle_bf16) +
+      double(c.macs_f32) / rate(hw.macs_per_cycle_f32) + double(c.vector_elems) / rate(hw.vector_elems_per_cycle);
   k.sram_cycles = double(c.sram_bytes) / rate(hw.sram_bytes_per_cycle);
   double latency_all = 0;
   for (uint32_t i = 0; i < hw.tier_count && i < kHwMaxTiers; ++i) {
@@ -392,7 +391,7 @@ DfCost df_cost(const DfCounters& c, const HwDesc& hw, bool double_buffered) {
     // Transfers overlap compute and each other; a transfer's latency hides behind the previous
     // tile's, except for the first transfer of each call on each tier.
     for (uint32_t i = 0; i < hw.tier_count && i < kHwMaxTiers; ++i) {
-      const uint64_t exposed = c.tier_transfers[i] < c.calls ? c.tier_transfers[i] : c.calls;
+      const uint64_t exposed = op == DfOp::KvWrite ? 0 : c.tier_transfers[i] < c.calls ? c.tier_transfers[i] : c.calls;
       k.latency_cycles += double(exposed) * hw.tiers[i].latency_ns * 1e-9 * hw.clock_hz;
     }
     k.total_cycles = parts[worst] + k.latency_cycles;

@@ -92,10 +92,10 @@ struct DfSchedule {
   uint32_t q_block = 1;         // chunk tokens whose queries share one pass over the cache
   uint32_t kv_capacity_tokens = 0, slots = 1, chunk_tokens = 1;
   uint64_t offset[kDfBufs] = {}, bytes[kDfBufs] = {};
-  uint64_t peak_bytes = 0;      // end of the last buffer: SRAM the schedule uses
-  uint64_t kv_total_bytes = 0;  // every slot's cache
-  uint64_t weight_bytes = 0;    // every matrix and norm
-  uint64_t sram_bytes = 0;      // capacity
+  uint64_t peak_bytes = 0;                // end of the last buffer: SRAM the schedule uses
+  uint64_t kv_total_bytes = 0;            // every slot's cache
+  uint64_t weight_bytes = 0;              // every matrix and norm
+  uint64_t sram_bytes = 0;                // capacity
   uint32_t weight_tier = 0, kv_tier = 0;  // off-chip tier of what is not on chip
 };
 
@@ -118,6 +118,7 @@ struct DfCost {
   double total_cycles = 0, stall_cycles = 0;
   DfBound bound = DfBound::Compute;
 };
-DfCost df_cost(const DfCounters& c, const HwDesc& hw, bool double_buffered);
+// `op` matters for KvWrite only: its writes are posted, so their latency is never exposed.
+DfCost df_cost(const DfCounters& c, const HwDesc& hw, bool double_buffered, DfOp op);
 
 }  // namespace keel

@@ -97,7 +97,8 @@ bool parse_hw_json(const std::string& text, const std::string& origin, HwDesc& o
        r.positive(*compute, "compute", "vector_elems_per_cycle", h.vector_elems_per_cycle);
   const json* sram = ok ? r.member(j, "", "sram") : nullptr;
   ok = ok && sram && r.object(*sram, "sram", {"bytes", "bytes_per_cycle"}) &&
-       r.count(*sram, "sram", "bytes", h.sram_bytes) && r.positive(*sram, "sram", "bytes_per_cycle", h.sram_bytes_per_cycle);
+       r.count(*sram, "sram", "bytes", h.sram_bytes) &&
+       r.positive(*sram, "sram", "bytes_per_cycle", h.sram_bytes_per_cycle);
   const json* tiers = ok ? r.member(j, "", "offchip") : nullptr;
   if (ok && tiers && (!tiers->is_array() || tiers->empty() || tiers->size() > kHwMaxTiers)) {
     ok = r.fail("offchip", "an array of 1 or 2 tiers", tiers);
@@ -107,12 +108,13 @@ bool parse_hw_json(const std::string& text, const std::string& origin, HwDesc& o
     const std::string at = "offchip[" + std::to_string(i) + "]";
     const json& t = (*tiers)[i];
     HwTier& d = h.tiers[i];
-    ok = r.object(t, at, {"name", "capacity_bytes", "bandwidth_bytes_per_s", "latency_ns"}) && r.name(t, at, "name", d.name) &&
-         r.count(t, at, "capacity_bytes", d.capacity_bytes) &&
+    ok = r.object(t, at, {"name", "capacity_bytes", "bandwidth_bytes_per_s", "latency_ns"}) &&
+         r.name(t, at, "name", d.name) && r.count(t, at, "capacity_bytes", d.capacity_bytes) &&
          r.positive(t, at, "bandwidth_bytes_per_s", d.bandwidth_bytes_per_s);
     if (ok) {
       const json* lat = r.member(t, at, "latency_ns");
-      ok = lat && (lat->is_number() && lat->get<double>() >= 0 ? true : r.fail(at + ".latency_ns", "a number >= 0", lat));
+      ok = lat &&
+           (lat->is_number() && lat->get<double>() >= 0 ? true : r.fail(at + ".latency_ns", "a number >= 0", lat));
       if (ok) d.latency_ns = lat->get<double>();
     }
     h.tier_count = uint32_t(i + 1);
@@ -133,7 +135,8 @@ std::string hw_to_json(const HwDesc& h, const std::string& sources) {
   json j;
   j["name"] = h.name;
   j["clock_hz"] = h.clock_hz;
-  j["compute"] = {{"macs_per_cycle", {{"int8", h.macs_per_cycle_int8}, {"bf16", h.macs_per_cycle_bf16}, {"f32", h.macs_per_cycle_f32}}},
+  j["compute"] = {{"macs_per_cycle",
+                   {{"int8", h.macs_per_cycle_int8}, {"bf16", h.macs_per_cycle_bf16}, {"f32", h.macs_per_cycle_f32}}},
                   {"vector_elems_per_cycle", h.vector_elems_per_cycle}};
   j["sram"] = {{"bytes", h.sram_bytes}, {"bytes_per_cycle", h.sram_bytes_per_cycle}};
   j["offchip"] = json::array();
@@ -163,8 +166,9 @@ bool load_hw(const std::string& name_or_path, HwDesc& out, std::string& error) {
   if (name_or_path == "host") path = host_hw_path();
   std::ifstream f(path, std::ios::binary);
   if (!f) {
-    error = name_or_path == "host" ? "no host description at " + path + " (run keel emulate --calibrate first)"
-                                   : "--hw '" + name_or_path + "': neither a preset (keel emulate --list-hw) nor a readable file";
+    error = name_or_path == "host"
+                ? "no host description at " + path + " (run keel emulate --calibrate first)"
+                : "--hw '" + name_or_path + "': neither a preset (keel emulate --list-hw) nor a readable file";
     return false;
   }
   std::stringstream ss;
