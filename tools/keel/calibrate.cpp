@@ -20,9 +20,7 @@
 namespace keel::cli {
 namespace {
 
-double seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double seconds() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // Median seconds of `reps` calls of fn.
 template <typename F>
@@ -84,7 +82,8 @@ int run_calibrate(uint32_t threads_opt) {
   const uint32_t rows = 512, cols = 1024, n = 16;
   std::vector<float> x(uint64_t(n) * cols, 0.5f), y(uint64_t(n) * rows);
   std::vector<ActBlock> xq(uint64_t(n) * act_blocks(cols));
-  for (uint32_t t = 0; t < n; ++t) mk.quantize_act(x.data() + uint64_t(t) * cols, cols, xq.data() + uint64_t(t) * act_blocks(cols));
+  for (uint32_t t = 0; t < n; ++t)
+    mk.quantize_act(x.data() + uint64_t(t) * cols, cols, xq.data() + uint64_t(t) * act_blocks(cols));
   auto rate = [&](fb::DType t) {
     std::vector<uint8_t> w(tensor_bytes(t, rows, cols) + 64, 0);
     const WeightView wv{t, rows, cols, w.data()};

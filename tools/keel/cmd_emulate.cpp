@@ -63,7 +63,7 @@ bool parse_dtype(const std::string& s, fb::DType& t) {
   static const struct {
     const char* name;
     fb::DType t;
-  } kTypes[] = {{"q4", fb::DType::Q4}, {"q4m", fb::DType::Q4M}, {"q8", fb::DType::Q8},
+  } kTypes[] = {{"q4", fb::DType::Q4},   {"q4m", fb::DType::Q4M},   {"q8", fb::DType::Q8},
                 {"f16", fb::DType::F16}, {"bf16", fb::DType::BF16}, {"f32", fb::DType::F32}};
   for (const auto& k : kTypes)
     if (s == k.name) return t = k.t, true;
@@ -73,10 +73,16 @@ bool parse_dtype(const std::string& s, fb::DType& t) {
 uint64_t offchip(const DfCounters& c) { return c.tier_bytes[0] + c.tier_bytes[1]; }
 
 json counters_json(const DfCounters& c) {
-  return {{"calls", c.calls},        {"macs_int8", c.macs_int8},       {"macs_bf16", c.macs_bf16},
-          {"macs_f32", c.macs_f32},  {"vector_elems", c.vector_elems}, {"sram_bytes", c.sram_bytes},
-          {"tier0_bytes", c.tier_bytes[0]}, {"tier1_bytes", c.tier_bytes[1]},
-          {"tier0_transfers", c.tier_transfers[0]}, {"tier1_transfers", c.tier_transfers[1]}};
+  return {{"calls", c.calls},
+          {"macs_int8", c.macs_int8},
+          {"macs_bf16", c.macs_bf16},
+          {"macs_f32", c.macs_f32},
+          {"vector_elems", c.vector_elems},
+          {"sram_bytes", c.sram_bytes},
+          {"tier0_bytes", c.tier_bytes[0]},
+          {"tier1_bytes", c.tier_bytes[1]},
+          {"tier0_transfers", c.tier_transfers[0]},
+          {"tier1_transfers", c.tier_transfers[1]}};
 }
 
 json ops_json(const DfCounterSet& set, const HwDesc& hw, bool dbl, double total) {
@@ -143,8 +149,12 @@ json schedule_json(const DfSchedule& s, const EmuConfig& c) {
                        {"tile_tokens", s.kv_tile_tokens},
                        {"tile_bytes", uint64_t(s.kv_tile_tokens) * m.head_dim * 2},
                        {"per", "layer, KV head and block of q_block tokens: ceil(cached / tile_tokens) of each"}});
-  transfers.push_back({{"op", "kv_write"}, {"what", "new key or value row (f16)"}, {"from", "activations"},
-                       {"to", kvsrc}, {"tile_bytes", uint64_t(m.head_dim) * 2}, {"per", "layer, KV head, token"}});
+  transfers.push_back({{"op", "kv_write"},
+                       {"what", "new key or value row (f16)"},
+                       {"from", "activations"},
+                       {"to", kvsrc},
+                       {"tile_bytes", uint64_t(m.head_dim) * 2},
+                       {"per", "layer, KV head, token"}});
   (void)kv_dim;
   return {{"hw", c.hw.name},
           {"fits", s.fits},
@@ -215,8 +225,8 @@ void print_table(const DfCounterSet& set, const HwDesc& hw, bool dbl, double tot
     if (c.calls == 0 && c.vector_elems == 0) continue;
     const DfCost k = df_cost(c, hw, dbl, DfOp(i));
     printf("  %-13s %8" PRIu64 " %10s %5.1f%% %12s %12s  %s\n", df_op_name(DfOp(i)), c.calls,
-           fmt_num(k.total_cycles).c_str(), total > 0 ? 100 * k.total_cycles / total : 0, fmt_num(double(offchip(c))).c_str(),
-           fmt_num(double(c.sram_bytes)).c_str(), df_bound_name(k.bound));
+           fmt_num(k.total_cycles).c_str(), total > 0 ? 100 * k.total_cycles / total : 0,
+           fmt_num(double(offchip(c))).c_str(), fmt_num(double(c.sram_bytes)).c_str(), df_bound_name(k.bound));
   }
 }
 
@@ -279,7 +289,8 @@ int cmd_emulate(int argc, char** argv) {
   Session session;
   if (!shape_name.empty()) {
     fb::DType t;
-    if (!parse_dtype(dtype_name, t)) return usage("--weight-dtype expects q4, q4m, q8, f16, bf16 or f32, got '" + dtype_name + "'");
+    if (!parse_dtype(dtype_name, t))
+      return usage("--weight-dtype expects q4, q4m, q8, f16, bf16 or f32, got '" + dtype_name + "'");
     if (!load_shape(shape_name, c.model.shape, error)) return fail("emulate", error);
     c.model.attn_dtype = c.model.ffn_dtype = c.model.lm_head_dtype = t;
   } else {
@@ -374,7 +385,8 @@ int cmd_emulate(int argc, char** argv) {
       const DfCounters& b = before.op[i];
       m.calls -= b.calls, m.macs_int8 -= b.macs_int8, m.macs_bf16 -= b.macs_bf16, m.macs_f32 -= b.macs_f32;
       m.vector_elems -= b.vector_elems, m.sram_bytes -= b.sram_bytes;
-      for (uint32_t t = 0; t < kHwMaxTiers; ++t) m.tier_bytes[t] -= b.tier_bytes[t], m.tier_transfers[t] -= b.tier_transfers[t];
+      for (uint32_t t = 0; t < kHwMaxTiers; ++t)
+        m.tier_bytes[t] -= b.tier_bytes[t], m.tier_transfers[t] -= b.tier_transfers[t];
       if (DfOp(i) == DfOp::KvPolicy) continue;  // SnapKV scoring is not modelled analytically
       const bool same = m == r.decode.op[i];
       executed_equal = executed_equal && same;
@@ -390,8 +402,9 @@ int cmd_emulate(int argc, char** argv) {
     printf("%s\n", out.dump().c_str());
     return executed_equal ? 0 : 1;
   }
-  printf("%s on %s: KV %s, budget %u, %u slot(s), decode at %u cached tokens\n", out["model"].get<std::string>().c_str(),
-         c.hw.name, policy_name.c_str(), emu_budget(c), c.slots, r.decode_cached);
+  printf("%s on %s: KV %s, budget %u, %u slot(s), decode at %u cached tokens\n",
+         out["model"].get<std::string>().c_str(), c.hw.name, policy_name.c_str(), emu_budget(c), c.slots,
+         r.decode_cached);
   printf("schedule: SRAM %s of %s used; KV %s (%s), weights %s (%s); tiles %u rows, %u keys, %u queries%s\n",
          human_bytes(s.peak_bytes).c_str(), human_bytes(c.hw.sram_bytes).c_str(), s.kv_onchip ? "on chip" : "off chip",
          human_bytes(s.kv_total_bytes).c_str(), s.weights_onchip ? "on chip" : "streamed",

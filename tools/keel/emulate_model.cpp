@@ -64,9 +64,9 @@ bool load_shape(const std::string& name, ModelShape& s, std::string& error) {
   struct Field {
     const char* key;
     uint32_t* out;
-  } fields[] = {{"vocab_size", &s.vocab_size}, {"dim", &s.dim},           {"n_layers", &s.n_layers},
-                {"n_heads", &s.n_heads},       {"n_kv_heads", &s.n_kv_heads}, {"head_dim", &s.head_dim},
-                {"ffn_dim", &s.ffn_dim}};
+  } fields[] = {
+      {"vocab_size", &s.vocab_size}, {"dim", &s.dim},           {"n_layers", &s.n_layers}, {"n_heads", &s.n_heads},
+      {"n_kv_heads", &s.n_kv_heads}, {"head_dim", &s.head_dim}, {"ffn_dim", &s.ffn_dim}};
   for (const Field& fl : fields) {
     const std::regex re(std::string("constexpr\\s+uint32_t\\s+") + fl.key + "\\s*=\\s*([0-9]+)");
     std::smatch m;
