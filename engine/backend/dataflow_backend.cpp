@@ -139,7 +139,6 @@ void DataflowBackend::attention(const AttentionArgs& a) {
   float* qrot = qbuf + uint64_t(s.q_block) * group * hd;
   float* scores = reinterpret_cast<float*>(buf(DfBuf::AttnScores));
   float* acc = reinterpret_cast<float*>(buf(DfBuf::AttnAcc));
-  float* part = acc + uint64_t(s.q_block) * group * hd;
   const uint32_t row_len = s.kv_capacity_tokens;
   for (uint32_t kvh = 0; kvh < a.n_kv_heads; ++kvh) {
     const uint16_t* keys = a.keys + kvh * a.head_stride;
@@ -190,12 +189,11 @@ void DataflowBackend::attention(const AttentionArgs& a) {
               } else if (j == 0) {
                 ak_.weighted_sum(row, kb, used, hd, acc + uint64_t(r) * hd);
               } else {
-                ak_.weighted_sum(row + j, kb, used, hd, part);
-                float* o = acc + uint64_t(r) * hd;
-                for (uint32_t d = 0; d < hd; ++d) o[d] += part[d];
+                // Continues the sum where the previous tile left it (bit-identical to one
+                // untiled sum where the kernel table says so).
+                ak_.weighted_sum_more(row + j, kb, used, hd, acc + uint64_t(r) * hd);
               }
             }
-            if (pass == 1 && j > 0) c.vector_elems += uint64_t(hd) * group;
           }
           if (pass == 0 && j + len >= len_max) {
             for (uint32_t t = t0; t < t1; ++t) {

@@ -119,8 +119,6 @@ struct Walker {
               const uint32_t visible_t = visible + t + 1;
               const uint32_t used = visible_t <= j ? 0 : (visible_t - j < len ? visible_t - j : len);
               c.macs_bf16 += uint64_t(used) * hd * group;
-              // Partial sums after the first tile are added to the accumulator.
-              if (pass == 1 && j > 0 && used > 0) c.vector_elems += uint64_t(hd) * group;
             }
           }
         }
@@ -276,7 +274,7 @@ DfSchedule df_schedule(const DfScheduleInput& in) {
     s.bytes[uint32_t(DfBuf::MatOut)] = (uint64_t(chunk) * out_rows > widest ? uint64_t(chunk) * out_rows : widest) * 4;
     s.bytes[uint32_t(DfBuf::AttnQ)] = 2ull * q_block * group * hd * 4;
     s.bytes[uint32_t(DfBuf::AttnScores)] = uint64_t(q_block) * group * in.kv_capacity_tokens * 4;
-    s.bytes[uint32_t(DfBuf::AttnAcc)] = (uint64_t(q_block) * group + 1) * hd * 4;
+    s.bytes[uint32_t(DfBuf::AttnAcc)] = uint64_t(q_block) * group * hd * 4;
     s.bytes[uint32_t(DfBuf::KvTile0)] = uint64_t(kv_tile) * hd * 2;
     s.bytes[uint32_t(DfBuf::KvTile1)] = dbl ? uint64_t(kv_tile) * hd * 2 : 0;
     uint64_t at = 0;

@@ -75,7 +75,7 @@ enum class DfBuf : uint8_t {
   MatOut,       // matmul output tile; norm output
   AttnQ,        // a query block, as rotated and re-rotated for the prefix
   AttnScores,   // score rows of the query block
-  AttnAcc,      // weighted-sum accumulators (+ one row for a tile's partial sum)
+  AttnAcc,      // weighted-sum accumulators of the query block
   KvTile0,
   KvTile1,
   Count
