@@ -268,6 +268,7 @@ int cmd_emulate(int argc, char** argv) {
   if (so.backend != "auto" && so.backend != "dataflow") return usage("emulate runs the dataflow backend only");
   if (slots == 0 || context == 0) return usage("--slots and --context must be at least 1");
   if (execute && so.model_path.empty()) return usage("--execute needs -m MODEL.keel");
+  if (execute && slots != 1) return usage("--execute runs one sequence: --slots 1");
   if (dtype_given && shape_name.empty()) return usage("--weight-dtype applies to --shape only");
   if (!so.error.empty()) return usage(so.error);
 
