@@ -316,6 +316,21 @@ DfSchedule df_schedule(const DfScheduleInput& in) {
       in.hw.tiers[0].capacity_bytes < (s.weight_tier == 0 ? weight_tier_bytes : 0) + s.kv_total_bytes)
     s.kv_tier = 1;
 
+  // What is not on chip must fit its tier.
+  uint64_t held[kHwMaxTiers] = {};
+  if (!s.weights_onchip) held[s.weight_tier] += s.weight_bytes;
+  if (!s.kv_onchip) held[s.kv_tier] += s.kv_total_bytes;
+  for (uint32_t t = 0; t < kHwMaxTiers && t < in.hw.tier_count; ++t) {
+    if (held[t] > in.hw.tiers[t].capacity_bytes) {
+      format(s.refusal, sizeof(s.refusal),
+             "off-chip tier '%s' would hold %" PRIu64 " bytes (weights %" PRIu64 ", KV %" PRIu64 " for %" PRIu32
+             " slots); it has %" PRIu64,
+             in.hw.tiers[t].name, held[t], s.weights_onchip || s.weight_tier != t ? 0 : s.weight_bytes,
+             s.kv_onchip || s.kv_tier != t ? 0 : s.kv_total_bytes, s.slots, in.hw.tiers[t].capacity_bytes);
+      s.fits = false;
+      return s;
+    }
+  }
   // Grow the tiles while they fit: double buffering, then weight tiles, keys per tile, queries.
   bool dbl = layout(true, 1, min_kv_tile, 1);
   uint32_t tp = 1, kt = min_kv_tile, qb = 1;

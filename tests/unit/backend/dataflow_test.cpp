@@ -194,7 +194,10 @@ TEST(DataflowSchedule, PeakWithinCapacityAndRefusal) {
         in.chunk_tokens = 64;
         const DfSchedule s = df_schedule(in);
         if (!s.fits) {
-          EXPECT_NE(std::string(s.refusal).find("largest:"), std::string::npos);
+          const std::string why = s.refusal;
+          EXPECT_TRUE(why.find("largest:") != std::string::npos ||
+                      why.find("off-chip tier 'lpddr'") != std::string::npos)
+              << why;
           continue;
         }
         EXPECT_LE(s.peak_bytes, sram);

@@ -31,8 +31,9 @@ TEST(Emulate, ListsPresets) {
 }
 
 TEST(Emulate, JsonFieldsAndSweep) {
-  const auto r = run_cli("emulate --shape llama-3.1-8b --hw sn40l --kv-policy snapstream --kv-budget 8192 "
-                         "--context 131072 --slots 4 --sweep-sram --json");
+  const auto r = run_cli(
+      "emulate --shape llama-3.1-8b --hw sn40l --kv-policy snapstream --kv-budget 8192 "
+      "--context 131072 --slots 4 --sweep-sram --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const json j = parse_last_line(r.out);
   ASSERT_FALSE(j.is_discarded()) << r.out;
