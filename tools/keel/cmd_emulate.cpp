@@ -377,6 +377,7 @@ int cmd_emulate(int argc, char** argv) {
     Error e = rt.prefill(0, Span<const int32_t>(ids.data(), ids.size()));
     if (!e.ok()) return fail("emulate", std::string(to_string(e.status())) + ": " + e.message());
     const DfCounterSet before = be.counters();
+    const uint32_t cached_before = rt.kv_cache(0).visible();
     e = rt.decode(0, ids[0]);
     if (!e.ok()) return fail("emulate", std::string(to_string(e.status())) + ": " + e.message());
     DfCounterSet measured = be.counters();
@@ -393,7 +394,7 @@ int cmd_emulate(int argc, char** argv) {
       executed_equal = executed_equal && same;
       ex.push_back({{"op", df_op_name(DfOp(i))}, {"equal", same}, {"executed", counters_json(m)}});
     }
-    out["executed"] = {{"cached_tokens", rt.kv_cache(0).visible() - 1},
+    out["executed"] = {{"cached_tokens", cached_before},
                        {"counters_equal_analytic", executed_equal},
                        {"kv_policy_counters", counters_json(measured.op[uint32_t(DfOp::KvPolicy)])},
                        {"ops", ex}};
