@@ -17,6 +17,7 @@ class DataflowBackend final : public KernelBackend {
                   const AttentionKernels& attention)
       : KernelBackend(BackendKind::Dataflow, pool, matmul, vector, attention) {}
 
+  // Nonzero so that hosts call measure_state (it needs no work memory: the schedule is arithmetic).
   uint64_t state_work_bytes(const Model& model, const BackendPlan& plan) const override { return kPlanAlignBytes; }
   Result<uint64_t> measure_state(const Model& model, const BackendPlan& plan, Span<uint8_t> work) const override;
   Error create_state(const Model& model, const BackendPlan& plan, Span<uint8_t> block) override;

@@ -155,7 +155,6 @@ json schedule_json(const DfSchedule& s, const EmuConfig& c) {
                        {"to", kvsrc},
                        {"tile_bytes", uint64_t(m.head_dim) * 2},
                        {"per", "layer, KV head, token"}});
-  (void)kv_dim;
   return {{"hw", c.hw.name},
           {"fits", s.fits},
           {"refusal", s.fits ? "" : s.refusal},
