@@ -6,9 +6,14 @@
 
 namespace keel {
 
+struct HwDesc;  // backend/dataflow_hw.h
+
 struct BackendPlan {
   uint32_t threads = 1;          // attention workers that may run at once
   uint32_t capacity_tokens = 0;  // the longest score row: the KV capacity of a slot
+  uint32_t slots = 1;
+  uint32_t chunk_tokens = 1;
+  const HwDesc* hw = nullptr;  // the emulated accelerator (dataflow backend only)
 };
 
 }  // namespace keel

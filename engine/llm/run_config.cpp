@@ -43,8 +43,8 @@ Error make_runtime_config(const Model& model, const RunOverrides& o, RuntimeConf
   KEEL_ENSURE(o.snap_kernel >= -1, Status::InvalidArgument, "snap_kernel %" PRId32 "; expected -1 (adaptive), 0 or odd",
               o.snap_kernel);
   const int backend = int(o.backend);
-  KEEL_ENSURE(backend >= int(BackendKind::Auto) && backend <= int(BackendKind::Xnnpack), Status::InvalidArgument,
-              "backend %d; expected 0..3", backend);
+  KEEL_ENSURE(backend >= int(BackendKind::Auto) && backend <= int(BackendKind::Dataflow), Status::InvalidArgument,
+              "backend %d; expected 0..4", backend);
   const RunDefaults d = model_run_defaults(model);
   KEEL_ENSURE(uint32_t(d.policy) < kRunPolicyMax, Status::InvalidArgument,
               "the model's kv_defaults name policy %u; expected 0..%" PRIu32, unsigned(d.policy), kRunPolicyMax - 1);
