@@ -129,7 +129,7 @@ bool Session::resolve_policy(const char* fallback, std::string& error) {
 
 uint32_t Session::default_budget() const { return model_run_defaults(model_).kv_budget_tokens; }
 
-bool Session::start(uint32_t budget, std::string& error) {
+bool Session::start(uint32_t budget, std::string& error, uint32_t slots) {
   RunOverrides o;
   if (opts_.backend == "auto")
     o.backend = BackendKind::Auto;
@@ -145,7 +145,7 @@ bool Session::start(uint32_t budget, std::string& error) {
   }
   o.kv_policy = run_policy(policy_);
   o.kv_budget_tokens = budget;
-  o.slots = 1;
+  o.slots = slots;
   o.chunk_tokens = opts_.chunk;
   o.threads = threads_;
   o.logit_rows = opts_.logit_rows;
@@ -165,8 +165,9 @@ bool Session::start(uint32_t budget, std::string& error) {
   // OOM killer instead of an error.
   const uint64_t need = p.persistent_bytes + p.scratch_bytes, avail = port::available_memory_bytes();
   if (avail != 0 && need > avail) {
-    error = "the plan needs " + human_bytes(need) + " of arenas (KV budget " + std::to_string(budget) +
-            " tokens); this machine has " + human_bytes(avail) + " available (lower --kv-budget)";
+    error = "the plan needs " + human_bytes(need) + " of arenas (KV budget " + std::to_string(budget) + " tokens, " +
+            std::to_string(slots) + " slots); this machine has " + human_bytes(avail) +
+            " available (lower --kv-budget)";
     return false;
   }
   persistent_.reset(static_cast<uint8_t*>(aligned_alloc(64, align_up(p.persistent_bytes, 64))));

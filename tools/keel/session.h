@@ -51,8 +51,8 @@ class Session {
   KvPolicyKind policy() const { return policy_; }
   // The model's default budget (from the file), the engine's if it has none.
   uint32_t default_budget() const;
-  // Plans for `budget` tokens and initializes the runtime.
-  bool start(uint32_t budget, std::string& error);
+  // Plans `slots` sequences of `budget` tokens each and initializes the runtime.
+  bool start(uint32_t budget, std::string& error, uint32_t slots = 1);
 
   const Model& model() const { return model_; }
   Runtime& runtime() { return runtime_; }
