@@ -215,8 +215,10 @@ int cmd_batch(int argc, char** argv) {
   }
   const double occupancy = seconds > 0 ? busy_slot_seconds / (seconds * slots) : 0;
   if (as_json) {
-    json s = {{"requests", served},     {"errors", errors},
-              {"tokens", tokens},       {"seconds", seconds},
+    json s = {{"requests", served},
+              {"errors", errors},
+              {"tokens", tokens},
+              {"seconds", seconds},
               {"tokens_per_second", seconds > 0 ? tokens / seconds : 0},
               {"slot_occupancy", occupancy}};
     printf("%s\n", json{{"summary", s}}.dump().c_str());

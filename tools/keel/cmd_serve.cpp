@@ -96,8 +96,7 @@ class Server {
   void completion(const Request& req, Response& res, Endpoint e);
   void stream(Response& res, Endpoint e, std::shared_ptr<Ticket> t, const OpenAiRequest& r, CompletionIds ids,
               uint32_t prompt_tokens);
-  void error(Response& res, int status, const std::string& message, const std::string& type,
-             const std::string& code);
+  void error(Response& res, int status, const std::string& message, const std::string& type, const std::string& code);
   std::string metrics_text() const;
 
   Session& session_;
@@ -214,9 +213,9 @@ void Server::completion(const Request& req, Response& res, Endpoint e) {
                    "server_error", "timeout");
     return error(res, 503, "the server is shutting down", "server_error", "shutting_down");
   }
-  res.set_content(completion_body(e, ids, c.out, openai_finish_reason(c.finish, c.stop_string),
-                                  Usage{prompt_tokens, c.tokens}),
-                  "application/json");
+  res.set_content(
+      completion_body(e, ids, c.out, openai_finish_reason(c.finish, c.stop_string), Usage{prompt_tokens, c.tokens}),
+      "application/json");
 }
 
 void Server::stream(Response& res, Endpoint e, std::shared_ptr<Ticket> t, const OpenAiRequest& r, CompletionIds ids,
@@ -265,9 +264,11 @@ void Server::stream(Response& res, Endpoint e, std::shared_ptr<Ticket> t, const 
             timed_out = st->ticket->timed_out;
           }
           const std::string msg = c.finish == FinishReason::Failed ? c.error
-                                  : timed_out ? "the request ran longer than --timeout"
-                                              : "the server is shutting down";
-          const char* code = c.finish == FinishReason::Failed ? "engine_error" : timed_out ? "timeout" : "shutting_down";
+                                  : timed_out                      ? "the request ran longer than --timeout"
+                                                                   : "the server is shutting down";
+          const char* code = c.finish == FinishReason::Failed ? "engine_error"
+                             : timed_out                      ? "timeout"
+                                                              : "shutting_down";
           tail = sse_event(error_body(500, msg, "server_error", code));
         } else {
           tail = sse_event(stream_chunk(e, ids, c.out, openai_finish_reason(c.finish, c.stop_string), st->first));
@@ -289,8 +290,8 @@ std::string Server::metrics_text() const {
   const EngineMetrics m = engine_.metrics();
   std::string s;
   auto line = [&](const char* name, const char* type, const char* help, const std::string& value) {
-    s += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " + value +
-         "\n";
+    s +=
+        std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " + value + "\n";
   };
   s += "# HELP keel_http_responses_total HTTP responses by status class.\n# TYPE keel_http_responses_total counter\n";
   for (int k = 1; k <= 5; ++k)
@@ -335,20 +336,20 @@ void Server::routes(httplib::Server& http) {
   http.Post("/v1/completions", [this](const Request& q, Response& r) { completion(q, r, Endpoint::Completions); });
   http.Post("/v1/chat/completions",
             [this](const Request& q, Response& r) { completion(q, r, Endpoint::ChatCompletions); });
-  http.Get("/v1/models",
-           [this](const Request&, Response& r) { r.set_content(models_body(model_id_, created_), "application/json"); });
+  http.Get("/v1/models", [this](const Request&, Response& r) {
+    r.set_content(models_body(model_id_, created_), "application/json");
+  });
   http.Get("/health", [](const Request&, Response& r) { r.set_content("{\"status\":\"ok\"}", "application/json"); });
   http.Get("/metrics", [this](const Request&, Response& r) {
     r.set_content(metrics_text(), "text/plain; version=0.0.4; charset=utf-8");
   });
-  // Statuses httplib sets itself (unknown path, wrong method, 413, a malformed request line)
+  // Statuses httplib sets itself (unknown path or method, 413, a malformed request line)
   // get an OpenAI-shaped body too.
   http.set_error_handler([this](const Request& q, Response& r) {
     if (!r.body.empty()) return;
     std::string message = "HTTP " + std::to_string(r.status);
     std::string code = "http_error";
     if (r.status == 404) message = "no route " + q.method + " " + q.path, code = "not_found";
-    if (r.status == 405) message = "method " + q.method + " not allowed on " + q.path, code = "method_not_allowed";
     if (r.status == 413)
       message = "the request body exceeds --max-body-bytes " + std::to_string(opts_.max_body), code = "body_too_large";
     if (r.status == 400) message = "malformed HTTP request", code = "bad_request";
@@ -448,7 +449,8 @@ int cmd_serve(int argc, char** argv) {
     fprintf(stderr, "keel serve: %s: finishing running requests\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     engine.stop_accepting();
     engine.join();
-    for (int i = 0; i < 100 && server.open_streams() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (int i = 0; i < 100 && server.open_streams() > 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     http.stop();
   });
   signal_thread.detach();

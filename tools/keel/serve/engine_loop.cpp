@@ -49,7 +49,8 @@ SubmitResult EngineLoop::submit(LoopRequest request) {
 }
 
 uint32_t EngineLoop::active() const {
-  return uint32_t(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return s.phase != SlotPhase::Free; }));
+  return uint32_t(
+      std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return s.phase != SlotPhase::Free; }));
 }
 
 void EngineLoop::release(uint32_t slot) {

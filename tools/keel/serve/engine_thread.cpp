@@ -45,7 +45,9 @@ EngineThread::Admit EngineThread::submit(std::shared_ptr<Ticket> t) {
   return Admit::Accepted;
 }
 
-void EngineThread::start() { thread_ = std::thread([this] { run(); }); }
+void EngineThread::start() {
+  thread_ = std::thread([this] { run(); });
+}
 
 void EngineThread::stop_accepting() {
   {

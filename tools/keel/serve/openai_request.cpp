@@ -126,8 +126,8 @@ bool read_stop(const json& body, std::vector<std::string>& out, const Fail& fail
     const std::string s = items[i]->get<std::string>();
     if (s.empty()) return fail(where, "'" + where + "' is empty; a stop string needs at least one character");
     if (s.size() > kMaxStopBytes)
-      return fail(where, "'" + where + "' is " + std::to_string(s.size()) + " bytes; at most " +
-                             std::to_string(kMaxStopBytes));
+      return fail(
+          where, "'" + where + "' is " + std::to_string(s.size()) + " bytes; at most " + std::to_string(kMaxStopBytes));
     out.push_back(s);
   }
   return true;
@@ -152,17 +152,18 @@ bool check_inert_fields(const json& body, const Fail& fail) {
       {"suffix", "null or \"\"", [](const json& v) { return v.is_string() && v.get<std::string>().empty(); }},
       {"logit_bias", "{} or null", [](const json& v) { return v.is_object() && v.empty(); }},
       {"tools", "[] or null", [](const json& v) { return v.is_array() && v.empty(); }},
-      {"tool_choice", "\"none\" or null", [](const json& v) { return v.is_string() && v.get<std::string>() == "none"; }},
+      {"tool_choice", "\"none\" or null",
+       [](const json& v) { return v.is_string() && v.get<std::string>() == "none"; }},
       {"response_format", "{\"type\": \"text\"} or null",
        [](const json& v) { return v.is_object() && v.size() == 1 && v.value("type", json()) == "text"; }},
   };
   for (const Inert& f : kInert) {
     const auto it = body.find(f.key);
     if (it == body.end() || it->is_null() || f.ok(*it)) continue;
-    return fail(f.key,
-                "'" + std::string(f.key) + "' " + it->dump() + " is not supported; this server accepts only " +
-                    f.allowed,
-                "unsupported_value");
+    return fail(
+        f.key,
+        "'" + std::string(f.key) + "' " + it->dump() + " is not supported; this server accepts only " + f.allowed,
+        "unsupported_value");
   }
   return true;
 }
@@ -187,8 +188,7 @@ bool read_content(const json& m, const std::string& where, const std::string& ro
     if (type == part.end() || !type->is_string())
       return fail(pw + ".type", "'" + pw + ".type' must be the string \"text\"", "invalid_type");
     if (type->get<std::string>() != "text")
-      return fail(pw + ".type",
-                  "'" + pw + ".type' is " + type->dump() + "; this server reads text parts only",
+      return fail(pw + ".type", "'" + pw + ".type' is " + type->dump() + "; this server reads text parts only",
                   "unsupported_value");
     const auto text = part.find("text");
     if (text == part.end() || !text->is_string())
@@ -261,10 +261,10 @@ bool parse_openai_request(std::string_view body, Endpoint endpoint, const Reques
       out.prompt = it->get<std::string>();
     } else if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) {
       out.prompt = (*it)[0].get<std::string>();
-    } else if (it->is_array() && it->size() != 1 && std::all_of(it->begin(), it->end(), [](const json& v) {
-                 return v.is_string();
-               })) {
-      return fail("prompt", "'prompt' holds " + std::to_string(it->size()) + " prompts; this server takes one a request",
+    } else if (it->is_array() && it->size() != 1 &&
+               std::all_of(it->begin(), it->end(), [](const json& v) { return v.is_string(); })) {
+      return fail("prompt",
+                  "'prompt' holds " + std::to_string(it->size()) + " prompts; this server takes one a request",
                   "unsupported_value");
     } else {
       return type_error(fail, "prompt", "a string", *it);
@@ -278,8 +278,8 @@ bool parse_openai_request(std::string_view body, Endpoint endpoint, const Reques
   bool given = false;
   if (!read_max_tokens(j, limits, out.max_tokens, given, fail)) return false;
   if (!given) {
-    const uint32_t d = endpoint == Endpoint::Completions ? limits.default_max_tokens_completion
-                                                         : limits.default_max_tokens_chat;
+    const uint32_t d =
+        endpoint == Endpoint::Completions ? limits.default_max_tokens_completion : limits.default_max_tokens_chat;
     out.max_tokens = d ? std::min(d, limits.max_tokens) : limits.max_tokens;
   }
   if (!read_number(j, "temperature", 0, 2, out.temperature, fail)) return false;

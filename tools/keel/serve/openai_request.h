@@ -32,7 +32,7 @@ struct ChatMessage {
 
 struct OpenAiRequest {
   Endpoint endpoint = Endpoint::Completions;
-  std::string model;  // empty when the body names none
+  std::string model;                  // empty when the body names none
   std::string prompt;                 // Completions
   std::vector<ChatMessage> messages;  // ChatCompletions
   uint32_t max_tokens = 0;
@@ -45,8 +45,8 @@ struct OpenAiRequest {
 };
 
 struct RequestLimits {
-  uint32_t max_tokens = 2048;             // most tokens one request may ask for
-  uint32_t default_max_tokens_chat = 0;   // chat without max_tokens: this (0 = max_tokens)
+  uint32_t max_tokens = 2048;                   // most tokens one request may ask for
+  uint32_t default_max_tokens_chat = 0;         // chat without max_tokens: this (0 = max_tokens)
   uint32_t default_max_tokens_completion = 16;  // OpenAI's default for /v1/completions
 };
 

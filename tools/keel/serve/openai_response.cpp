@@ -17,8 +17,13 @@ json usage_json(const Usage& u) {
 json reason(const char* r) { return r ? json(r) : json(nullptr); }
 
 json header(Endpoint e, const CompletionIds& ids, bool chunk) {
-  const char* object = e == Endpoint::Completions ? "text_completion" : chunk ? "chat.completion.chunk" : "chat.completion";
-  return {{"id", ids.id}, {"object", object}, {"created", ids.created}, {"model", ids.model},
+  const char* object = e == Endpoint::Completions ? "text_completion"
+                       : chunk                    ? "chat.completion.chunk"
+                                                  : "chat.completion";
+  return {{"id", ids.id},
+          {"object", object},
+          {"created", ids.created},
+          {"model", ids.model},
           {"system_fingerprint", nullptr}};
 }
 

@@ -58,14 +58,16 @@ bool build_prompt(const OpenAiRequest& r, const HostTokenizer& tok, const std::s
   ids.clear();
   if (r.endpoint == Endpoint::Completions) return tok.encode(r.prompt, true, false, ids, error);
   if (!tok.has_chat_template()) {
-    error = "this model has no chat template (its tokenizer has no <|im_start|>/<|im_end|> tokens); use "
-            "/v1/completions";
+    error =
+        "this model has no chat template (its tokenizer has no <|im_start|>/<|im_end|> tokens); use "
+        "/v1/completions";
     return false;
   }
   bool first = true;
   auto message = [&](const std::string& role, const std::string& content) {
     const bool ok = tok.encode("<|im_start|>" + role + "\n", first, true, ids, error) &&
-                    tok.encode(content, false, false, ids, error) && tok.encode("<|im_end|>\n", false, true, ids, error);
+                    tok.encode(content, false, false, ids, error) &&
+                    tok.encode("<|im_end|>\n", false, true, ids, error);
     first = false;
     return ok;
   };
