@@ -7,10 +7,10 @@ the server's RSS sampled from /proc every 0.2 s: peak, and the peak over the fir
 tenth of the requests, which must agree if memory does not grow with requests served.
 
 usage: serve_load.py --url http://127.0.0.1:8080 --pid PID [--clients 16] [--requests 1000]
-                     [--max-tokens 32] [--text FILE] [--json]
+                     [--max-tokens 32] [--prompt-words 20,60] [--text FILE] [--json]
 
 Prompts are slices of --text (default: the first Paul Graham essay under ../shared/data),
-different for every request, 20 to 60 words long. Not a test: numbers go to docs/performance.md.
+different for every request, --prompt-words long (default 20 to 60 words). Not a test: numbers go to docs/performance.md.
 """
 import argparse
 import glob
@@ -49,6 +49,7 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--model", default=None)
     ap.add_argument("--text", default=None)
+    ap.add_argument("--prompt-words", default="20,60", help="MIN,MAX words per prompt")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
 
@@ -64,6 +65,7 @@ def main():
     if len(words) < 200:
         sys.exit(f"serve_load: {text_path} has too few words")
 
+    lo, hi = (int(x) for x in a.prompt_words.split(","))
     u = urllib.parse.urlparse(a.url)
     lock = threading.Lock()
     next_request = [0]
@@ -81,28 +83,29 @@ def main():
                 break
             time.sleep(0.2)
 
+    # A connection per request: servers close kept-alive connections after a few requests
+    # (httplib's default is 5), which a reused connection would see as a failed request.
     def client():
-        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=600)
         while True:
             with lock:
                 i = next_request[0]
                 if i >= a.requests:
                     return
                 next_request[0] += 1
-            n = 20 + (i * 7) % 41
+            n = lo + (i * 7) % (hi - lo + 1)
             start = (i * 131) % (len(words) - n)
             body = {"prompt": " ".join(words[start:start + n]), "max_tokens": a.max_tokens, "temperature": 0,
                     "stream": True}
             if a.model:
                 body["model"] = a.model
             t0 = time.time()
+            conn = http.client.HTTPConnection(u.hostname, u.port, timeout=600)
             try:
                 conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
                 r = conn.getresponse()
                 if r.status != 200:
                     errors.append(f"{r.status} {r.read()[:200]!r}")
                     conn.close()
-                    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=600)
                     continue
                 last, n_tok, my_gaps, first = None, 0, [], None
                 while True:
@@ -125,12 +128,10 @@ def main():
                         my_gaps.append(now - last)
                     last = now
                     n_tok += 1
-                # The chunked body's terminator, so the connection can be reused.
-                r.read()
+                conn.close()
             except (OSError, http.client.HTTPException, ValueError) as e:
                 errors.append(repr(e))
                 conn.close()
-                conn = http.client.HTTPConnection(u.hostname, u.port, timeout=600)
                 continue
             with lock:
                 if first is not None:

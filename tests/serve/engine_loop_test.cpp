@@ -39,8 +39,7 @@ struct Rig {
 };
 
 // Runs until idle; tokens per id and how each ended.
-void drain(EngineLoop& loop, std::map<uint64_t, std::vector<int32_t>>& tokens,
-           std::map<uint64_t, FinishReason>& ends) {
+void drain(EngineLoop& loop, std::map<uint64_t, std::vector<int32_t>>& tokens, std::map<uint64_t, FinishReason>& ends) {
   std::vector<LoopEvent> events;
   for (int guard = 0; !loop.idle() && guard < 100000; ++guard) {
     events.clear();
@@ -54,13 +53,14 @@ void drain(EngineLoop& loop, std::map<uint64_t, std::vector<int32_t>>& tokens,
   EXPECT_TRUE(loop.idle());
 }
 
-const char* const kPrompts[] = {"Once upon a time", "The little dog", "Lily wanted to play with",
-                                "One day, a big bird flew over the house and saw", "Tom had a red ball",
-                                // Longer than a prefill chunk (64): prefilled over several steps.
-                                "Once upon a time there was a little girl named Lily. She liked to play in the park with "
-                                "her friends. One day she saw a big red ball under a tree. She ran to the ball and "
-                                "picked it up. Then a small dog came and wanted to play too. Lily threw the ball and "
-                                "the dog ran after it. They played all day and"};
+const char* const kPrompts[] = {
+    "Once upon a time", "The little dog", "Lily wanted to play with", "One day, a big bird flew over the house and saw",
+    "Tom had a red ball",
+    // Longer than a prefill chunk (64): prefilled over several steps.
+    "Once upon a time there was a little girl named Lily. She liked to play in the park with "
+    "her friends. One day she saw a big red ball under a tree. She ran to the ball and "
+    "picked it up. Then a small dog came and wanted to play too. Lily threw the ball and "
+    "the dog ran after it. They played all day and"};
 
 TEST(EngineLoop, TokensDoNotDependOnWhatRunsBeside) {
   Rig rig(3);

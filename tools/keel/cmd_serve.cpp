@@ -2,6 +2,7 @@
 // as server-sent events or not), one engine thread behind a bounded queue (serve/engine_thread.h).
 #include <signal.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -453,11 +454,13 @@ int cmd_serve(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     http.stop();
   });
-  signal_thread.detach();
   fprintf(stderr, "keel serve: %s on http://%s:%d (%u slots, KV %s %u tokens each, queue %u)\n",
           server.model_id().c_str(), o.host.c_str(), port, o.slots, kv_policy_name(session.policy()), budget, o.queue);
   const bool ok = http.listen_after_bind();
-  engine.stop_accepting();
+  // Only the signal thread stops the listener; if the listener failed on its own, wake that
+  // thread (the signal stays pending until it takes it) so that it drains the engine.
+  if (!ok) kill(getpid(), SIGTERM);
+  signal_thread.join();
   engine.join();
   if (!ok) return fail("serve", "the listening socket failed");
   fprintf(stderr, "keel serve: stopped\n");
