@@ -122,8 +122,8 @@ void Server::error(Response& res, int status, const std::string& message, const 
   res.set_content(error_body(status, message, type, code), "application/json");
 }
 
-// Reads a request's events until it ends. Returns the finish reason (None: the client is gone or
-// the request was cancelled, see the ticket's flags).
+// One request's events turned into text: tokens through CompletionText (stop strings), and how
+// the request ended (a stop string counts as an end token: finish_reason "stop").
 struct Collector {
   CompletionText text;
   std::string out;

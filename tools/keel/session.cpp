@@ -165,9 +165,9 @@ bool Session::start(uint32_t budget, std::string& error, uint32_t slots) {
   // OOM killer instead of an error.
   const uint64_t need = p.persistent_bytes + p.scratch_bytes, avail = port::available_memory_bytes();
   if (avail != 0 && need > avail) {
-    error = "the plan needs " + human_bytes(need) + " of arenas (KV budget " + std::to_string(budget) + " tokens, " +
-            std::to_string(slots) + " slots); this machine has " + human_bytes(avail) +
-            " available (lower --kv-budget)";
+    error = "the plan needs " + human_bytes(need) + " of arenas (KV budget " + std::to_string(budget) + " tokens" +
+            (slots > 1 ? ", " + std::to_string(slots) + " slots" : std::string()) + "); this machine has " +
+            human_bytes(avail) + " available (lower --kv-budget)";
     return false;
   }
   persistent_.reset(static_cast<uint8_t*>(aligned_alloc(64, align_up(p.persistent_bytes, 64))));
