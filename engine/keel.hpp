@@ -5,6 +5,13 @@
 //   engine.init(model_bytes, model_size);    // verifies the model matches Shape
 //   engine.runtime().prefill(0, ...);
 //
+// With several slots, engine.scheduler() batches them (llm/scheduler.h): submit requests, then
+// step() until they finish; each step is one forward pass over every active slot.
+//
+//   static keel::Engine<smollm2::Shape, 512, 4, 16, keel::KvPolicyKind::SnapStream, 8> engine;
+//   engine.scheduler().submit(request);       // 4 slots, 8 more requests may wait
+//   engine.scheduler().step(events, &n);
+//
 // `Shape` is the struct the header declares (vocab_size, dim, n_layers, n_heads, n_kv_heads,
 // head_dim, ffn_dim, context_length, tokenizer_bytes). The arenas are members, so a static
 // Engine holds all of the engine's RAM; nothing is allocated, ever.
@@ -17,22 +24,24 @@
 #include "llm/plan.h"
 #include "llm/run_config.h"
 #include "llm/runtime.h"
+#include "llm/scheduler.h"
 #include "model/model.h"
 
 namespace keel {
 
 // `Policy` is the KV policy every slot runs (docs/kv.md); SnapKV's buffers are planned
-// only for the policies that use them.
+// only for the policies that use them. `Queue` requests may wait for a slot in the scheduler.
 template <typename Shape, uint32_t KvBudget, uint32_t Slots = 1, uint32_t Chunk = 16,
-          KvPolicyKind Policy = KvPolicyKind::SnapStream>
+          KvPolicyKind Policy = KvPolicyKind::SnapStream, uint32_t Queue = 0>
 class Engine {
  public:
   static constexpr PlanShape kShape{Shape::vocab_size, Shape::dim,      Shape::n_layers, Shape::n_heads,
                                     Shape::n_kv_heads, Shape::head_dim, Shape::ffn_dim,  Shape::tokenizer_bytes};
   // The engine's defaults (llm/run_config.h) under the template's policy, budget, slots and
   // chunk; one thread.
-  static constexpr RuntimeConfig kRuntimeConfig =
-      resolve_runtime_config(RunDefaults{}, RunOverrides{run_policy(Policy), KvBudget, Slots, Chunk, 1});
+  static constexpr RuntimeConfig kRuntimeConfig = resolve_runtime_config(
+      RunDefaults{},
+      RunOverrides{run_policy(Policy), KvBudget, Slots, Chunk, 1, 0, 0, 0, 0, 0, BackendKind::Auto, Queue});
   static constexpr PlanConfig kConfig = kRuntimeConfig.plan;
   static constexpr KvPolicyConfig kKv = kRuntimeConfig.kv;
   static constexpr MemoryPlan kPlan = plan_memory(kShape, kConfig, kKv);
@@ -54,11 +63,14 @@ class Engine {
                 s.vocab_size, s.dim, s.n_layers, s.n_heads, s.n_kv_heads, s.head_dim, s.ffn_dim);
     RuntimeConfig rc = kRuntimeConfig;
     rc.backend = backend;
-    return runtime_.init(model_, rc, Span<uint8_t>(persistent_, kPersistentBytes),
-                         Span<uint8_t>(scratch_, kScratchBytes), nullptr);
+    KEEL_TRY(runtime_.init(model_, rc, Span<uint8_t>(persistent_, kPersistentBytes),
+                           Span<uint8_t>(scratch_, kScratchBytes), nullptr));
+    return scheduler_.init(runtime_);
   }
 
   Runtime& runtime() { return runtime_; }
+  // Batches the slots; it owns them, so drive either the scheduler or runtime() directly.
+  Scheduler& scheduler() { return scheduler_; }
   const Model& model() const { return model_; }
 
  private:
@@ -66,6 +78,7 @@ class Engine {
   alignas(64) uint8_t scratch_[kScratchBytes];
   Model model_;
   Runtime runtime_;
+  Scheduler scheduler_;
 };
 
 }  // namespace keel

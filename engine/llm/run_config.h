@@ -45,6 +45,7 @@ struct RunOverrides {
   uint32_t obs_window = 0;
   int32_t snap_kernel = 0;  // 0 = the policy's, -1 = adaptive, else an odd size
   BackendKind backend = BackendKind::Auto;
+  uint32_t queue_capacity = 0;  // requests the scheduler holds waiting for a slot
 };
 
 constexpr uint32_t kRunPolicyMax = uint32_t(KvPolicyKind::SnapStream) + 1;
@@ -76,6 +77,7 @@ constexpr RuntimeConfig resolve_runtime_config(const RunDefaults& d, const RunOv
   pc.threads = o.threads ? o.threads : 1;
   const uint32_t rows = o.logit_rows ? o.logit_rows : 1;
   pc.logit_rows = rows < pc.chunk_tokens ? rows : pc.chunk_tokens;
+  pc.queue_capacity = o.queue_capacity;
   rc.backend = o.backend;
   return rc;
 }
