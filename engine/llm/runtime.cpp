@@ -167,7 +167,7 @@ Status Runtime::check_work(const SlotWork& w) const {
     // Chunks of the prompt begin_prompt started, in order; the last one says so.
     if (w.n > s.prompt_left || w.prompt_end != (w.n == s.prompt_left)) return Status::InvalidArgument;
   } else {
-    if (w.n != 1 || s.prompt_left > 0 || s.prefilled + s.decoded == 0) return Status::InvalidArgument;
+    if (w.n != 1 || s.prompt_left > 0) return Status::InvalidArgument;
     if (!kv_.make_room(s.kv, 1).ok()) return Status::KvFull;
   }
   if (!model_->check_tokens(Span<const int32_t>(w.tokens, w.n)).ok()) return Status::InvalidArgument;

@@ -88,8 +88,8 @@ Result<uint64_t> Scheduler::submit(const SchedulerRequest& q) {
   KEEL_ENSURE(rt_ != nullptr, Status::InvalidArgument, "the scheduler is not initialized");
   KEEL_ENSURE(!q.prompt.empty(), Status::InvalidArgument, "request with an empty prompt");
   KEEL_ENSURE(q.max_new_tokens >= 1, Status::InvalidArgument, "max_new_tokens 0; expected at least 1");
-  KEEL_ENSURE(q.n_stop_tokens <= kMaxStopTokens, Status::InvalidArgument,
-              "%" PRIu32 " stop tokens; at most %" PRIu32, q.n_stop_tokens, kMaxStopTokens);
+  KEEL_ENSURE(q.n_stop_tokens <= kMaxStopTokens, Status::InvalidArgument, "%" PRIu32 " stop tokens; at most %" PRIu32,
+              q.n_stop_tokens, kMaxStopTokens);
   KEEL_TRY(rt_->model().check_tokens(q.prompt));
   KEEL_TRY(text::Sampler::check(q.sampling));
   Record* r = nullptr;
@@ -102,8 +102,7 @@ Result<uint64_t> Scheduler::submit(const SchedulerRequest& q) {
   const bool in_slot = r != nullptr;
   if (!in_slot) {
     KEEL_ENSURE(queue_count_ < queue_capacity_, Status::QueueFull,
-                "all %" PRIu32 " slots are busy and the queue holds its %" PRIu32 " requests", slots_,
-                queue_capacity_);
+                "all %" PRIu32 " slots are busy and the queue holds its %" PRIu32 " requests", slots_, queue_capacity_);
     r = &queue_record(queue_count_++);
   }
   *r = Record();
@@ -164,8 +163,7 @@ bool Scheduler::is_stop(const Record& r, int32_t token) const {
   return false;
 }
 
-void Scheduler::finish(Record& r, uint32_t slot, int32_t token, FinishReason why, Span<TokenEvent> events,
-                       size_t* n) {
+void Scheduler::finish(Record& r, uint32_t slot, int32_t token, FinishReason why, Span<TokenEvent> events, size_t* n) {
   if (*n < events.size()) events[(*n)++] = TokenEvent{r.id, slot, token, why};
   if (slot != kNoSlot) (void)rt_->reset(slot);
   r = Record();

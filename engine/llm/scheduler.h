@@ -46,11 +46,11 @@ struct SchedulerRequest {
   // Caller-owned (the engine copies nothing it does not need to keep): must stay valid and
   // unchanged until the request's first token is reported or it finishes.
   Span<const int32_t> prompt;
-  text::SamplerConfig sampling;          // greedy by default
+  text::SamplerConfig sampling;              // greedy by default
   int32_t stop_tokens[kMaxStopTokens] = {};  // copied at submit
   uint32_t n_stop_tokens = 0;
-  bool default_stops = true;             // also stop at the tokenizer's EOS and <|im_end|>
-  uint32_t max_new_tokens = 256;         // >= 1
+  bool default_stops = true;      // also stop at the tokenizer's EOS and <|im_end|>
+  uint32_t max_new_tokens = 256;  // >= 1
 };
 
 constexpr uint32_t kNoSlot = 0xffffffffu;
@@ -58,8 +58,8 @@ constexpr uint32_t kNoSlot = 0xffffffffu;
 // What a step reports: a token, or the end of a request, or both.
 struct TokenEvent {
   uint64_t request = 0;
-  uint32_t slot = kNoSlot;             // kNoSlot: the request finished while queued
-  int32_t token = -1;                  // the sampled token, or -1 when there is none
+  uint32_t slot = kNoSlot;                   // kNoSlot: the request finished while queued
+  int32_t token = -1;                        // the sampled token, or -1 when there is none
   FinishReason finish = FinishReason::None;  // None: the request goes on
 };
 

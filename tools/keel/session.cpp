@@ -145,7 +145,8 @@ bool Session::start(uint32_t budget, std::string& error) {
   }
   o.kv_policy = run_policy(policy_);
   o.kv_budget_tokens = budget;
-  o.slots = 1;
+  o.slots = opts_.slots;
+  o.queue_capacity = opts_.queue_capacity;
   o.chunk_tokens = opts_.chunk;
   o.threads = threads_;
   o.logit_rows = opts_.logit_rows;

@@ -27,7 +27,9 @@ struct SessionOptions {
   int32_t snap_kernel = 0;  // -1 = adaptive (--snap-kernel 0)
   uint32_t chunk = 0;
   uint32_t logit_rows = 1;
-  std::string error;  // set by parse_session_options for a value out of range
+  uint32_t slots = 1;           // sequences the plan holds side by side
+  uint32_t queue_capacity = 0;  // requests the scheduler may hold waiting
+  std::string error;            // set by parse_session_options for a value out of range
 };
 
 // Parses the options every model command takes: -m, -t, --backend, --kv-policy, --kv-budget,

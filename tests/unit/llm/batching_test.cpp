@@ -191,13 +191,13 @@ void check_batched_equals_alone(const Model& model, KvPolicyKind kind, uint32_t 
 
 // Prompts below and above the 64-token budget (SnapKV compresses at prompt chunks, with the
 // lookahead; the ring evicts while decoding); generations past the budget.
-const std::vector<Req> kStoriesRequests = {{5, 40, 1}, {100, 30, 2}, {23, 90, 3}, {70, 20, 4}, {41, 50, 5},
-                                           {130, 25, 6}, {1, 60, 7}};
+const std::vector<Req> kStoriesRequests = {{5, 40, 1},  {100, 30, 2}, {23, 90, 3}, {70, 20, 4},
+                                           {41, 50, 5}, {130, 25, 6}, {1, 60, 7}};
 
 TEST(Batching, BatchedEqualsAloneForEveryPolicy) {
   ASSERT_TRUE(stories().model.loaded());
-  for (const KvPolicyKind kind : {KvPolicyKind::Window, KvPolicyKind::Streaming, KvPolicyKind::SnapKV,
-                                  KvPolicyKind::SnapStream}) {
+  for (const KvPolicyKind kind :
+       {KvPolicyKind::Window, KvPolicyKind::Streaming, KvPolicyKind::SnapKV, KvPolicyKind::SnapStream}) {
     check_batched_equals_alone(stories().model, kind, 64, 16, 4, kStoriesRequests);
   }
   static_assert(uint32_t(KvPolicyKind::SnapStream) + 1 == kRunPolicyMax, "a new policy belongs in this test");
@@ -285,8 +285,7 @@ TEST(Batching, FullQueueAndBadRequestsAreRefusedWithoutChange) {
   const Result<uint64_t> full = h.sched.submit(q);
   ASSERT_FALSE(full.ok());
   EXPECT_EQ(full.error().status(), Status::QueueFull);
-  EXPECT_NE(std::string(full.error().message()).find("queue holds its 1"), std::string::npos)
-      << full.error().message();
+  EXPECT_NE(std::string(full.error().message()).find("queue holds its 1"), std::string::npos) << full.error().message();
   SchedulerRequest bad = q;
   bad.max_new_tokens = 0;
   EXPECT_EQ(h.sched.submit(bad).error().status(), Status::InvalidArgument);
