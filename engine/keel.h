@@ -174,9 +174,9 @@ typedef enum keel_finish {
 typedef enum keel_slot_phase { KEEL_SLOT_FREE = 0, KEEL_SLOT_PREFILLING = 1, KEEL_SLOT_DECODING = 2 } keel_slot_phase;
 
 typedef struct keel_request {
-  const int32_t* prompt; /* caller-owned: valid and unchanged until the first token (or the end) is reported */
-  size_t n_prompt;       /* >= 1 */
-  keel_sampling sampling;
+  const int32_t* prompt;  /* caller-owned: valid and unchanged until the first token (or the end) is reported */
+  size_t n_prompt;        /* >= 1 */
+  keel_sampling sampling; /* as keel_set_sampling takes it: top_p 1 and repetition_penalty 1 are off */
   int32_t stop_tokens[KEEL_MAX_STOP_TOKENS]; /* copied at submit */
   uint32_t n_stop_tokens;
   int no_default_stops;    /* 0: the model's EOS and <|im_end|> stop too */

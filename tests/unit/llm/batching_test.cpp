@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "convert/keel_writer.h"
+#include "keel.h"
 #include "keel.hpp"
 #include "llm/generate.h"
 #include "llm/runtime.h"
@@ -425,6 +426,81 @@ TEST(Batching, StaticEngineDrivesTheScheduler) {
     const Outcome want = alone(stories().model, KvPolicyKind::SnapStream, 64, 16, prompts[i], 30);
     EXPECT_EQ(got[ids[i]].tokens, want.tokens) << "request " << i;
   }
+}
+
+// The C API over the same scheduler: one caller block, a full queue refused with its own status,
+// the same tokens as the request alone.
+TEST(Batching, CApiSubmitStepCancel) {
+  ASSERT_TRUE(stories().model.loaded());
+  keel_config cfg{};
+  cfg.kv_budget_tokens = 64;
+  cfg.slots = 2;
+  cfg.chunk_tokens = 16;
+  cfg.kv_policy = KEEL_KV_STREAMING;
+  cfg.queue_capacity = 1;
+  cfg.kv_sinks = 4;  // as alone() runs it
+  cfg.backend = KEEL_BACKEND_NATIVE;
+  keel_plan_info info{};
+  ASSERT_EQ(keel_plan(stories().file.data(), stories().file.size(), &cfg, &info), KEEL_OK);
+  std::vector<uint8_t> block(info.total_bytes);
+  keel_engine* e = nullptr;
+  char err[320] = {};
+  ASSERT_EQ(
+      keel_init(block.data(), block.size(), stories().file.data(), stories().file.size(), &cfg, &e, err, sizeof err),
+      KEEL_OK)
+      << err;
+  std::vector<std::vector<int32_t>> prompts;
+  for (uint32_t i = 0; i < 4; ++i) prompts.push_back(prompt_of(12 + 30 * i, 50 + i, 512));
+  std::vector<uint64_t> ids;
+  for (uint32_t i = 0; i < 4; ++i) {
+    keel_request r{};
+    r.prompt = prompts[i].data();
+    r.n_prompt = prompts[i].size();
+    r.max_new_tokens = 25;
+    r.sampling.top_p = 1;  // greedy: temperature 0, the rest off
+    r.sampling.repetition_penalty = 1;
+    uint64_t id = 0;
+    const keel_status st = keel_submit(e, &r, &id);
+    if (i < 3) {
+      ASSERT_EQ(st, KEEL_OK) << keel_last_error(e);
+      ids.push_back(id);
+    } else {
+      EXPECT_EQ(st, KEEL_ERR_QUEUE_FULL);
+      EXPECT_NE(std::string(keel_last_error(e)).find("queue"), std::string::npos) << keel_last_error(e);
+    }
+  }
+  EXPECT_EQ(keel_queued(e), 1u);
+  keel_slot_state ss{};
+  ASSERT_EQ(keel_get_slot_state(e, 0, &ss), KEEL_OK);
+  EXPECT_EQ(ss.phase, uint32_t(KEEL_SLOT_PREFILLING));
+  EXPECT_EQ(ss.request, ids[0]);
+  ASSERT_EQ(keel_cancel(e, ids[1]), KEEL_OK);
+  std::vector<keel_token_event> ev(keel_max_events(e));
+  std::map<uint64_t, Outcome> got;
+  for (int step = 0; step < 1000; ++step) {
+    size_t n = 0;
+    ASSERT_EQ(keel_step(e, ev.data(), ev.size(), &n), KEEL_OK) << keel_last_error(e);
+    for (size_t j = 0; j < n; ++j) {
+      Outcome& o = got[ev[j].request];
+      if (ev[j].token >= 0) o.tokens.push_back(ev[j].token);
+      if (ev[j].finish != KEEL_FINISH_NONE) o.finish = FinishReason(ev[j].finish);
+    }
+    bool busy = keel_queued(e) > 0;
+    for (uint32_t s = 0; s < 2; ++s) {
+      ASSERT_EQ(keel_get_slot_state(e, s, &ss), KEEL_OK);
+      busy = busy || ss.phase != KEEL_SLOT_FREE;
+    }
+    if (!busy) break;
+  }
+  EXPECT_EQ(got[ids[1]].finish, FinishReason::Cancelled);
+  EXPECT_TRUE(got[ids[1]].tokens.empty());
+  for (const size_t i : {size_t(0), size_t(2)}) {
+    const Outcome want = alone(stories().model, KvPolicyKind::Streaming, 64, 16, prompts[i], 25);
+    EXPECT_EQ(got[ids[i]].tokens, want.tokens) << "request " << i;
+    EXPECT_EQ(got[ids[i]].finish, want.finish) << "request " << i;
+  }
+  size_t n = 0;
+  EXPECT_EQ(keel_step(e, ev.data(), 1, &n), KEEL_ERR_BAD_ARGUMENT) << "room for fewer events than a step reports";
 }
 
 }  // namespace
