@@ -19,6 +19,8 @@ const char kSessionHelp[] =
     "  --backend B            auto | ref | native | xnnpack (default auto)\n"
     "  --kv-policy P          full | window | streaming | snapkv | snapstream (docs/kv.md)\n"
     "  --kv-budget N          KV cache budget in tokens per sequence\n"
+    "  --kv-type T            f16 | q8 | q4: how the KV cache stores keys and values (default f16;\n"
+    "                         q8 and q4 read about 1/2 and 1/3 of the bytes per cached token)\n"
     "  --sinks N              attention sinks kept by streaming and snapstream (default 4)\n"
     "  --window N             snapstream's recent window for generated tokens (default budget/4)\n"
     "  --obs-window N         SnapKV observation window (default 32)\n"
@@ -33,6 +35,10 @@ void parse_session_options(Args& args, SessionOptions& o) {
   args.value("--backend", nullptr, o.backend);
   args.value("--kv-policy", nullptr, o.kv_policy);
   args.u32("--kv-budget", nullptr, o.kv_budget);
+  std::string kv_type;
+  if (args.value("--kv-type", nullptr, kv_type) && !parse_kv_type(kv_type.c_str(), o.kv_type) && o.error.empty()) {
+    o.error = "--kv-type expects f16, q8 or q4, got '" + kv_type + "'";
+  }
   // 0 means "the default" to the engine (RunOverrides); given here it is a value it cannot take.
   auto at_least_one = [&](const char* name, uint32_t& field) {
     if (args.u32(name, nullptr, field) && field == 0 && o.error.empty()) {
@@ -61,7 +67,8 @@ std::string engine_error(const Error& e) {
   static const char* const kFlags[][2] = {{"snap_kernel", "--snap-kernel"},
                                           {"obs_window", "--obs-window"},
                                           {"kv_budget_tokens", "--kv-budget"},
-                                          {"chunk_tokens", "--chunk"}};
+                                          {"chunk_tokens", "--chunk"},
+                                          {"kv_type", "--kv-type"}};
   for (const auto& f : kFlags) {
     const size_t n = strlen(f[0]);
     if (m.compare(0, n, f[0]) == 0 && (m.size() == n || m[n] == ' ')) m = f[1] + m.substr(n);
@@ -153,6 +160,7 @@ bool Session::start(uint32_t budget, std::string& error) {
   o.window = opts_.window;
   o.obs_window = opts_.obs_window;
   o.snap_kernel = opts_.snap_kernel;
+  o.kv_type = uint32_t(opts_.kv_type);
   RuntimeConfig cfg;
   Error e = make_runtime_config(model_, o, &cfg);
   if (!e.ok()) {

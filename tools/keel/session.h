@@ -20,6 +20,7 @@ struct SessionOptions {
   std::string backend = "auto";
   std::string kv_policy;   // empty = the command's default
   uint32_t kv_budget = 0;  // 0 = the command's default
+  KvType kv_type = KvType::F16;
   // 0 = the model's default (llm/run_config.h), as in RunOverrides.
   uint32_t sinks = 0;
   uint32_t window = 0;  // snapstream recent window
@@ -30,7 +31,7 @@ struct SessionOptions {
   std::string error;  // set by parse_session_options for a value out of range
 };
 
-// Parses the options every model command takes: -m, -t, --backend, --kv-policy, --kv-budget,
+// Parses the options every model command takes: -m, -t, --backend, --kv-policy, --kv-budget, --kv-type,
 // --sinks, --window, --obs-window, --snap-kernel, --chunk. Returns false with args.error() set on
 // a malformed value; a value the engine cannot take (--chunk 0) is o.error, which load() reports.
 void parse_session_options(Args& args, SessionOptions& o);
