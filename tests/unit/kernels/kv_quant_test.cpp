@@ -42,9 +42,9 @@ std::vector<double> error_bounds(KvType t, const float* x, const uint16_t* row, 
 }
 
 struct Rows {
-  std::vector<float> x;      // [n][hd] the numbers
-  std::vector<uint16_t> q;   // [n] rows
-  std::vector<float> deq;    // [n][hd] what the rows stand for
+  std::vector<float> x;     // [n][hd] the numbers
+  std::vector<uint16_t> q;  // [n] rows
+  std::vector<float> deq;   // [n][hd] what the rows stand for
 };
 
 Rows make_rows(KvType t, uint32_t n, uint32_t hd, std::mt19937& rng) {
