@@ -23,7 +23,7 @@
 
 namespace keel {
 
-enum class BackendKind : uint8_t { Auto, Ref, Native, Xnnpack };
+enum class BackendKind : uint8_t { Auto, Ref, Native, Xnnpack, Dataflow };
 const char* backend_name(BackendKind k);
 
 // One layer's attention for a chunk of n tokens against one slot's cache (docs/kv.md):

@@ -22,6 +22,11 @@ struct AttentionKernels {
   KvWeightedSumFn weighted_sum;  // f16 rows
   // out[i] = half(x[i]), round to nearest even.
   void (*to_half)(const float* x, uint32_t n, uint16_t* out);
+  // out[head_dim] += sum_j p[j] * v_j, continuing each output's accumulation in weighted_sum's
+  // own order, so that weighted_sum over [0, a) then this over [a, n) equals weighted_sum over
+  // [0, n) bit for bit (the x86 table: for head_dim a multiple of 8 other than 8). The dataflow
+  // backend sums value tiles with it.
+  void (*weighted_sum_more)(const float* p, const uint16_t* v, uint32_t n, uint32_t head_dim, float* out);
   KvScoresFn scores_q8;
   KvWeightedSumFn weighted_sum_q8;
   KvScoresFn scores_q4;

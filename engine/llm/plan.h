@@ -38,6 +38,8 @@ struct PlanConfig {
   // packed copy of the F32 weights), measured by backend_state_bytes() (backend/registry.h).
   // 0 for the ref and native backends, and in firmware plans.
   uint64_t backend_bytes = 0;
+  // The accelerator the dataflow backend emulates (the caller keeps it alive); null otherwise.
+  const HwDesc* hw = nullptr;
 };
 
 constexpr uint64_t kPlanAlign = 64;
@@ -346,7 +348,12 @@ class RegionMap {
 
 // What the backend's per-model state may depend on.
 constexpr BackendPlan backend_plan(const PlanConfig& c) {
-  return BackendPlan{c.threads ? c.threads : 1, c.kv_budget_tokens + (c.chunk_tokens ? c.chunk_tokens : 1)};
+  return BackendPlan{c.threads ? c.threads : 1,
+                     c.kv_budget_tokens + (c.chunk_tokens ? c.chunk_tokens : 1),
+                     c.slots ? c.slots : 1,
+                     c.chunk_tokens ? c.chunk_tokens : 1,
+                     c.hw,
+                     c.kv_type};
 }
 
 }  // namespace keel

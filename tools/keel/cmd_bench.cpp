@@ -31,7 +31,7 @@ const ListOption kOptions[kOptCount] = {
     {"--n-gen", "-n", "N,...", "128", "generated tokens, 0 = skip"},
     {"--depth", "-d", "N,...", "0", "tokens in the cache before each test"},
     {"--threads", "-t", "N,...", "0", "worker threads, 0 = all cores"},
-    {"--backend", nullptr, "B,...", "auto", "auto | ref | native | xnnpack"},
+    {"--backend", nullptr, "B,...", "auto", "auto | ref | native | xnnpack | dataflow (with --hw)"},
     {"--kv-policy", nullptr, "P,...", "full", "full | window | streaming | snapkv | snapstream"},
     {"--kv-budget", nullptr, "N,...", "0",
      "KV budget in tokens, 0 = for full the largest depth + the longest test, for the other policies "
@@ -281,8 +281,8 @@ bool parse_grid(const std::string (&given)[kOptCount], Grid& g, std::string& err
     return false;
   }
   for (const std::string& b : g.backends) {
-    if (b != "auto" && b != "ref" && b != "native" && b != "xnnpack") {
-      error = "--backend expects auto, ref, native or xnnpack, got '" + b + "'";
+    if (b != "auto" && b != "ref" && b != "native" && b != "xnnpack" && b != "dataflow") {
+      error = "--backend expects auto, ref, native, xnnpack or dataflow, got '" + b + "'";
       return false;
     }
   }
@@ -417,6 +417,7 @@ int cmd_bench(int argc, char** argv) {
           // A new plan; the previous one's arenas and threads are released first.
           SessionOptions o = so;
           o.backend = backend;
+          if (backend != "dataflow") o.hw.clear(), o.sram_bytes = 0;  // --hw is for the dataflow rows
           o.threads = threads;
           o.kv_policy = policy;
           o.kv_budget = budget_given;

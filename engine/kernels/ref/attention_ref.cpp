@@ -21,6 +21,13 @@ void weighted_sum_ref(const float* p, const uint16_t* v, uint32_t n, uint32_t hd
   }
 }
 
+void weighted_sum_more_ref(const float* p, const uint16_t* v, uint32_t n, uint32_t hd, float* out) {
+  for (uint32_t j = 0; j < n; ++j) {
+    const uint16_t* vj = v + uint64_t(j) * hd;
+    for (uint32_t i = 0; i < hd; ++i) out[i] += p[j] * f16_to_f32(vj[i]);
+  }
+}
+
 void to_half_ref(const float* x, uint32_t n, uint16_t* out) {
   for (uint32_t i = 0; i < n; ++i) out[i] = f32_to_f16(x[i]);
 }
@@ -95,8 +102,9 @@ void weighted_sum_q4_ref(const float* p, const uint16_t* v, uint32_t n, uint32_t
 }  // namespace
 
 const AttentionKernels& attention_kernels_ref() {
-  static const AttentionKernels k{"ref",         scores_ref,          weighted_sum_ref, to_half_ref,
-                                  scores_q8_ref, weighted_sum_q8_ref, scores_q4_ref,    weighted_sum_q4_ref};
+  static const AttentionKernels k{
+      "ref",         scores_ref,          weighted_sum_ref, to_half_ref,        weighted_sum_more_ref,
+      scores_q8_ref, weighted_sum_q8_ref, scores_q4_ref,    weighted_sum_q4_ref};
   return k;
 }
 

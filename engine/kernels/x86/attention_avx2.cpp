@@ -98,6 +98,31 @@ void weighted_sum_avx2(const float* p, const uint16_t* v, uint32_t n, uint32_t h
   }
 }
 
+void weighted_sum_more_avx2(const float* p, const uint16_t* v, uint32_t n, uint32_t hd, float* out) {
+  const uint32_t hd8 = hd & ~7u;
+  if (hd8 == hd && hd <= 128) {
+    // weighted_sum's register path: one fused chain per output, in key order.
+    __m256 acc[16];
+    const uint32_t nv = hd / 8;
+    for (uint32_t b = 0; b < nv; ++b) acc[b] = _mm256_loadu_ps(out + 8 * b);
+    for (uint32_t j = 0; j < n; ++j) {
+      const __m256 pj = _mm256_set1_ps(p[j]);
+      const uint16_t* vj = v + uint64_t(j) * hd;
+      for (uint32_t b = 0; b < nv; ++b) acc[b] = _mm256_fmadd_ps(pj, load_half8(vj + 8 * b), acc[b]);
+    }
+    for (uint32_t b = 0; b < nv; ++b) _mm256_storeu_ps(out + 8 * b, acc[b]);
+    return;
+  }
+  for (uint32_t j = 0; j < n; ++j) {
+    const __m256 pj = _mm256_set1_ps(p[j]);
+    const uint16_t* vj = v + uint64_t(j) * hd;
+    uint32_t i = 0;
+    for (; i < hd8; i += 8)
+      _mm256_storeu_ps(out + i, _mm256_fmadd_ps(pj, load_half8(vj + i), _mm256_loadu_ps(out + i)));
+    for (; i < hd; ++i) out[i] += p[j] * f16_to_f32(vj[i]);
+  }
+}
+
 void to_half_avx2(const float* x, uint32_t n, uint16_t* out) {
   uint32_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -215,8 +240,9 @@ void weighted_sum_q4_avx2(const float* p, const uint16_t* v, uint32_t n, uint32_
 }  // namespace
 
 const AttentionKernels* attention_kernels_x86_avx2_table() {
-  static const AttentionKernels k{"avx2",         scores_avx2,          weighted_sum_avx2, to_half_avx2,
-                                  scores_q8_avx2, weighted_sum_q8_avx2, scores_q4_avx2,    weighted_sum_q4_avx2};
+  static const AttentionKernels k{
+      "avx2",         scores_avx2,          weighted_sum_avx2, to_half_avx2,        weighted_sum_more_avx2,
+      scores_q8_avx2, weighted_sum_q8_avx2, scores_q4_avx2,    weighted_sum_q4_avx2};
   return &k;
 }
 
