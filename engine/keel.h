@@ -42,6 +42,13 @@ typedef enum keel_kv_policy {
   KEEL_KV_SNAPSTREAM = 5     /* sinks + SnapKV-chosen prompt + a recent ring */
 } keel_kv_policy;
 
+/* How a slot's KV cache stores keys and values (docs/kv.md, "Quantized cache"). */
+typedef enum keel_kv_type {
+  KEEL_KV_TYPE_F16 = 0, /* IEEE half: 2 bytes a number */
+  KEEL_KV_TYPE_Q8 = 1,  /* int8 with a half scale per 32 numbers of a token's head: 1.06 bytes */
+  KEEL_KV_TYPE_Q4 = 2   /* 4 bits with a half scale and minimum per 32 numbers: 0.63 bytes */
+} keel_kv_type;
+
 /* A zeroed keel_config means: what the model file asks for (its KV defaults and the chunk of its
  * memory plan; `keel info` prints them under "run defaults"), else the engine's defaults, one
  * slot, the caller's thread. Every zero field below takes that default. */
@@ -59,6 +66,7 @@ typedef struct keel_config {
   int32_t snap_kernel;     /* max-pool kernel (odd); 0 = the model's for its own policy, else the
                               policy's (7 snapkv, 31 snapstream); -1 = adaptive */
   uint32_t queue_capacity; /* keel_submit: requests that may wait for a slot; 0 = none */
+  uint32_t kv_type;        /* a keel_kv_type; 0 = f16 */
 } keel_config;
 
 typedef struct keel_plan_info {

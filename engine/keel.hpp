@@ -31,23 +31,29 @@ namespace keel {
 
 // `Policy` is the KV policy every slot runs (docs/kv.md); SnapKV's buffers are planned
 // only for the policies that use them. `Queue` requests may wait for a slot in the scheduler.
+// `KvT` is how the cache stores keys and values (f16, or q8/q4 for about half or a third of the
+// bytes: docs/kv.md, "Quantized cache").
 template <typename Shape, uint32_t KvBudget, uint32_t Slots = 1, uint32_t Chunk = 16,
-          KvPolicyKind Policy = KvPolicyKind::SnapStream, uint32_t Queue = 0>
+          KvPolicyKind Policy = KvPolicyKind::SnapStream, uint32_t Queue = 0, KvType KvT = KvType::F16>
 class Engine {
  public:
   static constexpr PlanShape kShape{Shape::vocab_size, Shape::dim,      Shape::n_layers, Shape::n_heads,
                                     Shape::n_kv_heads, Shape::head_dim, Shape::ffn_dim,  Shape::tokenizer_bytes};
   // The engine's defaults (llm/run_config.h) under the template's policy, budget, slots and
   // chunk; one thread.
-  static constexpr RuntimeConfig kRuntimeConfig = resolve_runtime_config(
-      RunDefaults{},
-      RunOverrides{run_policy(Policy), KvBudget, Slots, Chunk, 1, 0, 0, 0, 0, 0, BackendKind::Auto, Queue});
+  static constexpr RuntimeConfig kRuntimeConfig = resolve_runtime_config(RunDefaults{}, [] {
+    RunOverrides o{run_policy(Policy), KvBudget, Slots, Chunk, 1};
+    o.queue_capacity = Queue;
+    o.kv_type = uint32_t(KvT);
+    return o;
+  }());
   static constexpr PlanConfig kConfig = kRuntimeConfig.plan;
   static constexpr KvPolicyConfig kKv = kRuntimeConfig.kv;
   static constexpr MemoryPlan kPlan = plan_memory(kShape, kConfig, kKv);
   static constexpr uint64_t kPersistentBytes = kPlan.persistent_bytes;
   static constexpr uint64_t kScratchBytes = kPlan.scratch_bytes;
   static_assert(KvBudget >= 1 && Slots >= 1 && Chunk >= 1, "budget, slots and chunk are at least 1");
+  static_assert(kv_type_fits(KvT, Shape::head_dim), "the KV type cannot store heads of this size");
 
   // Verifies the model and checks it has the compiled-in shape (ModelShapeMismatch otherwise),
   // then lays the runtime out in the member arenas. Single-threaded (bare metal).

@@ -65,6 +65,7 @@ keel::Error runtime_config(const keel::Model& m, const keel_config* c, keel::Run
     o.obs_window = c->obs_window;
     o.snap_kernel = c->snap_kernel;
     o.queue_capacity = c->queue_capacity;
+    o.kv_type = c->kv_type;
     // A C caller may store any integer in an enum field; in C++ reading one outside the
     // enumerators is undefined, so the bytes are read as the integer they are.
     // (Its size is the ABI's: an int on x86-64, one byte with ARM EABI's short enums.)
@@ -83,6 +84,8 @@ static_assert(KEEL_KV_SNAPSTREAM == keel::kRunPolicyMax &&
                   KEEL_KV_SNAPKV == keel::run_policy(keel::KvPolicyKind::SnapKV),
               "keel_kv_policy numbers are RunOverrides::kv_policy's");
 static_assert(int(KEEL_BACKEND_XNNPACK) == int(keel::BackendKind::Xnnpack), "keel_backend is BackendKind");
+static_assert(KEEL_KV_TYPE_Q8 == int(keel::KvType::Q8) && KEEL_KV_TYPE_Q4 == int(keel::KvType::Q4),
+              "keel_kv_type numbers are KvType's");
 
 constexpr uint64_t engine_block_bytes() { return keel::plan_align(sizeof(keel_engine)); }
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "backend/backend_plan.h"
+#include "core/kv_type.h"
 #include "kv/kv_policy.h"
 
 namespace keel {
@@ -31,13 +32,16 @@ struct PlanConfig {
   uint32_t slots = 1;
   uint32_t chunk_tokens = 64;
   uint32_t threads = 1;
-  uint32_t logit_rows = 1;  // tokens of a chunk whose logits are computed together (ppl: more)
+  uint32_t logit_rows = 1;       // tokens of a chunk whose logits are computed together (ppl: more)
+  KvType kv_type = KvType::F16;  // how cached keys and values are stored (core/kv_type.h)
   // Requests the scheduler (llm/scheduler.h) holds waiting while every slot is busy.
   uint32_t queue_capacity = 0;
   // Persistent bytes of backend state that exists only at run time (XNNPACK's operators and its
   // packed copy of the F32 weights), measured by backend_state_bytes() (backend/registry.h).
   // 0 for the ref and native backends, and in firmware plans.
   uint64_t backend_bytes = 0;
+  // The accelerator the dataflow backend emulates (the caller keeps it alive); null otherwise.
+  const HwDesc* hw = nullptr;
 };
 
 constexpr uint64_t kPlanAlign = 64;
@@ -138,7 +142,7 @@ inline constexpr RegionInfo kRegions[kRegionCount] = {
     {Region::Requests, "requests", PlanArena::Persistent, RegionGroup::Logits, false, 1,
      "[slots + queue][256] request records, [slots][64] step entries"},
     {Region::KvKeysValues, "kv_keys_values", PlanArena::Persistent, RegionGroup::Kv, true, 2,
-     "[K,V][layers][kv_heads][capacity][head_dim] f16"},
+     "[K,V][layers][kv_heads][capacity][row] f16 rows, or q8/q4 rows with scales (core/kv_type.h)"},
     {Region::KvPositions, "kv_positions", PlanArena::Persistent, RegionGroup::Kv, true, 4,
      "[layers][kv_heads][capacity] i32"},
     {Region::KvObservations, "kv_observations", PlanArena::Persistent, RegionGroup::Kv, true, 4,
@@ -209,7 +213,7 @@ constexpr uint64_t region_elements(Region r, const PlanShape& s, const PlanConfi
     case Region::BackendState: return c.backend_bytes;
     case Region::SlotRecords: return slots * kSlotStateBytes;
     case Region::Requests: return (slots + c.queue_capacity) * kRequestRecordBytes + slots * kStepEntryBytes;
-    case Region::KvKeysValues: return 2 * heads * cap * s.head_dim;
+    case Region::KvKeysValues: return 2 * heads * cap * kv_row_halves(c.kv_type, s.head_dim);
     case Region::KvPositions: return heads * cap;
     case Region::KvObservations:
     case Region::KvLookahead: return uint64_t(s.n_layers) * obs_window * q_dim;
@@ -366,7 +370,12 @@ class RegionMap {
 
 // What the backend's per-model state may depend on.
 constexpr BackendPlan backend_plan(const PlanConfig& c) {
-  return BackendPlan{c.threads ? c.threads : 1, c.kv_budget_tokens + (c.chunk_tokens ? c.chunk_tokens : 1)};
+  return BackendPlan{c.threads ? c.threads : 1,
+                     c.kv_budget_tokens + (c.chunk_tokens ? c.chunk_tokens : 1),
+                     c.slots ? c.slots : 1,
+                     c.chunk_tokens ? c.chunk_tokens : 1,
+                     c.hw,
+                     c.kv_type};
 }
 
 }  // namespace keel

@@ -67,13 +67,10 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
   sampler_mem_ = regions.get<uint8_t>(Region::Sampler);
   text_mem_ = regions.get<uint8_t>(Region::Text);
 
-  const KvShape kvs{model.shape().n_layers,
-                    model.shape().n_kv_heads,
-                    model.shape().head_dim,
-                    uint32_t(p.kv_capacity_tokens),
-                    pc.kv_budget_tokens,
-                    model.shape().n_heads * model.shape().head_dim,
-                    p.obs_window};
+  const KvShape kvs{model.shape().n_layers, model.shape().n_kv_heads,
+                    model.shape().head_dim, uint32_t(p.kv_capacity_tokens),
+                    pc.kv_budget_tokens,    model.shape().n_heads * model.shape().head_dim,
+                    p.obs_window,           pc.kv_type};
   static_assert(sizeof(Slot) <= kSlotStateBytes, "slot record exceeds its planned bytes");
   slots_ = regions.get<uint8_t>(Region::SlotRecords);
   for (uint32_t i = 0; i < pc.slots; ++i) {

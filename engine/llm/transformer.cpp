@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "core/f16.h"
+#include "core/kv_type.h"
 #include "kernels/dequant.h"
 #include "kernels/rope.h"
 
@@ -126,7 +127,8 @@ void Transformer::attention(KvCache& kv, uint32_t layer, uint32_t row0, uint32_t
   a.out = att_ + row0 * q_dim;
   a.keys = kv.keys(layer, 0);
   a.values = kv.values(layer, 0);
-  a.head_stride = uint64_t(kv.shape().capacity) * shape_.head_dim;
+  a.head_stride = uint64_t(kv.shape().capacity) * kv.row_halves();
+  a.kv_type = config_.kv_type;
   a.n = n;
   a.n_heads = shape_.n_heads;
   a.n_kv_heads = shape_.n_kv_heads;
@@ -150,10 +152,10 @@ void Transformer::rope_angles(int64_t position, float* cos, float* sin) const {
 void Transformer::rotate_key(uint16_t* key, int64_t from, int64_t to) const {
   float tmp[kMaxHeadDim], cs[kMaxHeadDim / 2], sn[kMaxHeadDim / 2];
   const uint32_t hd = shape_.head_dim, pairs = rope_dim_ / 2;
-  for (uint32_t i = 0; i < hd; ++i) tmp[i] = f16_to_f32(key[i]);
+  kv_dequantize_row(config_.kv_type, key, hd, tmp);
   keel::rope_angles(double(to - from), inv_freq_, pairs, cs, sn);
   rope_rotate(tmp, pairs, rope_halves_, cs, sn);
-  for (uint32_t i = 0; i < hd; ++i) key[i] = f32_to_f16(tmp[i]);
+  kv_quantize_row(config_.kv_type, tmp, hd, key);
 }
 
 void Transformer::attention_row(uint32_t worker, const float* q, const float* angles_t, const float* angles_c,
@@ -166,8 +168,10 @@ void Transformer::attention_row(uint32_t worker, const float* q, const float* an
   memcpy(qc, q, hd * sizeof(float));
   rope_rotate(qt, pairs, rope_halves_, angles_t, angles_t + pairs);
   rope_rotate(qc, pairs, rope_halves_, angles_c, angles_c + pairs);
-  if (prefix > 0) backend_->scores(qc, keys, prefix, hd, scale, row);
-  backend_->scores(qt, keys + uint64_t(prefix) * hd, total - prefix, hd, scale, row + prefix);
+  const KvType type = config_.kv_type;
+  if (prefix > 0) backend_->scores(type, qc, keys, prefix, hd, scale, row);
+  backend_->scores(type, qt, keys + uint64_t(prefix) * kv_row_halves(type, hd), total - prefix, hd, scale,
+                   row + prefix);
   for (uint32_t p = prefix; p < total; ++p) {
     if (positions[p] > t) row[p] = -INFINITY;
   }
@@ -254,7 +258,8 @@ Error Transformer::forward(const ForwardSegment* segs, uint32_t count) {
     }
     apply_rope(q_, rows, shape_.n_heads, q_dim);
     apply_rope(k_, rows, shape_.n_kv_heads, kv_dim);
-    // Each segment's keys and values (f16) and positions go behind its cache's visible entries.
+    // Each segment's keys and values (rows of the cache's type) and positions go behind its
+    // cache's visible entries.
     for (uint32_t i = 0, row0 = 0; i < count; row0 += segs[i].n, ++i) {
       KvCache& kv = *segs[i].kv;
       const uint32_t n = segs[i].n, size_before = kv.visible();
@@ -264,9 +269,15 @@ Error Transformer::forward(const ForwardSegment* segs, uint32_t count) {
         uint16_t* vc = kv.values(l, h);
         int32_t* pc = kv.positions(l, h);
         for (uint32_t t = 0; t < n; ++t) {
-          const uint64_t at = uint64_t(size_before + t) * hd, row = uint64_t(row0 + t) * kv_dim + uint64_t(h) * hd;
-          be.to_half(k_ + row, hd, kc + at);
-          be.to_half(v_ + row, hd, vc + at);
+          const uint64_t at = uint64_t(size_before + t) * kv.row_halves();
+          const uint64_t row = uint64_t(row0 + t) * kv_dim + uint64_t(h) * hd;
+          if (config_.kv_type == KvType::F16) {
+            be.to_half(k_ + row, hd, kc + at);
+            be.to_half(v_ + row, hd, vc + at);
+          } else {
+            kv_quantize_row(config_.kv_type, k_ + row, hd, kc + at);
+            kv_quantize_row(config_.kv_type, v_ + row, hd, vc + at);
+          }
           pc[size_before + t] = int32_t(pos0 + t);
         }
       }

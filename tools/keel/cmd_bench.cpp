@@ -34,7 +34,7 @@ const ListOption kOptions[kOptCount] = {
     {"--slots", nullptr, "N,...", "1",
      "sequences decoding together: a tg test runs one batched pass per step over N slots and reports their "
      "aggregate t/s"},
-    {"--backend", nullptr, "B,...", "auto", "auto | ref | native | xnnpack"},
+    {"--backend", nullptr, "B,...", "auto", "auto | ref | native | xnnpack | dataflow (with --hw)"},
     {"--kv-policy", nullptr, "P,...", "full", "full | window | streaming | snapkv | snapstream"},
     {"--kv-budget", nullptr, "N,...", "0",
      "KV budget in tokens, 0 = for full the largest depth + the longest test, for the other policies "
@@ -132,7 +132,7 @@ struct Config {
   uint64_t weights_bytes = 0;
   std::string backend, matmul;
   uint32_t threads = 0, slots = 1, depth = 0, reps = 0, budget = 0;
-  const char* policy = "";
+  std::string policy;  // with "+q8" / "+q4" for a quantized cache
   double kv_bytes_per_cached_token = 0;
   double mean_cached = 0, bytes_per_token = 0, ceiling = 0;  // the last tg test's, else at the depth
   double gbps = 0;                                           // 0 without --bandwidth
@@ -177,14 +177,14 @@ class MarkdownPrinter : public Printer {
   void config(const Config& c) override {
     for (const Test& t : c.tests) {
       printf("| %s | %s | %s (%s) | %u | %u | %s %u | %s | %.2f ± %.2f |\n", c.model.c_str(),
-             human_bytes(c.weights_bytes).c_str(), c.backend.c_str(), c.matmul.c_str(), c.threads, c.slots, c.policy,
-             c.budget, t.name.c_str(), mean(t.tps), stddev(t.tps));
+             human_bytes(c.weights_bytes).c_str(), c.backend.c_str(), c.matmul.c_str(), c.threads, c.slots,
+             c.policy.c_str(), c.budget, t.name.c_str(), mean(t.tps), stddev(t.tps));
       if (c.gbps > 0 && t.n_gen > 0) {
         char line[256];
         snprintf(line, sizeof line,
                  "%s (%s %u, %u threads, %u slots): one token costs %s of reads; at %.1f GB/s the ceiling is "
                  "%.1f t/s, %.0f%% of it reached\n",
-                 t.name.c_str(), c.policy, c.budget, c.threads, c.slots,
+                 t.name.c_str(), c.policy.c_str(), c.budget, c.threads, c.slots,
                  human_bytes(uint64_t(t.bytes_per_token)).c_str(), c.gbps, t.ceiling, 100.0 * mean(t.tps) / t.ceiling);
         ceilings_ += line;
       }
@@ -207,7 +207,7 @@ class JsonPrinter : public Printer {
         "\"slots\":%u,\"kv_policy\":\"%s\",\"kv_budget\":%u,\"depth\":%u,\"repetitions\":%u,\"peak_rss_bytes\":%llu,"
         "\"bytes_per_token\":%.0f,\"kv_bytes_per_cached_token\":%.0f,\"mean_cached_tokens\":%.1f,",
         json_string(c.model).c_str(), (unsigned long long)c.weights_bytes, c.backend.c_str(), c.matmul.c_str(),
-        c.threads, c.slots, c.policy, c.budget, c.depth, c.reps, (unsigned long long)port::peak_rss_bytes(),
+        c.threads, c.slots, c.policy.c_str(), c.budget, c.depth, c.reps, (unsigned long long)port::peak_rss_bytes(),
         c.bytes_per_token, c.kv_bytes_per_cached_token, c.mean_cached);
     if (c.gbps > 0) printf("\"dram_read_gbps\":%.2f,\"decode_ceiling_tps\":%.2f,", c.gbps, c.ceiling);
     printf("\"results\":[");
@@ -241,8 +241,9 @@ class CsvPrinter : public Printer {
       std::string model;
       for (char ch : c.model) model += ch == '"' ? std::string("\"\"") : std::string(1, ch);
       printf("\"%s\",%llu,%s,%s,%u,%u,%s,%u,%u,%u,%s,%u,%u,%.3f,%.3f,%.3f,", model.c_str(),
-             (unsigned long long)c.weights_bytes, c.backend.c_str(), c.matmul.c_str(), c.threads, c.slots, c.policy,
-             c.budget, c.depth, c.reps, t.name.c_str(), t.n_prompt, t.n_gen, mean(t.tps), stddev(t.tps), median(t.tps));
+             (unsigned long long)c.weights_bytes, c.backend.c_str(), c.matmul.c_str(), c.threads, c.slots,
+             c.policy.c_str(), c.budget, c.depth, c.reps, t.name.c_str(), t.n_prompt, t.n_gen, mean(t.tps),
+             stddev(t.tps), median(t.tps));
       if (t.n_gen > 0)
         printf("%.1f,%.0f,", t.mean_cached, t.bytes_per_token);
       else
@@ -297,8 +298,8 @@ bool parse_grid(const std::string (&given)[kOptCount], Grid& g, std::string& err
     return false;
   }
   for (const std::string& b : g.backends) {
-    if (b != "auto" && b != "ref" && b != "native" && b != "xnnpack") {
-      error = "--backend expects auto, ref, native or xnnpack, got '" + b + "'";
+    if (b != "auto" && b != "ref" && b != "native" && b != "xnnpack" && b != "dataflow") {
+      error = "--backend expects auto, ref, native, xnnpack or dataflow, got '" + b + "'";
       return false;
     }
   }
@@ -459,6 +460,7 @@ int cmd_bench(int argc, char** argv) {
             // A new plan; the previous one's arenas and threads are released first.
             SessionOptions o = so;
             o.backend = backend;
+            if (backend != "dataflow") o.hw.clear(), o.sram_bytes = 0;  // --hw is for the dataflow rows
             o.threads = threads;
             o.slots = slots;
             o.kv_policy = policy;
@@ -491,10 +493,12 @@ int cmd_bench(int argc, char** argv) {
               c.threads = t;
               c.slots = slots;
               c.policy = kv_policy_name(session->policy());
+              if (o.kv_type != KvType::F16) c.policy += std::string("+") + kv_type_name(o.kv_type);
               c.budget = budget;
               c.depth = depth;
               c.reps = g.reps;
-              c.kv_bytes_per_cached_token = 2.0 * ms.n_layers * ms.n_kv_heads * ms.head_dim * 2;  // K and V, f16
+              c.kv_bytes_per_cached_token =
+                  2.0 * ms.n_layers * ms.n_kv_heads * kv_row_bytes(o.kv_type, ms.head_dim);  // K and V rows
               c.gbps = bandwidth ? gbps_by_threads[t] : 0;
               if (!run_tests(rt, ids, g, c, error)) return fail("bench", error);
               if (!begun) printer->begin();

@@ -21,6 +21,7 @@ const Command kCommands[] = {
     {"bench", keel::cli::cmd_bench, "prefill and decode throughput (llama-bench style)"},
     {"passkey", keel::cli::cmd_passkey, "retrieval of a key hidden in long text, per KV policy"},
     {"memcheck", keel::cli::cmd_memcheck, "prove bounded memory: no allocation after init, flat RSS"},
+    {"emulate", keel::cli::cmd_emulate, "a model on an emulated dataflow accelerator: schedule, cycles, SRAM"},
 };
 
 void usage(FILE* f) {
