@@ -4,11 +4,19 @@
 
 #include <cstdint>
 
+#include "core/kv_type.h"
+
 namespace keel {
+
+struct HwDesc;  // backend/dataflow_hw.h
 
 struct BackendPlan {
   uint32_t threads = 1;          // attention workers that may run at once
   uint32_t capacity_tokens = 0;  // the longest score row: the KV capacity of a slot
+  uint32_t slots = 1;
+  uint32_t chunk_tokens = 1;
+  const HwDesc* hw = nullptr;    // the emulated accelerator (dataflow backend only)
+  KvType kv_type = KvType::F16;  // how the KV cache stores rows (core/kv_type.h)
 };
 
 }  // namespace keel

@@ -2,6 +2,7 @@
 
 #include <new>
 
+#include "backend/dataflow_backend.h"
 #include "backend/kernel_backend.h"
 #include "core/check.h"
 #if defined(KEEL_HAVE_XNNPACK)
@@ -30,6 +31,7 @@ const char* backend_name(BackendKind k) {
     case BackendKind::Ref: return "ref";
     case BackendKind::Native: return "native";
     case BackendKind::Xnnpack: return "xnnpack";
+    case BackendKind::Dataflow: return "dataflow";
   }
   return "?";
 }
@@ -37,6 +39,7 @@ const char* backend_name(BackendKind k) {
 Error backend_supported(BackendKind kind) {
   switch (kind) {
     case BackendKind::Ref:
+    case BackendKind::Dataflow:
     case BackendKind::Auto: return Error();
     case BackendKind::Native:
       KEEL_ENSURE(kernels_x86() && vector_kernels_x86() && attention_kernels_x86(), Status::UnsupportedBackend,
@@ -61,6 +64,9 @@ Result<Backend*> make_backend(BackendKind kind, const ThreadPool* pool, BackendS
     case BackendKind::Native:
       return construct<KernelBackend>(storage, kind, pool, *kernels_x86(), *vector_kernels_x86(),
                                       *attention_kernels_x86());
+    case BackendKind::Dataflow:
+      // The best kernel tables, as `native` uses them, so that outputs compare with it.
+      return construct<DataflowBackend>(storage, pool, kernels_best(), vector_kernels_best(), best_attention());
     case BackendKind::Xnnpack:
     case BackendKind::Auto:
 #if defined(KEEL_HAVE_XNNPACK)

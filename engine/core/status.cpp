@@ -39,6 +39,7 @@ const char* to_string(Status s) {
     case Status::ModelBadSize: return "tensor size mismatch";
     case Status::ArenaTooSmall: return "arena too small";
     case Status::KvFull: return "KV cache full";
+    case Status::QueueFull: return "request queue full";
     case Status::UnsupportedDType: return "unsupported dtype";
     case Status::UnsupportedArch: return "unsupported architecture";
     case Status::UnsupportedBackend: return "unsupported backend";

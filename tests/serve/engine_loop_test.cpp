@@ -23,10 +23,11 @@ struct Rig {
     o.model_path = test::stories260k_keel();
     o.threads = 1;
     o.kv_policy = policy;
+    o.slots = slots;
     std::string error;
     EXPECT_TRUE(session.load(o, error)) << error;
     EXPECT_TRUE(session.resolve_policy(nullptr, error)) << error;
-    EXPECT_TRUE(session.start(budget, error, slots)) << error;
+    EXPECT_TRUE(session.start(budget, error)) << error;
     EXPECT_TRUE(tok.init(session.model(), error)) << error;
   }
   LoopRequest request(const std::string& text, uint32_t max_tokens) {

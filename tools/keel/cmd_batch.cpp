@@ -83,10 +83,11 @@ int cmd_batch(int argc, char** argv) {
   if (!in) return fail("batch", "cannot open " + path);
   Session session;
   std::string error;
+  so.slots = slots;
   if (!session.load(so, error)) return fail("batch", error);
   if (!session.resolve_policy(nullptr, error)) return usage_error("batch", error);
   const uint32_t budget = so.kv_budget ? so.kv_budget : session.default_budget();
-  if (!session.start(budget, error, slots)) return fail("batch", error);
+  if (!session.start(budget, error)) return fail("batch", error);
   HostTokenizer tok;
   if (!tok.init(session.model(), error)) return fail("batch", error);
   const std::string model_id = namespace_from_path(so.model_path);

@@ -407,10 +407,11 @@ int cmd_serve(int argc, char** argv) {
 
   Session session;
   std::string error;
+  so.slots = o.slots;
   if (!session.load(so, error)) return fail("serve", error);
   if (!session.resolve_policy(nullptr, error)) return usage_error("serve", error);
   const uint32_t budget = so.kv_budget ? so.kv_budget : session.default_budget();
-  if (!session.start(budget, error, o.slots)) return fail("serve", error);
+  if (!session.start(budget, error)) return fail("serve", error);
   HostTokenizer tok;
   if (!tok.init(session.model(), error)) return fail("serve", error);
 

@@ -14,5 +14,6 @@ int cmd_passkey(int argc, char** argv);
 int cmd_memcheck(int argc, char** argv);
 int cmd_batch(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
+int cmd_emulate(int argc, char** argv);
 
 }  // namespace keel::cli

@@ -1,5 +1,6 @@
 #include "keel/session.h"
 
+#include "convert/hw_json.h"
 #include "keel/cli_util.h"
 #include "llm/run_config.h"
 #include "ports/linux/backend_plan.h"
@@ -16,9 +17,14 @@ namespace keel::cli {
 const char kSessionHelp[] =
     "  -m, --model FILE       the .keel model (required)\n"
     "  -t, --threads N        worker threads (default: all cores)\n"
-    "  --backend B            auto | ref | native | xnnpack (default auto)\n"
+    "  --backend B            auto | ref | native | xnnpack | dataflow (default auto)\n"
+    "  --hw NAME|FILE         hardware the dataflow backend emulates: a preset (keel emulate\n"
+    "                         --list-hw), host, or a JSON file (docs/emulator.md)\n"
+    "  --sram-bytes N         override the hardware's on-chip SRAM capacity\n"
     "  --kv-policy P          full | window | streaming | snapkv | snapstream (docs/kv.md)\n"
     "  --kv-budget N          KV cache budget in tokens per sequence\n"
+    "  --kv-type T            f16 | q8 | q4: how the KV cache stores keys and values (default f16;\n"
+    "                         q8 and q4 read about 1/2 and 1/3 of the bytes per cached token)\n"
     "  --sinks N              attention sinks kept by streaming and snapstream (default 4)\n"
     "  --window N             snapstream's recent window for generated tokens (default budget/4)\n"
     "  --obs-window N         SnapKV observation window (default 32)\n"
@@ -31,8 +37,14 @@ void parse_session_options(Args& args, SessionOptions& o) {
   args.value("--model", "-m", o.model_path);
   args.u32("--threads", "-t", o.threads);
   args.value("--backend", nullptr, o.backend);
+  args.value("--hw", nullptr, o.hw);
+  args.u64("--sram-bytes", nullptr, o.sram_bytes);
   args.value("--kv-policy", nullptr, o.kv_policy);
   args.u32("--kv-budget", nullptr, o.kv_budget);
+  std::string kv_type;
+  if (args.value("--kv-type", nullptr, kv_type) && !parse_kv_type(kv_type.c_str(), o.kv_type) && o.error.empty()) {
+    o.error = "--kv-type expects f16, q8 or q4, got '" + kv_type + "'";
+  }
   // 0 means "the default" to the engine (RunOverrides); given here it is a value it cannot take.
   auto at_least_one = [&](const char* name, uint32_t& field) {
     if (args.u32(name, nullptr, field) && field == 0 && o.error.empty()) {
@@ -61,7 +73,8 @@ std::string engine_error(const Error& e) {
   static const char* const kFlags[][2] = {{"snap_kernel", "--snap-kernel"},
                                           {"obs_window", "--obs-window"},
                                           {"kv_budget_tokens", "--kv-budget"},
-                                          {"chunk_tokens", "--chunk"}};
+                                          {"chunk_tokens", "--chunk"},
+                                          {"kv_type", "--kv-type"}};
   for (const auto& f : kFlags) {
     const size_t n = strlen(f[0]);
     if (m.compare(0, n, f[0]) == 0 && (m.size() == n || m[n] == ' ')) m = f[1] + m.substr(n);
@@ -129,7 +142,7 @@ bool Session::resolve_policy(const char* fallback, std::string& error) {
 
 uint32_t Session::default_budget() const { return model_run_defaults(model_).kv_budget_tokens; }
 
-bool Session::start(uint32_t budget, std::string& error, uint32_t slots) {
+bool Session::start(uint32_t budget, std::string& error) {
   RunOverrides o;
   if (opts_.backend == "auto")
     o.backend = BackendKind::Auto;
@@ -139,13 +152,28 @@ bool Session::start(uint32_t budget, std::string& error, uint32_t slots) {
     o.backend = BackendKind::Native;
   else if (opts_.backend == "xnnpack")
     o.backend = BackendKind::Xnnpack;
+  else if (opts_.backend == "dataflow")
+    o.backend = BackendKind::Dataflow;
   else {
-    error = "--backend expects auto, ref, native or xnnpack, got '" + opts_.backend + "'";
+    error = "--backend expects auto, ref, native, xnnpack or dataflow, got '" + opts_.backend + "'";
     return false;
+  }
+  if ((o.backend == BackendKind::Dataflow) != !opts_.hw.empty()) {
+    error = opts_.hw.empty() ? "--backend dataflow needs --hw NAME|FILE" : "--hw needs --backend dataflow";
+    return false;
+  }
+  if (opts_.sram_bytes && opts_.hw.empty()) {
+    error = "--sram-bytes needs --backend dataflow --hw";
+    return false;
+  }
+  if (!opts_.hw.empty()) {
+    if (!hw::load_hw(opts_.hw, hw_, error)) return false;
+    if (opts_.sram_bytes) hw_.sram_bytes = opts_.sram_bytes;
   }
   o.kv_policy = run_policy(policy_);
   o.kv_budget_tokens = budget;
-  o.slots = slots;
+  o.slots = opts_.slots;
+  o.queue_capacity = opts_.queue_capacity;
   o.chunk_tokens = opts_.chunk;
   o.threads = threads_;
   o.logit_rows = opts_.logit_rows;
@@ -153,12 +181,14 @@ bool Session::start(uint32_t budget, std::string& error, uint32_t slots) {
   o.window = opts_.window;
   o.obs_window = opts_.obs_window;
   o.snap_kernel = opts_.snap_kernel;
+  o.kv_type = uint32_t(opts_.kv_type);
   RuntimeConfig cfg;
   Error e = make_runtime_config(model_, o, &cfg);
   if (!e.ok()) {
     error = engine_error(e);
     return false;
   }
+  if (o.backend == BackendKind::Dataflow) cfg.plan.hw = &hw_;
   if (!port::reserve_backend_bytes(model_, cfg, error)) return false;
   const MemoryPlan p = Runtime::plan(model_, cfg);
   // The arenas are touched below; a plan larger than the machine's free memory would end in the
@@ -166,7 +196,7 @@ bool Session::start(uint32_t budget, std::string& error, uint32_t slots) {
   const uint64_t need = p.persistent_bytes + p.scratch_bytes, avail = port::available_memory_bytes();
   if (avail != 0 && need > avail) {
     error = "the plan needs " + human_bytes(need) + " of arenas (KV budget " + std::to_string(budget) + " tokens" +
-            (slots > 1 ? ", " + std::to_string(slots) + " slots" : std::string()) + "); this machine has " +
+            (opts_.slots > 1 ? ", " + std::to_string(opts_.slots) + " slots" : std::string()) + "); this machine has " +
             human_bytes(avail) + " available (lower --kv-budget)";
     return false;
   }

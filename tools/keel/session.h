@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "keel/args.h"
+#include "backend/dataflow_hw.h"
 #include "llm/runtime.h"
 #include "ports/linux/mapped_file.h"
 #include "ports/linux/thread_pool.h"
@@ -18,8 +19,11 @@ struct SessionOptions {
   std::string model_path;
   uint32_t threads = 0;  // 0 = all cores
   std::string backend = "auto";
-  std::string kv_policy;   // empty = the command's default
-  uint32_t kv_budget = 0;  // 0 = the command's default
+  std::string hw;           // --hw for the dataflow backend: a preset, `host` or a JSON file
+  uint64_t sram_bytes = 0;  // --sram-bytes: overrides the hardware's SRAM capacity
+  std::string kv_policy;    // empty = the command's default
+  uint32_t kv_budget = 0;   // 0 = the command's default
+  KvType kv_type = KvType::F16;
   // 0 = the model's default (llm/run_config.h), as in RunOverrides.
   uint32_t sinks = 0;
   uint32_t window = 0;  // snapstream recent window
@@ -27,10 +31,12 @@ struct SessionOptions {
   int32_t snap_kernel = 0;  // -1 = adaptive (--snap-kernel 0)
   uint32_t chunk = 0;
   uint32_t logit_rows = 1;
-  std::string error;  // set by parse_session_options for a value out of range
+  uint32_t slots = 1;           // sequences the plan holds side by side
+  uint32_t queue_capacity = 0;  // requests the scheduler may hold waiting
+  std::string error;            // set by parse_session_options for a value out of range
 };
 
-// Parses the options every model command takes: -m, -t, --backend, --kv-policy, --kv-budget,
+// Parses the options every model command takes: -m, -t, --backend, --kv-policy, --kv-budget, --kv-type,
 // --sinks, --window, --obs-window, --snap-kernel, --chunk. Returns false with args.error() set on
 // a malformed value; a value the engine cannot take (--chunk 0) is o.error, which load() reports.
 void parse_session_options(Args& args, SessionOptions& o);
@@ -51,8 +57,8 @@ class Session {
   KvPolicyKind policy() const { return policy_; }
   // The model's default budget (from the file), the engine's if it has none.
   uint32_t default_budget() const;
-  // Plans `slots` sequences of `budget` tokens each and initializes the runtime.
-  bool start(uint32_t budget, std::string& error, uint32_t slots = 1);
+  // Plans options().slots sequences of `budget` tokens each and initializes the runtime.
+  bool start(uint32_t budget, std::string& error);
 
   const Model& model() const { return model_; }
   Runtime& runtime() { return runtime_; }
@@ -70,6 +76,7 @@ class Session {
   uint32_t threads_ = 1;
   KvPolicyKind policy_ = KvPolicyKind::Full;
   std::unique_ptr<port::LinuxThreadPool> pool_;
+  HwDesc hw_;  // what the dataflow backend emulates; the plan points at it
   std::unique_ptr<uint8_t, Free> persistent_, scratch_;
   Runtime runtime_;
 };

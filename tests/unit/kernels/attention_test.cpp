@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/f16.h"
@@ -77,6 +78,38 @@ TEST(AttentionKernels, WeightedSumMatchesDoubleArithmetic) {
               << k->name << " hd " << hd << " n " << n << " lane " << i;
         }
         EXPECT_EQ(got[hd], -7.0f) << k->name << " wrote past " << hd << " lanes";
+      }
+    }
+  }
+}
+
+// weighted_sum over [0, a) continued by weighted_sum_more over [a, n) is the untiled sum: bit
+// for bit where the table's order allows it (ref always; x86 for head_dim a multiple of 8 but
+// not 8, whose kernel keeps four interleaved sums), within rounding otherwise.
+TEST(AttentionKernels, WeightedSumMoreContinuesTheSum) {
+  std::mt19937 rng(12);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_real_distribution<float> ud(0.0f, 1.0f);
+  for (const AttentionKernels* k : tables()) {
+    for (uint32_t hd : {3u, 8u, 16u, 64u, 128u, 130u}) {
+      for (uint32_t n : {2u, 17u, 64u}) {
+        std::vector<float> p(n);
+        std::vector<uint16_t> values(uint64_t(n) * hd);
+        for (float& x : p) x = ud(rng);
+        for (uint16_t& x : values) x = f32_to_f16(nd(rng));
+        std::vector<float> whole(hd), tiled(hd + 1, -7.0f);
+        k->weighted_sum(p.data(), values.data(), n, hd, whole.data());
+        const uint32_t a = n / 3 + 1;
+        k->weighted_sum(p.data(), values.data(), a, hd, tiled.data());
+        k->weighted_sum_more(p.data() + a, values.data() + uint64_t(a) * hd, n - a, hd, tiled.data());
+        const bool exact = std::string(k->name) == "ref" || (hd % 8 == 0 && hd != 8 && hd <= 128);
+        for (uint32_t i = 0; i < hd; ++i) {
+          if (exact)
+            EXPECT_EQ(tiled[i], whole[i]) << k->name << " hd " << hd << " n " << n << " lane " << i;
+          else
+            EXPECT_NEAR(tiled[i], whole[i], 1e-4f * (1 + std::fabs(whole[i]))) << k->name << " hd " << hd;
+        }
+        EXPECT_EQ(tiled[hd], -7.0f);
       }
     }
   }

@@ -1,0 +1,124 @@
+// The dataflow backend's static schedule and its counters (docs/emulator.md). The schedule is a
+// pure function of (model shape and weight types, hardware, KV capacity, slots, chunk), made
+// once before the first token: tile shapes, the SRAM offset of every buffer, what stays on
+// chip. The counters say what one forward pass moves and computes, per op class; the backend
+// fills them from the copies it really makes, df_count_forward() from the same schedule with
+// no data (analytic mode), and the two must agree.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/dataflow_hw.h"
+#include "model/model.h"
+#include "model/weight_format.h"
+
+namespace keel {
+
+enum class DfOp : uint8_t {
+  Norm,       // RMSNorm: activations and the norm weight through SRAM
+  Quantize,   // activations to int8 blocks for quantized matmuls
+  QkvProj,    // q, k, v projections
+  Attention,  // scores, softmax and weighted sum over the KV cache
+  OutProj,    // attention output projection
+  FfnIn,      // gate and up projections
+  FfnDown,
+  LmHead,
+  Residual,  // residual adds, SwiGLU, biases
+  KvWrite,   // new keys and values converted to f16 into the cache
+  KvPolicy,  // SnapKV scoring (scores and softmax outside attention)
+  Count
+};
+constexpr uint32_t kDfOps = uint32_t(DfOp::Count);
+const char* df_op_name(DfOp op);
+
+struct DfCounters {
+  uint64_t calls = 0;
+  uint64_t macs_int8 = 0, macs_bf16 = 0, macs_f32 = 0;
+  uint64_t vector_elems = 0;
+  uint64_t sram_bytes = 0;  // bytes copied into or out of the SRAM, and read/written there by row ops
+  uint64_t tier_bytes[kHwMaxTiers] = {};
+  uint64_t tier_transfers[kHwMaxTiers] = {};
+  void add(const DfCounters& o);
+  bool operator==(const DfCounters& o) const;
+};
+
+struct DfCounterSet {
+  DfCounters op[kDfOps];
+  DfCounters total() const;
+};
+
+// What the schedule needs of a model.
+struct DfModel {
+  ModelShape shape;
+  fb::DType attn_dtype = fb::DType::F32;  // q, k, v, o
+  fb::DType ffn_dtype = fb::DType::F32;   // gate, up, down
+  fb::DType lm_head_dtype = fb::DType::F32;
+  bool qkv_bias = false;
+};
+DfModel df_model(const Model& model);
+
+struct DfScheduleInput {
+  DfModel model;
+  HwDesc hw;
+  uint32_t kv_capacity_tokens = 0;  // per slot: budget + chunk
+  uint32_t slots = 1;
+  uint32_t chunk_tokens = 1;
+};
+
+enum class DfBuf : uint8_t {
+  KvResident,       // every slot's cache when it fits on chip
+  WeightsResident,  // every weight when they fit too
+  Activations,      // x, xb, q, k, v, att, hb, hb2 and the quantized rows of one chunk
+  MatIn,            // matmul input rows (f32 or int8 blocks); norm input and weight
+  WeightTile0,
+  WeightTile1,  // second weight tile when double-buffered
+  MatOut,       // matmul output tile; norm output
+  AttnQ,        // a query block, as rotated and re-rotated for the prefix
+  AttnScores,   // score rows of the query block
+  AttnAcc,      // weighted-sum accumulators of the query block
+  KvTile0,
+  KvTile1,
+  Count
+};
+constexpr uint32_t kDfBufs = uint32_t(DfBuf::Count);
+const char* df_buf_name(DfBuf b);
+
+struct DfSchedule {
+  bool fits = false;
+  char refusal[200] = {};  // when !fits: the op, the tile and the bytes
+  bool kv_onchip = false, weights_onchip = false, double_buffered = false;
+  uint32_t tile_panels = 1;     // matmul weight tile, in panels of kPanelRows rows
+  uint32_t kv_tile_tokens = 1;  // keys (values) per attention tile
+  uint32_t q_block = 1;         // chunk tokens whose queries share one pass over the cache
+  uint32_t kv_capacity_tokens = 0, slots = 1, chunk_tokens = 1;
+  uint64_t offset[kDfBufs] = {}, bytes[kDfBufs] = {};
+  uint64_t peak_bytes = 0;                // end of the last buffer: SRAM the schedule uses
+  uint64_t kv_total_bytes = 0;            // every slot's cache
+  uint64_t weight_bytes = 0;              // every matrix and norm
+  uint64_t sram_bytes = 0;                // capacity
+  uint32_t weight_tier = 0, kv_tier = 0;  // off-chip tier of what is not on chip
+};
+
+DfSchedule df_schedule(const DfScheduleInput& in);
+
+// Counts one forward pass of n tokens with `visible` cached entries (`prefix` of them rotated at
+// their cache index) and `n_logits` logit rows, exactly as the dataflow backend's copies do.
+void df_count_forward(const DfSchedule& s, const DfModel& m, uint32_t n, uint32_t visible, uint32_t prefix,
+                      uint32_t n_logits, DfCounterSet& out);
+
+// Bytes one weight tile of rows [row0, row0 + rows) takes (whole panels for quantized types).
+uint64_t df_weight_rows_bytes(fb::DType t, uint32_t rows, uint32_t cols);
+uint64_t df_matmul_input_bytes(fb::DType t, uint32_t n, uint32_t cols);
+
+// The cost model (docs/emulator.md has the formulas).
+enum class DfBound : uint8_t { Compute, Sram, Tier0, Tier1, Latency };
+const char* df_bound_name(DfBound b);
+struct DfCost {
+  double compute_cycles = 0, sram_cycles = 0, tier_cycles[kHwMaxTiers] = {}, latency_cycles = 0;
+  double total_cycles = 0, stall_cycles = 0;
+  DfBound bound = DfBound::Compute;
+};
+// `op` matters for KvWrite only: its writes are posted, so their latency is never exposed.
+DfCost df_cost(const DfCounters& c, const HwDesc& hw, bool double_buffered, DfOp op);
+
+}  // namespace keel

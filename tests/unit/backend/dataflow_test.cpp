@@ -1,0 +1,361 @@
+// The dataflow backend (docs/emulator.md): hardware descriptions checked field by field, a
+// schedule that never exceeds the SRAM and refuses what cannot fit, output equal to the native
+// backend's, executed counters equal to the analytic walk, and the exact off-chip byte count of
+// a decode token when nothing stays on chip.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/dataflow_backend.h"
+#include "convert/hw_json.h"
+#include "llm/runtime.h"
+#include "ports/linux/backend_plan.h"
+#include "ports/linux/mapped_file.h"
+#include "support/test_support.h"
+
+namespace keel {
+namespace {
+
+struct FreeDeleter {
+  void operator()(uint8_t* p) const { free(p); }
+};
+using Buffer = std::unique_ptr<uint8_t, FreeDeleter>;
+
+HwDesc preset(const char* name) {
+  HwDesc h;
+  std::string err;
+  EXPECT_TRUE(hw::load_hw(name, h, err)) << err;
+  return h;
+}
+
+struct Loaded {
+  port::MappedFile file;
+  Model model;
+};
+
+std::unique_ptr<Loaded> load(const std::string& path) {
+  auto l = std::make_unique<Loaded>();
+  std::string err;
+  if (path.empty() || !l->file.open(path, err)) {
+    ADD_FAILURE() << "cannot open '" << path << "': " << err;
+    return nullptr;
+  }
+  const Error e = l->model.load(Span<const uint8_t>(l->file.data(), l->file.size()));
+  if (!e.ok()) {
+    ADD_FAILURE() << e.message();
+    return nullptr;
+  }
+  return l;
+}
+
+const std::string& smollm2_keel() {
+  static const std::string path = [] {
+    const std::string out = test::tmp_path("smollm2_dataflow.keel");
+    const auto r = test::run_cli("convert '" + test::require_file(test::smollm2_gguf()) + "' -o '" + out + "' -q");
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    return out;
+  }();
+  return path;
+}
+
+struct Engine {
+  Buffer persistent, scratch;
+  Runtime runtime;
+};
+
+std::unique_ptr<Engine> start(const Model& model, BackendKind kind, const HwDesc* hw, KvPolicyKind policy,
+                              uint32_t budget, uint32_t chunk) {
+  RuntimeConfig cfg;
+  cfg.backend = kind;
+  cfg.plan.kv_budget_tokens = budget;
+  cfg.plan.chunk_tokens = chunk;
+  cfg.plan.threads = 1;
+  cfg.plan.hw = hw;
+  cfg.kv.kind = policy;
+  std::string err;
+  EXPECT_TRUE(port::reserve_backend_bytes(model, cfg, err)) << err;
+  if (!err.empty()) return nullptr;
+  const MemoryPlan plan = Runtime::plan(model, cfg);
+  auto e = std::make_unique<Engine>();
+  e->persistent.reset(static_cast<uint8_t*>(aligned_alloc(64, plan_align(plan.persistent_bytes))));
+  e->scratch.reset(static_cast<uint8_t*>(aligned_alloc(64, plan_align(plan.scratch_bytes))));
+  const Error r = e->runtime.init(model, cfg, Span<uint8_t>(e->persistent.get(), plan.persistent_bytes),
+                                  Span<uint8_t>(e->scratch.get(), plan.scratch_bytes), nullptr);
+  EXPECT_TRUE(r.ok()) << to_string(r.status()) << ": " << r.message();
+  if (!r.ok()) return nullptr;
+  return e;
+}
+
+const DataflowBackend& dataflow(Engine& e) { return static_cast<const DataflowBackend&>(e.runtime.backend()); }
+
+DfCounterSet minus(const DfCounterSet& a, const DfCounterSet& b) {
+  DfCounterSet d = a;
+  for (uint32_t i = 0; i < kDfOps; ++i) {
+    DfCounters& x = d.op[i];
+    const DfCounters& y = b.op[i];
+    x.calls -= y.calls, x.macs_int8 -= y.macs_int8, x.macs_bf16 -= y.macs_bf16, x.macs_f32 -= y.macs_f32;
+    x.vector_elems -= y.vector_elems, x.sram_bytes -= y.sram_bytes;
+    for (uint32_t t = 0; t < kHwMaxTiers; ++t)
+      x.tier_bytes[t] -= y.tier_bytes[t], x.tier_transfers[t] -= y.tier_transfers[t];
+  }
+  return d;
+}
+
+std::vector<int32_t> prompt_ids(uint32_t n, uint32_t vocab) {
+  std::vector<int32_t> ids(n);
+  for (uint32_t i = 0; i < n; ++i) ids[i] = int32_t((uint64_t(i) * 7919 + 13) % vocab);
+  return ids;
+}
+
+// Greedy ids after the prompt, and the logits of every step.
+void greedy(Runtime& rt, const std::vector<int32_t>& prompt, size_t count, std::vector<int32_t>& ids,
+            std::vector<std::vector<float>>& logits) {
+  ASSERT_TRUE(rt.prefill(0, Span<const int32_t>(prompt.data(), prompt.size())).ok());
+  for (size_t i = 0; i < count; ++i) {
+    const Span<const float> l = rt.logits(0);
+    logits.emplace_back(l.data(), l.data() + l.size());
+    const Result<int32_t> id = rt.sample(0);
+    ASSERT_TRUE(id.ok());
+    ids.push_back(id.value());
+    ASSERT_TRUE(rt.decode(0, id.value()).ok());
+  }
+}
+
+TEST(DataflowHw, PresetsLoad) {
+  for (const hw::Preset& p : hw::presets()) {
+    HwDesc h;
+    std::string err;
+    ASSERT_TRUE(hw::parse_hw_json(p.json, p.name, h, err)) << err;
+    EXPECT_STREQ(h.name, p.name);
+    EXPECT_GE(h.tier_count, 1u);
+    // What --calibrate writes reads back the same.
+    HwDesc back;
+    ASSERT_TRUE(hw::parse_hw_json(hw::hw_to_json(h, "test"), "roundtrip", back, err)) << err;
+    EXPECT_EQ(back.sram_bytes, h.sram_bytes);
+    EXPECT_EQ(back.macs_per_cycle_int8, h.macs_per_cycle_int8);
+  }
+  const HwDesc s = preset("sn40l");
+  EXPECT_EQ(s.sram_bytes, 520ull << 20);
+  EXPECT_EQ(s.tiers[0].capacity_bytes, 64ull << 30);
+  EXPECT_DOUBLE_EQ(s.tiers[0].bandwidth_bytes_per_s, 25.6e12 / 16);
+  // 638 BF16 TFLOPS = 2 flops per MAC.
+  EXPECT_NEAR(s.macs_per_cycle_bf16 * s.clock_hz * 2, 638e12, 1e9);
+}
+
+TEST(DataflowHw, ErrorsNameTheField) {
+  const std::string good = hw::presets()[1].json;
+  struct Case {
+    std::string from, to, field;
+  } cases[] = {
+      {"\"bytes\": 2097152", "\"bytes\": -1", "sram.bytes"},
+      {"\"clock_hz\": 1.0e9", "\"clock_hz\": \"fast\"", "clock_hz"},
+      {"\"int8\": 1000", "\"int9\": 1000", "compute.macs_per_cycle.int9: unknown field"},
+      {"\"bandwidth_bytes_per_s\": 1.6e10", "\"bandwidth_bytes_per_s\": 0", "offchip[0].bandwidth_bytes_per_s"},
+      {"\"dma_engines\": 2", "\"dma_engines\": 2.5", "dma_engines"},
+      {"\"vector_elems_per_cycle\": 64", "\"vector\": 64", "compute.vector"}};
+  for (const Case& c : cases) {
+    std::string text = good;
+    const size_t at = text.find(c.from);
+    ASSERT_NE(at, std::string::npos) << c.from;
+    text.replace(at, c.from.size(), c.to);
+    HwDesc h;
+    std::string err;
+    EXPECT_FALSE(hw::parse_hw_json(text, "x.json", h, err));
+    EXPECT_NE(err.find("x.json: " + c.field), std::string::npos) << err;
+  }
+  HwDesc h;
+  std::string err;
+  EXPECT_FALSE(hw::parse_hw_json("{", "x.json", h, err));
+  EXPECT_FALSE(hw::load_hw("/nonexistent/hw.json", h, err));
+  EXPECT_NE(err.find("neither a preset"), std::string::npos) << err;
+}
+
+DfModel smollm2_shape(fb::DType t) {
+  DfModel m;
+  m.shape = ModelShape{49152, 576, 30, 9, 3, 64, 1536, 8192};
+  m.attn_dtype = m.ffn_dtype = m.lm_head_dtype = t;
+  return m;
+}
+
+TEST(DataflowSchedule, PeakWithinCapacityAndRefusal) {
+  for (uint64_t sram : {512ull << 10, 1ull << 20, 2ull << 20, 8ull << 20, 64ull << 20, 1ull << 30}) {
+    for (uint32_t cap : {80u, 1088u, 8256u, 32832u}) {
+      for (uint32_t slots : {1u, 4u, 16u}) {
+        DfScheduleInput in;
+        in.model = smollm2_shape(fb::DType::Q4);
+        in.hw = preset("edge-npu-2mib");
+        in.hw.sram_bytes = sram;
+        in.kv_capacity_tokens = cap;
+        in.slots = slots;
+        in.chunk_tokens = 64;
+        const DfSchedule s = df_schedule(in);
+        if (!s.fits) {
+          const std::string why = s.refusal;
+          EXPECT_TRUE(why.find("largest:") != std::string::npos ||
+                      why.find("off-chip tier 'lpddr'") != std::string::npos)
+              << why;
+          continue;
+        }
+        EXPECT_LE(s.peak_bytes, sram);
+        for (uint32_t b = 0; b + 1 < kDfBufs; ++b) EXPECT_LE(s.offset[b] + s.bytes[b], s.offset[b + 1]);
+        EXPECT_EQ(s.kv_onchip, s.bytes[uint32_t(DfBuf::KvResident)] == s.kv_total_bytes && s.kv_total_bytes > 0);
+      }
+    }
+  }
+  DfScheduleInput in;
+  in.model = smollm2_shape(fb::DType::Q4);
+  in.hw = preset("edge-npu-2mib");
+  in.hw.sram_bytes = 64 << 10;
+  in.kv_capacity_tokens = 1088;
+  in.chunk_tokens = 64;
+  const DfSchedule s = df_schedule(in);
+  EXPECT_FALSE(s.fits);
+  EXPECT_NE(std::string(s.refusal).find("activations"), std::string::npos) << s.refusal;
+  EXPECT_NE(std::string(s.refusal).find("65536"), std::string::npos) << s.refusal;
+}
+
+// Nothing resident: a decode token reads every weight once, K and V of every cached entry and
+// itself, and writes its own K and V.
+TEST(DataflowSchedule, OffchipBytesPerDecodeTokenAreExact) {
+  for (const fb::DType t : {fb::DType::Q4, fb::DType::Q8, fb::DType::BF16}) {
+    DfScheduleInput in;
+    in.model = smollm2_shape(t);
+    in.hw = preset("edge-npu-2mib");
+    in.kv_capacity_tokens = 4096 + 16;
+    in.chunk_tokens = 16;
+    const DfSchedule s = df_schedule(in);
+    ASSERT_TRUE(s.fits) << s.refusal;
+    ASSERT_FALSE(s.kv_onchip);
+    ASSERT_FALSE(s.weights_onchip);
+    const ModelShape& m = in.model.shape;
+    for (uint32_t cached : {0u, 100u, 1000u, 4000u}) {
+      DfCounterSet c;
+      df_count_forward(s, in.model, 1, cached, 0, 1, c);
+      const uint64_t kv_row = uint64_t(m.n_layers) * m.n_kv_heads * m.head_dim * 2;  // f16, one of K or V
+      EXPECT_EQ(c.total().tier_bytes[0], s.weight_bytes + 2 * kv_row * (cached + 1) + 2 * kv_row) << cached;
+    }
+  }
+}
+
+// stories260K: the dataflow backend, its SRAM made small so that every op runs in several
+// tiles, gives the native backend's greedy continuation and logits within 1e-3 (attention sums
+// values tile by tile, so the summation order differs).
+TEST(DataflowBackend, Stories260KMatchesNative) {
+  auto l = load(test::stories260k_keel());
+  ASSERT_NE(l, nullptr);
+  HwDesc hw = preset("edge-npu-2mib");
+  hw.sram_bytes = 160 << 10;
+  auto native = start(l->model, BackendKind::Native, nullptr, KvPolicyKind::Full, 512, 16);
+  auto df = start(l->model, BackendKind::Dataflow, &hw, KvPolicyKind::Full, 512, 16);
+  ASSERT_NE(native, nullptr);
+  ASSERT_NE(df, nullptr);
+  const DfSchedule& s = dataflow(*df).schedule();
+  EXPECT_LT(s.kv_tile_tokens, 512u);
+  EXPECT_LT(s.tile_panels * kPanelRows, l->model.shape().vocab_size);
+  EXPECT_LE(s.peak_bytes, hw.sram_bytes);
+  const std::vector<int32_t> prompt = {1};
+  std::vector<int32_t> a, b;
+  std::vector<std::vector<float>> la, lb;
+  greedy(native->runtime, prompt, 200, a, la);
+  greedy(df->runtime, prompt, 200, b, lb);
+  EXPECT_EQ(a, b);
+  float worst = 0;
+  for (size_t i = 0; i < la.size() && i < lb.size(); ++i)
+    for (size_t j = 0; j < la[i].size(); ++j) worst = std::max(worst, std::fabs(la[i][j] - lb[i][j]));
+  EXPECT_LE(worst, 1e-3f);
+  std::printf("[dataflow] stories260K: 200 greedy ids equal, max |logit difference| %g\n", double(worst));
+}
+
+// A bounded policy's schedule is the same for every token: past the budget every decode token
+// moves exactly the same bytes (SnapKV scoring, kv_policy, aside).
+TEST(DataflowBackend, BoundedPolicySameCountersEveryToken) {
+  auto l = load(test::stories260k_keel());
+  ASSERT_NE(l, nullptr);
+  HwDesc hw = preset("edge-npu-2mib");
+  auto df = start(l->model, BackendKind::Dataflow, &hw, KvPolicyKind::Streaming, 64, 16);
+  ASSERT_NE(df, nullptr);
+  Runtime& rt = df->runtime;
+  const std::vector<int32_t> prompt = prompt_ids(100, l->model.shape().vocab_size);
+  ASSERT_TRUE(rt.prefill(0, Span<const int32_t>(prompt.data(), prompt.size())).ok());
+  DfCounterSet first;
+  for (int step = 0; step < 20; ++step) {
+    const DfCounterSet before = dataflow(*df).counters();
+    ASSERT_TRUE(rt.decode(0, 5).ok());
+    DfCounterSet d = minus(dataflow(*df).counters(), before);
+    d.op[uint32_t(DfOp::KvPolicy)] = DfCounters();
+    if (step == 0) first = d;
+    for (uint32_t i = 0; i < kDfOps; ++i)
+      EXPECT_TRUE(d.op[i] == first.op[i]) << df_op_name(DfOp(i)) << " step " << step;
+  }
+}
+
+// SmolLM2 (Q4_1, GQA, head_dim 64) on the edge preset with 1.25 MiB of SRAM, so that attention
+// runs in several key and value tiles and matmuls in several weight tiles: logits bit-identical
+// to the native backend's (the value tiles continue the kernel's own sum), and the counters of
+// the executed prefill chunks and decode tokens equal the analytic walk.
+TEST(DataflowBackend, SmolLM2ExecutedEqualsAnalyticAndNative) {
+  auto l = load(smollm2_keel());
+  ASSERT_NE(l, nullptr);
+  HwDesc hw = preset("edge-npu-2mib");
+  hw.sram_bytes = 1280 << 10;
+  auto native = start(l->model, BackendKind::Native, nullptr, KvPolicyKind::Full, 256, 32);
+  auto df = start(l->model, BackendKind::Dataflow, &hw, KvPolicyKind::Full, 256, 32);
+  ASSERT_NE(native, nullptr);
+  ASSERT_NE(df, nullptr);
+  const DataflowBackend& be = dataflow(*df);
+  EXPECT_LT(be.schedule().kv_tile_tokens, 200u);
+  EXPECT_GT(be.schedule().q_block, 1u);
+  const std::vector<int32_t> prompt = prompt_ids(200, l->model.shape().vocab_size);
+  std::vector<int32_t> a, b;
+  std::vector<std::vector<float>> la, lb;
+  greedy(native->runtime, prompt, 16, a, la);
+  greedy(df->runtime, prompt, 16, b, lb);
+  EXPECT_EQ(a, b);
+  float worst = 0;
+  for (size_t i = 0; i < la.size() && i < lb.size(); ++i)
+    for (size_t j = 0; j < la[i].size(); ++j) worst = std::max(worst, std::fabs(la[i][j] - lb[i][j]));
+  EXPECT_EQ(worst, 0.0f);
+
+  // Prefill of 200 tokens in chunks of 32 plus 16 decode tokens, walked analytically.
+  const DfModel m = df_model(l->model);
+  DfCounterSet analytic;
+  uint32_t visible = 0;
+  for (uint32_t left = 200; left > 0;) {
+    const uint32_t n = left < 32 ? left : 32;
+    left -= n;
+    df_count_forward(be.schedule(), m, n, visible, 0, left == 0 ? 1 : 0, analytic);
+    visible += n;
+  }
+  for (int i = 0; i < 16; ++i) df_count_forward(be.schedule(), m, 1, visible++, 0, 1, analytic);
+  for (uint32_t i = 0; i < kDfOps; ++i) {
+    const DfCounters& x = be.counters().op[i];
+    const DfCounters& y = analytic.op[i];
+    EXPECT_TRUE(x == y) << df_op_name(DfOp(i)) << ": executed " << x.tier_bytes[0] << " off-chip / " << x.sram_bytes
+                        << " SRAM bytes, analytic " << y.tier_bytes[0] << " / " << y.sram_bytes;
+  }
+  std::printf("[dataflow] SmolLM2: 16 greedy ids equal, max |logit difference| %g, %llu off-chip bytes\n",
+              double(worst), (unsigned long long)be.counters().total().tier_bytes[0]);
+}
+
+TEST(DataflowBackend, RefusesWithoutHardwareOrSram) {
+  auto l = load(test::stories260k_keel());
+  ASSERT_NE(l, nullptr);
+  RuntimeConfig cfg;
+  cfg.backend = BackendKind::Dataflow;
+  std::string err;
+  EXPECT_FALSE(port::reserve_backend_bytes(l->model, cfg, err));
+  EXPECT_NE(err.find("--hw"), std::string::npos) << err;
+  HwDesc hw = preset("edge-npu-2mib");
+  hw.sram_bytes = 4096;
+  cfg.plan.hw = &hw;
+  err.clear();
+  EXPECT_FALSE(port::reserve_backend_bytes(l->model, cfg, err));
+  EXPECT_NE(err.find("smallest schedule needs"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace keel

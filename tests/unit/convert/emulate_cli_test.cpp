@@ -1,0 +1,100 @@
+// keel emulate end to end: the presets are listed, the JSON carries the documented fields, a
+// model that cannot fit is refused naming the buffer and the bytes, --schedule and --plot write
+// their files, bad hardware files are one-line errors, and on stories260K the executed decode
+// token's counters equal the analytic ones.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "support/test_support.h"
+
+namespace keel {
+namespace {
+
+using nlohmann::json;
+using test::run_cli;
+
+std::string q(const std::string& s) { return "'" + s + "'"; }
+
+json parse_last_line(const std::string& out) {
+  const size_t nl = out.rfind("\n{");
+  return json::parse(out.substr(nl == std::string::npos ? 0 : nl + 1), nullptr, false);
+}
+
+TEST(Emulate, ListsPresets) {
+  const auto r = run_cli("emulate --list-hw");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("sn40l"), std::string::npos);
+  EXPECT_NE(r.out.find("edge-npu-2mib"), std::string::npos);
+  EXPECT_NE(r.out.find("host"), std::string::npos);
+}
+
+TEST(Emulate, JsonFieldsAndSweep) {
+  const auto r = run_cli(
+      "emulate --shape llama-3.1-8b --hw sn40l --kv-policy snapstream --kv-budget 8192 "
+      "--context 131072 --slots 4 --sweep-sram --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const json j = parse_last_line(r.out);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  for (const char* f : {"tokens_per_second", "cycles_per_token", "offchip_bytes_per_token", "sram_capacity_bytes",
+                        "sram_peak_bytes", "kv_onchip_bytes", "kv_offchip_bytes", "fits", "ops", "schedule"})
+    EXPECT_TRUE(j.contains(f)) << f;
+  EXPECT_TRUE(j["fits"].get<bool>());
+  EXPECT_LE(j["sram_peak_bytes"].get<uint64_t>(), j["sram_capacity_bytes"].get<uint64_t>());
+  // 4 slots x 32 layers x (8192 + 64) entries x 2 (K, V) x 1024 x 2 bytes.
+  const uint64_t kv = 4ull * 32 * (8192 + 64) * 2 * 1024 * 2;
+  EXPECT_EQ(j["kv_onchip_bytes"].get<uint64_t>() + j["kv_offchip_bytes"].get<uint64_t>(), kv);
+  EXPECT_GT(j["sweep_sram"]["min_sram_bytes_no_kv_spill"].get<uint64_t>(), kv);
+  double share = 0;
+  for (const json& op : j["ops"]) share += op["share"].get<double>();
+  EXPECT_NEAR(share, 1.0, 1e-9);
+}
+
+TEST(Emulate, RefusesWhatCannotFit) {
+  const auto r = run_cli("emulate --shape llama-3.1-8b --hw edge-npu-2mib --sram-bytes 65536");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("smallest schedule needs"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("largest: activations"), std::string::npos) << r.out;
+}
+
+TEST(Emulate, WritesScheduleAndPlot) {
+  const std::string sched = test::tmp_path("schedule.json"), png = test::tmp_path("kv.png");
+  const auto r = run_cli("emulate --shape smollm2-135m --weight-dtype q4 --hw edge-npu-2mib --schedule " + q(sched) +
+                         " --plot " + q(png) + " --kv-policy snapstream --kv-budget 2048");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  std::ifstream f(sched);
+  const json s = json::parse(f, nullptr, false);
+  ASSERT_FALSE(s.is_discarded());
+  EXPECT_GT(s["buffers"].size(), 5u);
+  EXPECT_GT(s["transfers"].size(), 8u);
+  EXPECT_LE(s["sram_peak_bytes"].get<uint64_t>(), 2097152u);
+  const std::vector<uint8_t> bytes = test::read_bytes(png);
+  ASSERT_GT(bytes.size(), 1000u);
+  EXPECT_EQ(std::string(bytes.begin() + 1, bytes.begin() + 4), "PNG");
+}
+
+TEST(Emulate, BadHardwareIsOneLineError) {
+  const std::string path = test::tmp_path("bad_hw.json");
+  std::ofstream(path) << "{\"name\": \"x\", \"clock_hz\": -5}";
+  const auto r = run_cli("emulate --shape smollm2-135m --hw " + q(path));
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("clock_hz: expected a positive number, found -5"), std::string::npos) << r.out;
+  const auto u = run_cli("emulate --shape smollm2-135m");
+  EXPECT_EQ(u.exit_code, 2) << u.out;
+  const auto b = run_cli("run -m /nonexistent.keel --backend dataflow -p x");
+  EXPECT_NE(b.exit_code, 0);
+}
+
+TEST(Emulate, ExecutedCountersEqualAnalyticOnStories260K) {
+  const auto r = run_cli("emulate -m " + q(test::stories260k_keel()) +
+                         " --hw edge-npu-2mib --sram-bytes 300000 --context 300 --execute --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const json j = parse_last_line(r.out);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  EXPECT_TRUE(j["executed"]["counters_equal_analytic"].get<bool>()) << j["executed"].dump();
+  EXPECT_EQ(j["executed"]["cached_tokens"].get<uint32_t>(), 300u);
+}
+
+}  // namespace
+}  // namespace keel

@@ -1,0 +1,433 @@
+// keel emulate: the dataflow backend's schedule and cost model for a model or a shape on an
+// emulated accelerator (docs/emulator.md): per-op cycles, off-chip traffic, SRAM use, the token
+// rate, the smallest SRAM that keeps the KV cache on chip, and executed counters against the
+// analytic ones.
+#include <cinttypes>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "backend/dataflow_backend.h"
+#include "convert/hw_json.h"
+#include "keel/calibrate.h"
+#include "keel/cli_util.h"
+#include "keel/command.h"
+#include "keel/commands.h"
+#include "keel/emulate_model.h"
+#include "keel/png_plot.h"
+#include "keel/session.h"
+#include "kv/kv_policy.h"
+
+namespace keel::cli {
+namespace {
+
+using nlohmann::json;
+
+const char kHelp[] =
+    "usage: keel emulate (-m MODEL.keel | --shape SHAPE) --hw NAME|FILE [options]\n"
+    "       keel emulate --list-hw\n"
+    "       keel emulate --calibrate [-t N]\n"
+    "\n"
+    "Predicts what a model does on an emulated dataflow accelerator (docs/emulator.md): the static\n"
+    "schedule (tiles, SRAM offsets, what stays on chip), and per decode token the cycles of every\n"
+    "op class for compute, SRAM and each off-chip tier, the bytes that cross the off-chip bus and\n"
+    "the token rate. Analytic: the schedule is walked without arithmetic, so shapes too large to\n"
+    "run here work. --execute also runs the model through the dataflow backend and checks that the\n"
+    "counters of the executed decode token equal the analytic ones.\n"
+    "\n"
+    "options:\n"
+    "  --shape SHAPE          a built-in shape (llama-3.1-8b, smollm2-135m) or a header written by\n"
+    "                         keel convert --header, instead of -m\n"
+    "  --weight-dtype T       weights of a --shape: q4 | q4m | q8 | f16 | bf16 | f32 (default bf16)\n"
+    "  --slots N              sequences whose KV caches share the chip (default 1)\n"
+    "  --context N            tokens of history at the decode token (default 4096)\n"
+    "  --prompt-tokens N      also predict the prefill of an N-token prompt (default 0)\n"
+    "  --json                 one JSON document: tokens_per_second, cycles_per_token,\n"
+    "                         offchip_bytes_per_token, sram_capacity_bytes, sram_peak_bytes,\n"
+    "                         kv_onchip_bytes, kv_offchip_bytes, fits, schedule, ops[] (op, calls,\n"
+    "                         cycles, share, compute/sram/offchip/latency/stall cycles, offchip_bytes,\n"
+    "                         sram_bytes, bound), prefill, sweep_sram, executed\n"
+    "  --schedule FILE        write the static schedule as JSON (buffers, tiles, transfers)\n"
+    "  --sweep-sram           find the smallest SRAM with no KV spill and its token rate\n"
+    "  --plot FILE.png        on-chip KV bytes against context for full and the bounded policies\n"
+    "  --execute              with -m: run the dataflow backend over --context tokens and one\n"
+    "                         decode token; compare its counters with the analytic ones\n"
+    "  --list-hw              list the hardware presets\n"
+    "  --calibrate            measure this machine and write the `host` description\n"
+    "  Defaults: --kv-policy full, --kv-budget 1024, --chunk 64.\n"
+    "\n"
+    "model options (-m, --kv-policy, --kv-budget, --chunk, --hw, --sram-bytes, -t as for run):\n"
+    "%s";
+
+bool parse_dtype(const std::string& s, fb::DType& t) {
+  static const struct {
+    const char* name;
+    fb::DType t;
+  } kTypes[] = {{"q4", fb::DType::Q4},   {"q4m", fb::DType::Q4M},   {"q8", fb::DType::Q8},
+                {"f16", fb::DType::F16}, {"bf16", fb::DType::BF16}, {"f32", fb::DType::F32}};
+  for (const auto& k : kTypes)
+    if (s == k.name) return t = k.t, true;
+  return false;
+}
+
+uint64_t offchip(const DfCounters& c) { return c.tier_bytes[0] + c.tier_bytes[1]; }
+
+json counters_json(const DfCounters& c) {
+  return {{"calls", c.calls},
+          {"macs_int8", c.macs_int8},
+          {"macs_bf16", c.macs_bf16},
+          {"macs_f32", c.macs_f32},
+          {"vector_elems", c.vector_elems},
+          {"sram_bytes", c.sram_bytes},
+          {"tier0_bytes", c.tier_bytes[0]},
+          {"tier1_bytes", c.tier_bytes[1]},
+          {"tier0_transfers", c.tier_transfers[0]},
+          {"tier1_transfers", c.tier_transfers[1]}};
+}
+
+json ops_json(const DfCounterSet& set, const HwDesc& hw, bool dbl, double total) {
+  json ops = json::array();
+  for (uint32_t i = 0; i < kDfOps; ++i) {
+    const DfCounters& c = set.op[i];
+    if (c.calls == 0 && c.vector_elems == 0) continue;
+    const DfCost k = df_cost(c, hw, dbl, DfOp(i));
+    ops.push_back({{"op", df_op_name(DfOp(i))},
+                   {"calls", c.calls},
+                   {"cycles", k.total_cycles},
+                   {"share", total > 0 ? k.total_cycles / total : 0},
+                   {"compute_cycles", k.compute_cycles},
+                   {"sram_cycles", k.sram_cycles},
+                   {"offchip_cycles", {k.tier_cycles[0], k.tier_cycles[1]}},
+                   {"latency_cycles", k.latency_cycles},
+                   {"stall_cycles", k.stall_cycles},
+                   {"offchip_bytes", offchip(c)},
+                   {"sram_bytes", c.sram_bytes},
+                   {"bound", df_bound_name(k.bound)},
+                   {"counters", counters_json(c)}});
+  }
+  return ops;
+}
+
+json schedule_json(const DfSchedule& s, const EmuConfig& c) {
+  json buffers = json::array();
+  for (uint32_t b = 0; b < kDfBufs; ++b) {
+    if (s.bytes[b] == 0) continue;
+    buffers.push_back({{"name", df_buf_name(DfBuf(b))}, {"offset", s.offset[b]}, {"bytes", s.bytes[b]}});
+  }
+  const ModelShape& m = c.model.shape;
+  const uint32_t q_dim = m.n_heads * m.head_dim, kv_dim = m.n_kv_heads * m.head_dim;
+  struct Mat {
+    const char* name;
+    fb::DType t;
+    uint32_t rows, cols;
+  } mats[] = {{"wq", c.model.attn_dtype, q_dim, m.dim},      {"wk", c.model.attn_dtype, kv_dim, m.dim},
+              {"wv", c.model.attn_dtype, kv_dim, m.dim},     {"wo", c.model.attn_dtype, m.dim, q_dim},
+              {"gate", c.model.ffn_dtype, m.ffn_dim, m.dim}, {"up", c.model.ffn_dtype, m.ffn_dim, m.dim},
+              {"down", c.model.ffn_dtype, m.dim, m.ffn_dim}, {"lm_head", c.model.lm_head_dtype, m.vocab_size, m.dim}};
+  const char* wsrc = s.weights_onchip ? "sram" : c.hw.tiers[s.weight_tier].name;
+  const char* kvsrc = s.kv_onchip ? "sram" : c.hw.tiers[s.kv_tier].name;
+  json transfers = json::array();
+  for (const Mat& w : mats) {
+    const uint32_t panels = (w.rows + kPanelRows - 1) / kPanelRows;
+    const uint32_t tiles = (panels + s.tile_panels - 1) / s.tile_panels;
+    const uint32_t tile_rows = s.tile_panels * kPanelRows < w.rows ? s.tile_panels * kPanelRows : w.rows;
+    transfers.push_back({{"op", w.name},
+                         {"what", "weight tile"},
+                         {"from", wsrc},
+                         {"to", "weight_tile0/1"},
+                         {"rows", w.rows},
+                         {"cols", w.cols},
+                         {"tile_rows", tile_rows},
+                         {"tile_bytes", df_weight_rows_bytes(w.t, tile_rows, w.cols)},
+                         {"tiles", tiles},
+                         {"per", std::string(w.name) == "lm_head" ? "forward pass" : "layer"}});
+  }
+  transfers.push_back({{"op", "attention"},
+                       {"what", "key tile, then value tile"},
+                       {"from", kvsrc},
+                       {"to", "kv_tile0/1"},
+                       {"tile_tokens", s.kv_tile_tokens},
+                       {"tile_bytes", uint64_t(s.kv_tile_tokens) * m.head_dim * 2},
+                       {"per", "layer, KV head and block of q_block tokens: ceil(cached / tile_tokens) of each"}});
+  transfers.push_back({{"op", "kv_write"},
+                       {"what", "new key or value row (f16)"},
+                       {"from", "activations"},
+                       {"to", kvsrc},
+                       {"tile_bytes", uint64_t(m.head_dim) * 2},
+                       {"per", "layer, KV head, token"}});
+  return {{"hw", c.hw.name},
+          {"fits", s.fits},
+          {"refusal", s.fits ? "" : s.refusal},
+          {"kv_capacity_tokens", s.kv_capacity_tokens},
+          {"slots", s.slots},
+          {"chunk_tokens", s.chunk_tokens},
+          {"kv_onchip", s.kv_onchip},
+          {"weights_onchip", s.weights_onchip},
+          {"double_buffered", s.double_buffered},
+          {"weight_tier", s.weights_onchip ? "sram" : c.hw.tiers[s.weight_tier].name},
+          {"kv_tier", kvsrc},
+          {"tile_panels", s.tile_panels},
+          {"tile_rows", s.tile_panels * kPanelRows},
+          {"kv_tile_tokens", s.kv_tile_tokens},
+          {"q_block", s.q_block},
+          {"kv_total_bytes", s.kv_total_bytes},
+          {"weight_bytes", s.weight_bytes},
+          {"sram_capacity_bytes", s.sram_bytes},
+          {"sram_peak_bytes", s.peak_bytes},
+          {"buffers", buffers},
+          {"transfers", transfers}};
+}
+
+// Smallest SRAM whose schedule keeps every slot's KV cache on chip (0 if none below 1 PiB).
+uint64_t sweep_sram(EmuConfig c) {
+  uint64_t lo = 1, hi = 1ull << 50;
+  auto ok = [&](uint64_t bytes) {
+    c.hw.sram_bytes = bytes;
+    DfScheduleInput in;
+    in.model = c.model;
+    in.hw = c.hw;
+    in.kv_capacity_tokens = emu_kv_capacity(c);
+    in.slots = c.slots;
+    in.chunk_tokens = c.chunk;
+    const DfSchedule s = df_schedule(in);
+    return s.fits && s.kv_onchip;
+  };
+  if (!ok(hi)) return 0;
+  while (lo < hi) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    if (ok(mid))
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return lo;
+}
+
+std::string fmt_num(double v) {
+  char b[32];
+  if (v >= 1e9)
+    snprintf(b, sizeof b, "%.3gG", v / 1e9);
+  else if (v >= 1e6)
+    snprintf(b, sizeof b, "%.3gM", v / 1e6);
+  else if (v >= 1e3)
+    snprintf(b, sizeof b, "%.3gk", v / 1e3);
+  else
+    snprintf(b, sizeof b, "%.3g", v);
+  return b;
+}
+
+void print_table(const DfCounterSet& set, const HwDesc& hw, bool dbl, double total, const char* title) {
+  printf("%s\n", title);
+  printf("  %-13s %8s %10s %6s %12s %12s  %s\n", "op", "calls", "cycles", "share", "offchip B", "sram B", "bound");
+  for (uint32_t i = 0; i < kDfOps; ++i) {
+    const DfCounters& c = set.op[i];
+    if (c.calls == 0 && c.vector_elems == 0) continue;
+    const DfCost k = df_cost(c, hw, dbl, DfOp(i));
+    printf("  %-13s %8" PRIu64 " %10s %5.1f%% %12s %12s  %s\n", df_op_name(DfOp(i)), c.calls,
+           fmt_num(k.total_cycles).c_str(), total > 0 ? 100 * k.total_cycles / total : 0,
+           fmt_num(double(offchip(c))).c_str(), fmt_num(double(c.sram_bytes)).c_str(), df_bound_name(k.bound));
+  }
+}
+
+int list_hw() {
+  for (const hw::Preset& p : hw::presets()) printf("%-16s %s\n", p.name, p.summary);
+  const std::string host = hw::host_hw_path();
+  std::ifstream f(host);
+  printf("%-16s this machine, measured by keel emulate --calibrate (%s: %s)\n", "host", host.c_str(),
+         f ? "present" : "not yet written");
+  return 0;
+}
+
+}  // namespace
+
+int cmd_emulate(int argc, char** argv) {
+  SessionOptions so;
+  CommandLine cl("emulate", argc, argv, kHelp, &so);
+  if (cl.help_shown()) return 0;
+  std::string shape_name, dtype_name = "bf16", schedule_path, plot_path;
+  uint32_t slots = 1, context = 4096, prompt = 0;
+  const bool list = cl.args.flag("--list-hw");
+  const bool calibrate = cl.args.flag("--calibrate");
+  const bool as_json = cl.args.flag("--json");
+  const bool sweep = cl.args.flag("--sweep-sram");
+  const bool execute = cl.args.flag("--execute");
+  const bool dtype_given = cl.args.value("--weight-dtype", nullptr, dtype_name);
+  cl.args.value("--shape", nullptr, shape_name);
+  cl.args.u32("--slots", nullptr, slots);
+  cl.args.u32("--context", nullptr, context);
+  cl.args.u32("--prompt-tokens", nullptr, prompt);
+  cl.args.value("--schedule", nullptr, schedule_path);
+  cl.args.value("--plot", nullptr, plot_path);
+  if (!cl.finish()) return 2;
+  if (list) return list_hw();
+  if (calibrate) return run_calibrate(so.threads);
+  auto usage = [](const std::string& m) { return usage_error("emulate", m); };
+  if (so.model_path.empty() == shape_name.empty()) return usage("give one of -m MODEL.keel or --shape SHAPE");
+  if (so.hw.empty()) return usage("--hw NAME|FILE is required (keel emulate --list-hw)");
+  if (so.backend != "auto" && so.backend != "dataflow") return usage("emulate runs the dataflow backend only");
+  if (slots == 0 || context == 0) return usage("--slots and --context must be at least 1");
+  if (execute && so.model_path.empty()) return usage("--execute needs -m MODEL.keel");
+  if (execute && slots != 1) return usage("--execute runs one sequence: --slots 1");
+  if (dtype_given && shape_name.empty()) return usage("--weight-dtype applies to --shape only");
+  if (!so.error.empty()) return usage(so.error);
+
+  EmuConfig c;
+  std::string error;
+  if (!hw::load_hw(so.hw, c.hw, error)) return fail("emulate", error);
+  if (so.sram_bytes) c.hw.sram_bytes = so.sram_bytes;
+  KvPolicyKind policy = KvPolicyKind::Full;
+  const std::string policy_name = so.kv_policy.empty() ? "full" : so.kv_policy;
+  if (!parse_kv_policy(policy_name.c_str(), policy))
+    return usage("--kv-policy expects full, window, streaming, snapkv or snapstream, got '" + policy_name + "'");
+  c.bounded = policy != KvPolicyKind::Full;
+  c.budget = so.kv_budget ? so.kv_budget : 1024;
+  c.chunk = so.chunk ? so.chunk : 64;
+  c.slots = slots;
+  c.context = context;
+  c.prompt = prompt;
+
+  Session session;
+  if (!shape_name.empty()) {
+    fb::DType t;
+    if (!parse_dtype(dtype_name, t))
+      return usage("--weight-dtype expects q4, q4m, q8, f16, bf16 or f32, got '" + dtype_name + "'");
+    if (!load_shape(shape_name, c.model.shape, error)) return fail("emulate", error);
+    c.model.attn_dtype = c.model.ffn_dtype = c.model.lm_head_dtype = t;
+  } else {
+    if (!session.load(so, error)) return fail("emulate", error);
+    c.model = df_model(session.model());
+  }
+
+  const EmuResult r = emulate(c);
+  const DfSchedule& s = r.schedule;
+  if (!schedule_path.empty()) {
+    std::ofstream f(schedule_path);
+    f << schedule_json(s, c).dump(2) << "\n";
+    if (!f) return fail("emulate", "cannot write " + schedule_path);
+  }
+  if (!plot_path.empty()) {
+    if (!plot_kv_onchip(c, plot_path, error)) return fail("emulate", error);
+  }
+  json out;
+  out["hw"] = c.hw.name;
+  out["model"] = shape_name.empty() ? so.model_path : shape_name;
+  out["kv_policy"] = policy_name;
+  out["kv_budget"] = emu_budget(c);
+  out["slots"] = c.slots;
+  out["context"] = c.context;
+  out["chunk"] = c.chunk;
+  out["fits"] = s.fits;
+  out["sram_capacity_bytes"] = c.hw.sram_bytes;
+  out["sram_peak_bytes"] = s.fits ? s.peak_bytes : 0;
+  out["kv_onchip_bytes"] = s.kv_onchip ? s.kv_total_bytes : 0;
+  out["kv_offchip_bytes"] = s.kv_onchip ? 0 : s.kv_total_bytes;
+  out["schedule"] = schedule_json(s, c);
+  if (!s.fits) {
+    if (as_json) {
+      out["error"] = s.refusal;
+      printf("%s\n", out.dump().c_str());
+    } else {
+      fprintf(stderr, "keel emulate: does not fit '%s': %s\n", c.hw.name, s.refusal);
+    }
+    return 1;
+  }
+  const DfCounters dec = r.decode.total();
+  out["cycles_per_token"] = r.decode_cycles;
+  out["tokens_per_second"] = c.hw.clock_hz / r.decode_cycles;
+  out["offchip_bytes_per_token"] = offchip(dec);
+  out["sram_bytes_per_token"] = dec.sram_bytes;
+  out["decode_cached_tokens"] = r.decode_cached;
+  out["ops"] = ops_json(r.decode, c.hw, s.double_buffered, r.decode_cycles);
+  if (c.prompt > 0) {
+    out["prefill"] = {{"tokens", c.prompt},
+                      {"cycles_per_token", r.prefill_cycles / c.prompt},
+                      {"tokens_per_second", c.hw.clock_hz * c.prompt / r.prefill_cycles},
+                      {"offchip_bytes_per_token", double(offchip(r.prefill.total())) / c.prompt},
+                      {"ops", ops_json(r.prefill, c.hw, s.double_buffered, r.prefill_cycles)}};
+  }
+  uint64_t sweep_bytes = 0;
+  if (sweep) {
+    sweep_bytes = sweep_sram(c);
+    json sw = {{"min_sram_bytes_no_kv_spill", sweep_bytes}};
+    if (sweep_bytes) {
+      EmuConfig at = c;
+      at.hw.sram_bytes = sweep_bytes;
+      const EmuResult ra = emulate(at);
+      sw["tokens_per_second"] = c.hw.clock_hz / ra.decode_cycles;
+      sw["offchip_bytes_per_token"] = offchip(ra.decode.total());
+    }
+    out["sweep_sram"] = sw;
+  }
+  bool executed_equal = true;
+  if (execute) {
+    so.backend = "dataflow";
+    so.threads = so.threads ? so.threads : 1;
+    Session run;
+    SessionOptions ro = so;
+    ro.kv_policy = policy_name;
+    ro.chunk = c.chunk;
+    if (!run.load(ro, error) || !run.resolve_policy(nullptr, error) || !run.start(emu_budget(c), error))
+      return fail("emulate", error);
+    Runtime& rt = run.runtime();
+    const auto& be = static_cast<const DataflowBackend&>(rt.backend());
+    const uint32_t vocab = rt.model().shape().vocab_size;
+    std::vector<int32_t> ids(c.context);
+    for (uint32_t i = 0; i < c.context; ++i) ids[i] = int32_t((uint64_t(i) * 7919 + 13) % vocab);
+    Error e = rt.prefill(0, Span<const int32_t>(ids.data(), ids.size()));
+    if (!e.ok()) return fail("emulate", std::string(to_string(e.status())) + ": " + e.message());
+    const DfCounterSet before = be.counters();
+    const uint32_t cached_before = rt.kv_cache(0).visible();
+    e = rt.decode(0, ids[0]);
+    if (!e.ok()) return fail("emulate", std::string(to_string(e.status())) + ": " + e.message());
+    DfCounterSet measured = be.counters();
+    json ex = json::array();
+    for (uint32_t i = 0; i < kDfOps; ++i) {
+      DfCounters& m = measured.op[i];
+      const DfCounters& b = before.op[i];
+      m.calls -= b.calls, m.macs_int8 -= b.macs_int8, m.macs_bf16 -= b.macs_bf16, m.macs_f32 -= b.macs_f32;
+      m.vector_elems -= b.vector_elems, m.sram_bytes -= b.sram_bytes;
+      for (uint32_t t = 0; t < kHwMaxTiers; ++t)
+        m.tier_bytes[t] -= b.tier_bytes[t], m.tier_transfers[t] -= b.tier_transfers[t];
+      if (DfOp(i) == DfOp::KvPolicy) continue;  // SnapKV scoring is not modelled analytically
+      const bool same = m == r.decode.op[i];
+      executed_equal = executed_equal && same;
+      ex.push_back({{"op", df_op_name(DfOp(i))}, {"equal", same}, {"executed", counters_json(m)}});
+    }
+    out["executed"] = {{"cached_tokens", cached_before},
+                       {"counters_equal_analytic", executed_equal},
+                       {"kv_policy_counters", counters_json(measured.op[uint32_t(DfOp::KvPolicy)])},
+                       {"ops", ex}};
+  }
+
+  if (as_json) {
+    printf("%s\n", out.dump().c_str());
+    return executed_equal ? 0 : 1;
+  }
+  printf("%s on %s: KV %s, budget %u, %u slot(s), decode at %u cached tokens\n",
+         out["model"].get<std::string>().c_str(), c.hw.name, policy_name.c_str(), emu_budget(c), c.slots,
+         r.decode_cached);
+  printf("schedule: SRAM %s of %s used; KV %s (%s), weights %s (%s); tiles %u rows, %u keys, %u queries%s\n",
+         human_bytes(s.peak_bytes).c_str(), human_bytes(c.hw.sram_bytes).c_str(), s.kv_onchip ? "on chip" : "off chip",
+         human_bytes(s.kv_total_bytes).c_str(), s.weights_onchip ? "on chip" : "streamed",
+         human_bytes(s.weight_bytes).c_str(), s.tile_panels * kPanelRows, s.kv_tile_tokens, s.q_block,
+         s.double_buffered ? ", double-buffered" : "");
+  print_table(r.decode, c.hw, s.double_buffered, r.decode_cycles, "decode token:");
+  printf("  total: %s cycles/token, %.2f tokens/s, %s off-chip bytes/token\n", fmt_num(r.decode_cycles).c_str(),
+         c.hw.clock_hz / r.decode_cycles, human_bytes(offchip(dec)).c_str());
+  if (c.prompt > 0) {
+    print_table(r.prefill, c.hw, s.double_buffered, r.prefill_cycles, "prefill:");
+    printf("  total: %.2f tokens/s over %u prompt tokens\n", c.hw.clock_hz * c.prompt / r.prefill_cycles, c.prompt);
+  }
+  if (sweep) {
+    if (sweep_bytes)
+      printf("smallest SRAM with no KV spill: %s (%" PRIu64 " bytes), %.2f tokens/s there\n",
+             human_bytes(sweep_bytes).c_str(), sweep_bytes, out["sweep_sram"]["tokens_per_second"].get<double>());
+    else
+      printf("no SRAM below 1 PiB keeps this KV cache on chip\n");
+  }
+  if (execute)
+    printf("executed decode token: counters %s the analytic ones\n", executed_equal ? "equal" : "DIFFER from");
+  return executed_equal ? 0 : 1;
+}
+
+}  // namespace keel::cli

@@ -1,0 +1,92 @@
+#include "keel/emulate_model.h"
+
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+namespace keel::cli {
+
+uint32_t emu_budget(const EmuConfig& c) { return c.bounded ? c.budget : c.context + 1; }
+uint32_t emu_kv_capacity(const EmuConfig& c) { return emu_budget(c) + c.chunk; }
+
+double emu_cycles(const DfCounterSet& s, const HwDesc& hw, bool double_buffered) {
+  double total = 0;
+  for (uint32_t i = 0; i < kDfOps; ++i) total += df_cost(s.op[i], hw, double_buffered, DfOp(i)).total_cycles;
+  return total;
+}
+
+EmuResult emulate(const EmuConfig& c) {
+  EmuResult r;
+  DfScheduleInput in;
+  in.model = c.model;
+  in.hw = c.hw;
+  in.kv_capacity_tokens = emu_kv_capacity(c);
+  in.slots = c.slots;
+  in.chunk_tokens = c.chunk;
+  r.schedule = df_schedule(in);
+  if (!r.schedule.fits) return r;
+  // Prefill: chunk by chunk; a bounded policy settles back to the budget after each chunk.
+  uint32_t visible = 0;
+  bool evicted = false;
+  for (uint32_t done = 0; done < c.prompt;) {
+    const uint32_t n = c.prompt - done < c.chunk ? c.prompt - done : c.chunk;
+    df_count_forward(r.schedule, c.model, n, visible, evicted ? 1 : 0, done + n == c.prompt ? 1 : 0, r.prefill);
+    visible += n;
+    if (c.bounded && visible > c.budget) visible = c.budget, evicted = true;
+    done += n;
+  }
+  r.decode_cached = c.bounded && c.context > c.budget ? c.budget : c.context;
+  df_count_forward(r.schedule, c.model, 1, r.decode_cached, c.bounded && c.context > c.budget ? 1 : 0, 1, r.decode);
+  r.decode_cycles = emu_cycles(r.decode, c.hw, r.schedule.double_buffered);
+  r.prefill_cycles = emu_cycles(r.prefill, c.hw, r.schedule.double_buffered);
+  return r;
+}
+
+const char* builtin_shape_names() { return "llama-3.1-8b, smollm2-135m"; }
+
+bool load_shape(const std::string& name, ModelShape& s, std::string& error) {
+  if (name == "llama-3.1-8b") {
+    s = ModelShape{128256, 4096, 32, 32, 8, 128, 14336, 131072};
+    return true;
+  }
+  if (name == "smollm2-135m") {
+    s = ModelShape{49152, 576, 30, 9, 3, 64, 1536, 8192};
+    return true;
+  }
+  std::ifstream f(name);
+  if (!f) {
+    error = "--shape '" + name + "': neither a built-in shape (" + builtin_shape_names() + ") nor a readable file";
+    return false;
+  }
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string text = ss.str();
+  struct Field {
+    const char* key;
+    uint32_t* out;
+  } fields[] = {
+      {"vocab_size", &s.vocab_size}, {"dim", &s.dim},           {"n_layers", &s.n_layers}, {"n_heads", &s.n_heads},
+      {"n_kv_heads", &s.n_kv_heads}, {"head_dim", &s.head_dim}, {"ffn_dim", &s.ffn_dim}};
+  for (const Field& fl : fields) {
+    const std::regex re(std::string("constexpr\\s+uint32_t\\s+") + fl.key + "\\s*=\\s*([0-9]+)");
+    std::smatch m;
+    if (!std::regex_search(text, m, re)) {
+      error = name + ": no '" + fl.key + "' (expected a header written by keel convert --header)";
+      return false;
+    }
+    const unsigned long v = std::stoul(m[1].str());
+    if (v == 0 || v > (1u << 24)) {
+      error = name + ": " + fl.key + " = " + m[1].str() + "; expected 1.." + std::to_string(1u << 24);
+      return false;
+    }
+    *fl.out = uint32_t(v);
+  }
+  if (s.n_heads % s.n_kv_heads != 0) {
+    error = name + ": n_heads " + std::to_string(s.n_heads) + " is not a multiple of n_kv_heads " +
+            std::to_string(s.n_kv_heads);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace keel::cli

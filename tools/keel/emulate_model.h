@@ -1,0 +1,38 @@
+// What `keel emulate` predicts for one configuration: the static schedule and the counters of a
+// decode step (and of a prompt's prefill) walked analytically over it (docs/emulator.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "backend/dataflow_schedule.h"
+
+namespace keel::cli {
+
+struct EmuConfig {
+  DfModel model;
+  HwDesc hw;
+  bool bounded = false;  // a bounded KV policy (not full): the cache holds at most the budget
+  uint32_t budget = 1024, slots = 1, chunk = 64, context = 4096, prompt = 0;
+};
+
+struct EmuResult {
+  DfSchedule schedule;
+  uint32_t decode_cached = 0;  // entries the decode token attends to, besides itself
+  DfCounterSet decode;         // one decode token at `context` tokens of history
+  DfCounterSet prefill;        // the whole prompt (prompt tokens, chunked)
+  double decode_cycles = 0, prefill_cycles = 0;
+};
+
+// KV budget of the plan: a bounded policy's, or under full the context plus the decode token.
+uint32_t emu_budget(const EmuConfig& c);
+uint32_t emu_kv_capacity(const EmuConfig& c);
+EmuResult emulate(const EmuConfig& c);
+// Cycles of a counter set: the sum of its ops' costs (ops run one after another).
+double emu_cycles(const DfCounterSet& s, const HwDesc& hw, bool double_buffered);
+
+// Built-in shapes (`llama-3.1-8b`, `smollm2-135m`) or a header from `keel convert --header`.
+bool load_shape(const std::string& name_or_path, ModelShape& out, std::string& error);
+const char* builtin_shape_names();
+
+}  // namespace keel::cli
