@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's own benchmark tools natively, the peer bench/vs_llamacpp.py measures Keel
-# against, and its perplexity, completion and tokenize tools, the reference of the parity
-# checks (docs/results.md, tests/reference/gemma3_reference.py). The sources are the llama.cpp tree vendored in one pinned llama-cpp-python sdist from
-# PyPI (the version and the sdist's sha256 are fixed below), built Release for this CPU
-# (GGML_NATIVE, no GPU backends, no network code). Idempotent: a finished build is reused.
+# Builds llama.cpp's own tools natively: the benchmark tools bench/vs_llamacpp.py measures Keel
+# against, its HTTP server (bench/serve_load.py), and its perplexity, completion and tokenize
+# tools, the reference of the parity checks (docs/results.md, tests/reference/). The sources are
+# the llama.cpp tree vendored in one pinned llama-cpp-python sdist from PyPI (the version and the
+# sdist's sha256 are fixed below), built Release for this CPU (GGML_NATIVE, no GPU backends, no
+# TLS or download code). Idempotent: a finished build is reused.
 #
 # usage: bench/build_llamacpp.sh            prints the directory holding the binaries
 #   KEEL_CACHE_DIR   cache root (default ~/.cache/keel); the build goes to
@@ -16,7 +17,7 @@ LCP_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 # The llama.cpp commit llama-cpp-python 0.3.36 vendors (its CHANGELOG: "update llama.cpp to
 # ggml-org/llama.cpp@0c1e57098"); the sdist carries no git metadata, so it is passed to CMake.
 LLAMACPP_COMMIT=0c1e57098
-TARGETS=(llama-bench llama-quantize llama-batched-bench llama-perplexity llama-completion llama-tokenize)
+TARGETS=(llama-bench llama-quantize llama-batched-bench llama-server llama-perplexity llama-completion llama-tokenize)
 
 die() { echo "build_llamacpp.sh: $*" >&2; exit 1; }
 
@@ -66,14 +67,15 @@ fi
 
 GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
-if [[ ! -f $DEST/build/CMakeCache.txt ]]; then
+# A build configured before llama-server was a target is configured again with the server on.
+if [[ ! -f $DEST/build/CMakeCache.txt ]] || ! grep -q "^LLAMA_BUILD_SERVER:BOOL=ON" "$DEST/build/CMakeCache.txt"; then
     cmake -S "$SRC" -B "$DEST/build" "${GEN[@]}" \
         -DCMAKE_BUILD_TYPE=Release \
         -DGGML_NATIVE=ON \
         -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF -DGGML_HIP=OFF -DGGML_SYCL=OFF \
         -DBUILD_SHARED_LIBS=OFF \
         -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON \
         -DLLAMA_BUILD_COMMIT="$LLAMACPP_COMMIT" >&2 \
         || { rm -f "$DEST/build/CMakeCache.txt"; die "CMake configure failed (see above)"; }
 fi

@@ -21,7 +21,8 @@ typedef enum keel_status {
   KEEL_ERR_BAD_MODEL = 2,     /* the model image failed verification */
   KEEL_ERR_OUT_OF_MEMORY = 3, /* the memory block is too small, or a sequence outgrew a `full` KV budget */
   KEEL_ERR_UNSUPPORTED = 4,   /* dtype, architecture or backend not available */
-  KEEL_ERR_INTERNAL = 5
+  KEEL_ERR_INTERNAL = 5,
+  KEEL_ERR_QUEUE_FULL = 6 /* keel_submit: every slot busy and the request queue full; try again after a step */
 } keel_status;
 
 typedef enum keel_backend {
@@ -41,6 +42,13 @@ typedef enum keel_kv_policy {
   KEEL_KV_SNAPSTREAM = 5     /* sinks + SnapKV-chosen prompt + a recent ring */
 } keel_kv_policy;
 
+/* How a slot's KV cache stores keys and values (docs/kv.md, "Quantized cache"). */
+typedef enum keel_kv_type {
+  KEEL_KV_TYPE_F16 = 0, /* IEEE half: 2 bytes a number */
+  KEEL_KV_TYPE_Q8 = 1,  /* int8 with a half scale per 32 numbers of a token's head: 1.06 bytes */
+  KEEL_KV_TYPE_Q4 = 2   /* 4 bits with a half scale and minimum per 32 numbers: 0.63 bytes */
+} keel_kv_type;
+
 /* A zeroed keel_config means: what the model file asks for (its KV defaults and the chunk of its
  * memory plan; `keel info` prints them under "run defaults"), else the engine's defaults, one
  * slot, the caller's thread. Every zero field below takes that default. */
@@ -57,6 +65,8 @@ typedef struct keel_config {
   uint32_t obs_window;     /* snapkv, snapstream: observation window; 0 = the model's (else 32) */
   int32_t snap_kernel;     /* max-pool kernel (odd); 0 = the model's for its own policy, else the
                               policy's (7 snapkv, 31 snapstream); -1 = adaptive */
+  uint32_t queue_capacity; /* keel_submit: requests that may wait for a slot; 0 = none */
+  uint32_t kv_type;        /* a keel_kv_type; 0 = f16 */
   uint32_t verify_weights; /* non-zero: keel_init checks every tensor's CRC-32C first (reads all
                               weights once; KEEL_ERR_BAD_MODEL naming the tensor on a mismatch,
                               also for a format-1 file, which has no checksums) */
@@ -157,6 +167,62 @@ keel_status keel_generate(keel_engine* e, uint32_t slot, const int32_t* prompt, 
                           const keel_generate_options* options, keel_token_callback callback, void* user,
                           keel_generate_result* out);
 keel_status keel_reset(keel_engine* e, uint32_t slot);
+
+/* Continuous batching (keel::Scheduler, llm/scheduler.h). Requests go into a free slot or wait in
+ * a queue of config->queue_capacity; each keel_step is one forward pass over every active slot
+ * (every decoding slot's next token plus whole prompt chunks, oldest request first, within
+ * chunk + slots - 1 rows) and reports the tokens it produced. The scheduler owns every slot:
+ * do not mix it with keel_prefill/keel_decode/keel_generate/keel_reset on the same engine. */
+typedef enum keel_finish {
+  KEEL_FINISH_NONE = 0,       /* the request goes on */
+  KEEL_FINISH_MAX_TOKENS = 1, /* max_new_tokens sampled */
+  KEEL_FINISH_STOP_TOKEN = 2, /* a stop token sampled (the event's token) */
+  KEEL_FINISH_CANCELLED = 3,  /* keel_cancel */
+  KEEL_FINISH_KV_FULL = 4,    /* policy full: the prompt or the next token does not fit the budget */
+  KEEL_FINISH_ERROR = 5
+} keel_finish;
+
+typedef enum keel_slot_phase { KEEL_SLOT_FREE = 0, KEEL_SLOT_PREFILLING = 1, KEEL_SLOT_DECODING = 2 } keel_slot_phase;
+
+typedef struct keel_request {
+  const int32_t* prompt;  /* caller-owned: valid and unchanged until the first token (or the end) is reported */
+  size_t n_prompt;        /* >= 1 */
+  keel_sampling sampling; /* as keel_set_sampling takes it: top_p 1 and repetition_penalty 1 are off */
+  int32_t stop_tokens[KEEL_MAX_STOP_TOKENS]; /* copied at submit */
+  uint32_t n_stop_tokens;
+  int no_default_stops;    /* 0: the model's EOS and <|im_end|> stop too */
+  uint32_t max_new_tokens; /* >= 1 */
+} keel_request;
+
+typedef struct keel_token_event {
+  uint64_t request; /* the id keel_submit gave */
+  uint32_t slot;    /* UINT32_MAX: the request ended while queued */
+  int32_t token;    /* -1: no token (cancelled, KV full, error) */
+  uint32_t finish;  /* a keel_finish; KEEL_FINISH_NONE while the request goes on */
+} keel_token_event;
+
+typedef struct keel_slot_state {
+  uint32_t phase; /* a keel_slot_phase */
+  uint64_t request;
+  uint64_t prompt_tokens, prompt_done;
+  uint32_t generated;
+  uint32_t kv_tokens, kv_budget;
+} keel_slot_state;
+
+/* *id (>= 1) identifies the request in events. KEEL_ERR_QUEUE_FULL when every slot is busy and
+ * the queue is full (nothing changes); KEEL_ERR_BAD_ARGUMENT for an empty prompt, an invalid
+ * token, max_new_tokens 0 or a bad sampling setting. */
+keel_status keel_submit(keel_engine* e, const keel_request* request, uint64_t* id);
+/* One pass. events must hold keel_max_events(e) entries; *n_events is how many were written. */
+keel_status keel_step(keel_engine* e, keel_token_event* events, size_t capacity, size_t* n_events);
+/* The next keel_step frees the request's slot (or queue place) and reports KEEL_FINISH_CANCELLED. */
+keel_status keel_cancel(keel_engine* e, uint64_t id);
+keel_status keel_get_slot_state(const keel_engine* e, uint32_t slot, keel_slot_state* out);
+/* slots + queue capacity: the most events one keel_step reports. */
+size_t keel_max_events(const keel_engine* e);
+/* Requests waiting for a slot. */
+uint32_t keel_queued(const keel_engine* e);
+
 keel_status keel_get_stats(const keel_engine* e, keel_stats* out);
 int32_t keel_eos_token(const keel_engine* e);
 const char* keel_last_error(const keel_engine* e);

@@ -5,6 +5,13 @@
 //   engine.init(model_bytes, model_size);    // verifies the model matches Shape
 //   engine.runtime().prefill(0, ...);
 //
+// With several slots, engine.scheduler() batches them (llm/scheduler.h): submit requests, then
+// step() until they finish; each step is one forward pass over every active slot.
+//
+//   static keel::Engine<smollm2::Shape, 512, 4, 16, keel::KvPolicyKind::SnapStream, 8> engine;
+//   engine.scheduler().submit(request);       // 4 slots, 8 more requests may wait
+//   engine.scheduler().step(events, &n);
+//
 // `Shape` is the struct the header declares (vocab_size, dim, n_layers, n_heads, n_kv_heads,
 // head_dim, ffn_dim, context_length, tokenizer_bytes). The arenas are members, so a static
 // Engine holds all of the engine's RAM; nothing is allocated, ever.
@@ -17,28 +24,36 @@
 #include "llm/plan.h"
 #include "llm/run_config.h"
 #include "llm/runtime.h"
+#include "llm/scheduler.h"
 #include "model/model.h"
 
 namespace keel {
 
 // `Policy` is the KV policy every slot runs (docs/kv.md); SnapKV's buffers are planned
-// only for the policies that use them.
+// only for the policies that use them. `Queue` requests may wait for a slot in the scheduler.
+// `KvT` is how the cache stores keys and values (f16, or q8/q4 for about half or a third of the
+// bytes: docs/kv.md, "Quantized cache").
 template <typename Shape, uint32_t KvBudget, uint32_t Slots = 1, uint32_t Chunk = 16,
-          KvPolicyKind Policy = KvPolicyKind::SnapStream>
+          KvPolicyKind Policy = KvPolicyKind::SnapStream, uint32_t Queue = 0, KvType KvT = KvType::F16>
 class Engine {
  public:
   static constexpr PlanShape kShape{Shape::vocab_size, Shape::dim,      Shape::n_layers, Shape::n_heads,
                                     Shape::n_kv_heads, Shape::head_dim, Shape::ffn_dim,  Shape::tokenizer_bytes};
   // The engine's defaults (llm/run_config.h) under the template's policy, budget, slots and
   // chunk; one thread.
-  static constexpr RuntimeConfig kRuntimeConfig =
-      resolve_runtime_config(RunDefaults{}, RunOverrides{run_policy(Policy), KvBudget, Slots, Chunk, 1});
+  static constexpr RuntimeConfig kRuntimeConfig = resolve_runtime_config(RunDefaults{}, [] {
+    RunOverrides o{run_policy(Policy), KvBudget, Slots, Chunk, 1};
+    o.queue_capacity = Queue;
+    o.kv_type = uint32_t(KvT);
+    return o;
+  }());
   static constexpr PlanConfig kConfig = kRuntimeConfig.plan;
   static constexpr KvPolicyConfig kKv = kRuntimeConfig.kv;
   static constexpr MemoryPlan kPlan = plan_memory(kShape, kConfig, kKv);
   static constexpr uint64_t kPersistentBytes = kPlan.persistent_bytes;
   static constexpr uint64_t kScratchBytes = kPlan.scratch_bytes;
   static_assert(KvBudget >= 1 && Slots >= 1 && Chunk >= 1, "budget, slots and chunk are at least 1");
+  static_assert(kv_type_fits(KvT, Shape::head_dim), "the KV type cannot store heads of this size");
 
   // Verifies the model and checks it has the compiled-in shape (ModelShapeMismatch otherwise),
   // then lays the runtime out in the member arenas. Single-threaded (bare metal). With
@@ -57,11 +72,14 @@ class Engine {
                 s.vocab_size, s.dim, s.n_layers, s.n_heads, s.n_kv_heads, s.head_dim, s.ffn_dim);
     RuntimeConfig rc = kRuntimeConfig;
     rc.backend = backend;
-    return runtime_.init(model_, rc, Span<uint8_t>(persistent_, kPersistentBytes),
-                         Span<uint8_t>(scratch_, kScratchBytes), nullptr);
+    KEEL_TRY(runtime_.init(model_, rc, Span<uint8_t>(persistent_, kPersistentBytes),
+                           Span<uint8_t>(scratch_, kScratchBytes), nullptr));
+    return scheduler_.init(runtime_);
   }
 
   Runtime& runtime() { return runtime_; }
+  // Batches the slots; it owns them, so drive either the scheduler or runtime() directly.
+  Scheduler& scheduler() { return scheduler_; }
   const Model& model() const { return model_; }
 
  private:
@@ -69,6 +87,7 @@ class Engine {
   alignas(64) uint8_t scratch_[kScratchBytes];
   Model model_;
   Runtime runtime_;
+  Scheduler scheduler_;
 };
 
 }  // namespace keel

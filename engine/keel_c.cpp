@@ -10,16 +10,19 @@
 #include "llm/generate.h"
 #include "llm/run_config.h"
 #include "llm/runtime.h"
+#include "llm/scheduler.h"
 
 struct keel_engine {
   keel::Model model;
   keel::Runtime runtime;
+  keel::Scheduler scheduler;
   char last_error[keel::Error::kMessageCapacity + 64];  // "<status>: <message>"
 };
 
 namespace {
 
 keel_status to_c(keel::Status s) {
+  if (s == keel::Status::QueueFull) return KEEL_ERR_QUEUE_FULL;
   switch (keel::status_kind(s)) {
     case keel::StatusKind::Ok: return KEEL_OK;
     case keel::StatusKind::BadArgument: return KEEL_ERR_BAD_ARGUMENT;
@@ -61,6 +64,8 @@ keel::Error runtime_config(const keel::Model& m, const keel_config* c, keel::Run
     o.window = c->kv_window;
     o.obs_window = c->obs_window;
     o.snap_kernel = c->snap_kernel;
+    o.queue_capacity = c->queue_capacity;
+    o.kv_type = c->kv_type;
     // A C caller may store any integer in an enum field; in C++ reading one outside the
     // enumerators is undefined, so the bytes are read as the integer they are.
     // (Its size is the ABI's: an int on x86-64, one byte with ARM EABI's short enums.)
@@ -79,6 +84,8 @@ static_assert(KEEL_KV_SNAPSTREAM == keel::kRunPolicyMax &&
                   KEEL_KV_SNAPKV == keel::run_policy(keel::KvPolicyKind::SnapKV),
               "keel_kv_policy numbers are RunOverrides::kv_policy's");
 static_assert(int(KEEL_BACKEND_XNNPACK) == int(keel::BackendKind::Xnnpack), "keel_backend is BackendKind");
+static_assert(KEEL_KV_TYPE_Q8 == int(keel::KvType::Q8) && KEEL_KV_TYPE_Q4 == int(keel::KvType::Q4),
+              "keel_kv_type numbers are KvType's");
 
 constexpr uint64_t engine_block_bytes() { return keel::plan_align(sizeof(keel_engine)); }
 
@@ -174,6 +181,8 @@ keel_status keel_init(void* memory, size_t memory_bytes, const void* model, size
   err = e->runtime.init(e->model, rc, keel::Span<uint8_t>(persistent, p.persistent_bytes),
                         keel::Span<uint8_t>(persistent + p.persistent_bytes, p.scratch_bytes),
                         config ? static_cast<const keel::ThreadPool*>(config->thread_pool) : nullptr);
+  if (!err.ok()) return fail(err);
+  err = e->scheduler.init(e->runtime);
   if (!err.ok()) return fail(err);
   *out = e;
   return KEEL_OK;
@@ -282,6 +291,69 @@ keel_status keel_reset(keel_engine* e, uint32_t slot) {
   return record(e, e->runtime.reset(slot));
 }
 
+static_assert(int(keel::FinishReason::Error) == KEEL_FINISH_ERROR &&
+                  int(keel::FinishReason::KvFull) == KEEL_FINISH_KV_FULL &&
+                  int(keel::FinishReason::Cancelled) == KEEL_FINISH_CANCELLED &&
+                  int(keel::FinishReason::StopToken) == KEEL_FINISH_STOP_TOKEN &&
+                  int(keel::SlotPhase::Decoding) == KEEL_SLOT_DECODING && keel::kNoSlot == UINT32_MAX,
+              "keel_finish and keel_slot_phase are keel::FinishReason and keel::SlotPhase");
+
+keel_status keel_submit(keel_engine* e, const keel_request* r, uint64_t* id) {
+  if (!e || !r || !id || (!r->prompt && r->n_prompt)) return KEEL_ERR_BAD_ARGUMENT;
+  keel::SchedulerRequest q;
+  q.prompt = keel::Span<const int32_t>(r->prompt, r->n_prompt);
+  q.sampling = sampler_config(r->sampling);
+  if (r->n_stop_tokens > KEEL_MAX_STOP_TOKENS) {
+    return record(e, keel::Error(keel::Status::InvalidArgument, "%" PRIu32 " stop tokens; at most %d", r->n_stop_tokens,
+                                 KEEL_MAX_STOP_TOKENS));
+  }
+  for (uint32_t i = 0; i < r->n_stop_tokens; ++i) q.stop_tokens[i] = r->stop_tokens[i];
+  q.n_stop_tokens = r->n_stop_tokens;
+  q.default_stops = r->no_default_stops == 0;
+  q.max_new_tokens = r->max_new_tokens;
+  const keel::Result<uint64_t> got = e->scheduler.submit(q);
+  if (!got.ok()) return record(e, got.error());
+  *id = got.value();
+  return record(e, keel::Error());
+}
+
+keel_status keel_step(keel_engine* e, keel_token_event* events, size_t capacity, size_t* n_events) {
+  if (!e || !n_events || (!events && capacity)) return KEEL_ERR_BAD_ARGUMENT;
+  *n_events = 0;
+  // keel_token_event and keel::TokenEvent differ in layout; the step writes the C++ events
+  // into the caller's array from the back, then each is rewritten in place from the front.
+  static_assert(sizeof(keel::TokenEvent) <= sizeof(keel_token_event), "events convert in place");
+  if (capacity < e->scheduler.max_events()) {
+    return record(e, keel::Error(keel::Status::InvalidArgument, "room for %zu events; a step may report %zu", capacity,
+                                 e->scheduler.max_events()));
+  }
+  auto* staged = reinterpret_cast<keel::TokenEvent*>(events);
+  size_t n = 0;
+  const keel::Error err = e->scheduler.step(keel::Span<keel::TokenEvent>(staged, capacity), &n);
+  for (size_t i = n; i-- > 0;) {
+    const keel::TokenEvent t = staged[i];
+    events[i] = keel_token_event{t.request, t.slot, t.token, uint32_t(t.finish)};
+  }
+  *n_events = n;
+  return record(e, err);
+}
+
+keel_status keel_cancel(keel_engine* e, uint64_t id) {
+  if (!e) return KEEL_ERR_BAD_ARGUMENT;
+  return record(e, e->scheduler.cancel(id));
+}
+
+keel_status keel_get_slot_state(const keel_engine* e, uint32_t slot, keel_slot_state* out) {
+  if (!e || !out || slot >= e->scheduler.slots()) return KEEL_ERR_BAD_ARGUMENT;
+  const keel::SlotState s = e->scheduler.slot_state(slot);
+  *out = keel_slot_state{uint32_t(s.phase), s.request,   s.prompt_tokens, s.prompt_done,
+                         s.generated,       s.kv_tokens, s.kv_budget};
+  return KEEL_OK;
+}
+
+size_t keel_max_events(const keel_engine* e) { return e ? e->scheduler.max_events() : 0; }
+uint32_t keel_queued(const keel_engine* e) { return e ? e->scheduler.queued() : 0; }
+
 keel_status keel_get_stats(const keel_engine* e, keel_stats* out) {
   if (!e || !out) return KEEL_ERR_BAD_ARGUMENT;
   const keel::RuntimeStats s = e->runtime.stats();
@@ -306,6 +378,7 @@ const char* keel_status_string(keel_status s) {
     case KEEL_ERR_OUT_OF_MEMORY: return "out of memory";
     case KEEL_ERR_UNSUPPORTED: return "unsupported";
     case KEEL_ERR_INTERNAL: return "internal error";
+    case KEEL_ERR_QUEUE_FULL: return "queue full";
   }
   return "unknown status";
 }

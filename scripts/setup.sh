@@ -10,6 +10,10 @@ DEBIAN_PACKAGES=(
   libflatbuffers-dev flatbuffers-compiler
   libxnnpack-dev libpthreadpool-dev
   libmimalloc-dev libgtest-dev nlohmann-json3-dev
+  # keel serve's HTTP server
+  libcpp-httplib-dev
+  # keel serve's tests talk to it with curl and with the openai client (below)
+  curl
   # the C++ style of the tree (.clang-format; scripts/format.sh --check is a test)
   clang-format
   # Cortex-M33 cross build (scripts/freestanding.sh): compiler, newlib, and libstdc++'s headers
@@ -36,4 +40,14 @@ fi
 # Gemma 3 270M today) is fetched into the cache once and checked against its sha256 on every run; a wrong
 # checksum stops here, naming the file and both sums.
 KEEL_CACHE_DIR="$KEEL_CACHE_DIR" python3 "$(dirname "$0")/recipe.py" fetch
+
+# The official OpenAI Python client, which the keel serve tests (tests/serve) answer, in a venv
+# in the cache: Debian's python refuses pip installs outside one.
+OPENAI_VERSION=3.54.0
+VENV="$KEEL_CACHE_DIR/venv"
+if ! "$VENV/bin/python" -c "import openai, sys; sys.exit(openai.__version__ != '$OPENAI_VERSION')" 2>/dev/null; then
+  echo "setup: installing openai==$OPENAI_VERSION into $VENV"
+  python3 -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q "openai==$OPENAI_VERSION"
+fi
 echo "setup: ok (cache $KEEL_CACHE_DIR)"

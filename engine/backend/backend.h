@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "backend/backend_plan.h"
+#include "core/kv_type.h"
 #include "core/result.h"
 #include "core/span.h"
 #include "core/threads.h"
@@ -32,9 +33,10 @@ const char* backend_name(BackendKind k);
 struct AttentionArgs {
   const float* q;          // [n][n_heads * head_dim], rotated at each token's position
   float* out;              // [n][n_heads * head_dim]
-  const uint16_t* keys;    // KV head 0 of the layer, [capacity][head_dim] f16
+  const uint16_t* keys;    // KV head 0 of the layer, [capacity] rows of kv_type (core/kv_type.h)
   const uint16_t* values;  // same layout
-  uint64_t head_stride;    // elements from one KV head's keys (values) to the next
+  uint64_t head_stride;    // 16-bit units from one KV head's keys (values) to the next
+  KvType kv_type;          // row format of keys and values; f16 when value-initialized
   uint32_t n, n_heads, n_kv_heads, head_dim;
   uint32_t visible;        // entries before the chunk
   uint32_t prefix;         // of which the first `prefix` are rotated at their cache index
@@ -84,8 +86,9 @@ class Backend {
   virtual void gelu_mul(const float* gate, const float* up, uint32_t n, float* out) = 0;
   // In place; `worker` is the calling attention worker (backends may keep per-worker state).
   virtual void softmax(uint32_t worker, float* x, uint32_t n) = 0;
-  // scores[j] = scale * dot(q, k_j) over n half keys [n][head_dim].
-  virtual void scores(const float* q, const uint16_t* keys, uint32_t n, uint32_t head_dim, float scale, float* out) = 0;
+  // scores[j] = scale * dot(q, k_j) over n key rows of `type` (core/kv_type.h).
+  virtual void scores(KvType type, const float* q, const uint16_t* keys, uint32_t n, uint32_t head_dim, float scale,
+                      float* out) = 0;
   virtual void to_half(const float* x, uint32_t n, uint16_t* out) = 0;
 
  protected:

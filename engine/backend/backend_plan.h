@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "core/kv_type.h"
+
 namespace keel {
 
 struct HwDesc;  // backend/dataflow_hw.h
@@ -13,7 +15,8 @@ struct BackendPlan {
   uint32_t capacity_tokens = 0;  // the longest score row: the KV capacity of a slot
   uint32_t slots = 1;
   uint32_t chunk_tokens = 1;
-  const HwDesc* hw = nullptr;  // the emulated accelerator (dataflow backend only)
+  const HwDesc* hw = nullptr;    // the emulated accelerator (dataflow backend only)
+  KvType kv_type = KvType::F16;  // how the KV cache stores rows (core/kv_type.h)
 };
 
 }  // namespace keel

@@ -13,6 +13,13 @@ namespace keel {
 Result<DfSchedule> DataflowBackend::plan_schedule(const Model& model, const BackendPlan& plan) {
   KEEL_ENSURE(plan.hw != nullptr, Status::UnsupportedBackend,
               "backend 'dataflow' needs a hardware description (--hw NAME|FILE)");
+  // Gemma 3's query scale and sliding-window mask are not in the tiled attention.
+  KEEL_ENSURE(model.meta()->arch()->family() != fb::ArchFamily::Gemma3, Status::UnsupportedBackend,
+              "backend 'dataflow' does not model Gemma 3 (sliding-window attention, query scale)");
+  // The schedule, the tiles and the counters are written for f16 rows; quantized rows would
+  // need their own tile sizes and a tiled continuation of their weighted sums.
+  KEEL_ENSURE(plan.kv_type == KvType::F16, Status::UnsupportedBackend,
+              "backend 'dataflow' models an f16 KV cache; kv_type %s is not emulated", kv_type_name(plan.kv_type));
   DfScheduleInput in;
   in.model = df_model(model);
   in.hw = *plan.hw;
@@ -253,12 +260,12 @@ void DataflowBackend::softmax(uint32_t, float* x, uint32_t n) {
   vk_.softmax(x, n);
 }
 
-void DataflowBackend::scores(const float* q, const uint16_t* keys, uint32_t n, uint32_t head_dim, float scale,
-                             float* out) {
+void DataflowBackend::scores(KvType type, const float* q, const uint16_t* keys, uint32_t n, uint32_t head_dim,
+                             float scale, float* out) {
   const DfSchedule& s = state_->schedule;
   // SnapKV scoring calls this from several workers at once.
   DfCounters& c = ctr(DfOp::KvPolicy);
-  const uint64_t bytes = uint64_t(n) * head_dim * 2;
+  const uint64_t bytes = uint64_t(n) * kv_row_bytes(type, head_dim);
   __atomic_fetch_add(&c.calls, uint64_t(1), __ATOMIC_RELAXED);
   __atomic_fetch_add(&c.macs_bf16, uint64_t(n) * head_dim, __ATOMIC_RELAXED);
   if (s.kv_onchip) {
@@ -267,7 +274,7 @@ void DataflowBackend::scores(const float* q, const uint16_t* keys, uint32_t n, u
     __atomic_fetch_add(&c.tier_bytes[s.kv_tier], bytes, __ATOMIC_RELAXED);
     __atomic_fetch_add(&c.tier_transfers[s.kv_tier], uint64_t(1), __ATOMIC_RELAXED);
   }
-  ak_.scores(q, keys, n, head_dim, scale, out);
+  ak_.scores_of(type)(q, keys, n, head_dim, scale, out);
 }
 
 void DataflowBackend::to_half(const float* x, uint32_t n, uint16_t* out) {

@@ -30,7 +30,8 @@ class DataflowBackend final : public KernelBackend {
   void add(const float* a, const float* b, uint32_t n, float* out) override;
   void silu_mul(const float* gate, const float* up, uint32_t n, float* out) override;
   void softmax(uint32_t worker, float* x, uint32_t n) override;
-  void scores(const float* q, const uint16_t* keys, uint32_t n, uint32_t head_dim, float scale, float* out) override;
+  void scores(KvType type, const float* q, const uint16_t* keys, uint32_t n, uint32_t head_dim, float scale,
+              float* out) override;
   void to_half(const float* x, uint32_t n, uint16_t* out) override;
 
   // Valid after create_state.

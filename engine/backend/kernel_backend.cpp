@@ -52,6 +52,9 @@ void attention_task(void* ctx, size_t task) {
   const uint32_t q_dim = j.n_heads * j.head_dim;
   const uint32_t group = j.n_heads / j.n_kv_heads;
   const uint64_t hd = j.head_dim;
+  const uint64_t row = kv_row_halves(j.kv_type, j.head_dim);
+  const KvScoresFn scores_fn = job.ak->scores_of(j.kv_type);
+  const KvWeightedSumFn sum_fn = job.ak->weighted_sum_of(j.kv_type);
   for (uint32_t item = begin; item < end; ++item) {
     const uint32_t t = item / j.n_heads, h = item % j.n_heads;
     const uint32_t kvh = h / group;
@@ -63,9 +66,9 @@ void attention_task(void* ctx, size_t task) {
       // Moves the query from its position to its cache index for the prefix keys (docs/kv.md).
       memcpy(qc, qh, hd * sizeof(float));
       rope_rotate(qc, j.rope_pairs, j.rope_halves, j.shift_cos, j.shift_sin);
-      job.ak->scores(qc, keys, j.prefix, j.head_dim, scale, scores);
+      scores_fn(qc, keys, j.prefix, j.head_dim, scale, scores);
     }
-    job.ak->scores(qh, keys + j.prefix * hd, len - j.prefix, j.head_dim, scale, scores + j.prefix);
+    scores_fn(qh, keys + j.prefix * row, len - j.prefix, j.head_dim, scale, scores + j.prefix);
     if (j.window > 0) {
       const int32_t* pos = j.positions + kvh * j.positions_stride;
       const int64_t oldest_seen = int64_t(pos[j.visible + t]) - int64_t(j.window);
@@ -74,8 +77,8 @@ void attention_task(void* ctx, size_t task) {
       }
     }
     job.backend->softmax(uint32_t(task), scores, len);
-    job.ak->weighted_sum(scores, j.values + kvh * j.head_stride, len, j.head_dim,
-                         j.out + uint64_t(t) * q_dim + uint64_t(h) * j.head_dim);
+    sum_fn(scores, j.values + kvh * j.head_stride, len, j.head_dim,
+           j.out + uint64_t(t) * q_dim + uint64_t(h) * j.head_dim);
   }
 }
 

@@ -27,8 +27,9 @@ class KernelBackend : public Backend {
   void silu_mul(const float* gate, const float* up, uint32_t n, float* out) override { vk_.silu_mul(gate, up, n, out); }
   void gelu_mul(const float* gate, const float* up, uint32_t n, float* out) override { vk_.gelu_mul(gate, up, n, out); }
   void softmax(uint32_t worker, float* x, uint32_t n) override { vk_.softmax(x, n); }
-  void scores(const float* q, const uint16_t* keys, uint32_t n, uint32_t head_dim, float scale, float* out) override {
-    ak_.scores(q, keys, n, head_dim, scale, out);
+  void scores(KvType type, const float* q, const uint16_t* keys, uint32_t n, uint32_t head_dim, float scale,
+              float* out) override {
+    ak_.scores_of(type)(q, keys, n, head_dim, scale, out);
   }
   void to_half(const float* x, uint32_t n, uint16_t* out) override { ak_.to_half(x, n, out); }
 

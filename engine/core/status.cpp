@@ -41,6 +41,7 @@ const char* to_string(Status s) {
     case Status::ModelNoChecksums: return "model has no checksums";
     case Status::ArenaTooSmall: return "arena too small";
     case Status::KvFull: return "KV cache full";
+    case Status::QueueFull: return "request queue full";
     case Status::UnsupportedDType: return "unsupported dtype";
     case Status::UnsupportedArch: return "unsupported architecture";
     case Status::UnsupportedBackend: return "unsupported backend";

@@ -36,6 +36,7 @@ enum class Status : uint16_t {
   // Out of memory in an arena
   ArenaTooSmall = 300,
   KvFull,
+  QueueFull,  // every slot busy and the request queue at its planned capacity
   // Unsupported
   UnsupportedDType = 400,
   UnsupportedArch,

@@ -1,17 +1,25 @@
-// Attention over an f16 KV cache, for one query head: scores against cached keys and the
-// probability-weighted sum of cached values. Ref (portable) and x86 (F16C + FMA) tables.
+// Attention over the KV cache, for one query head: scores against cached keys and the
+// probability-weighted sum of cached values, for each row format of core/kv_type.h (f16, q8,
+// q4; the quantized kernels read the stored rows directly, no dequantized copy). Ref
+// (portable) and x86 (F16C + FMA) tables.
 #pragma once
 
 #include <cstdint>
 
+#include "core/kv_type.h"
+
 namespace keel {
+
+// scores[j] = scale * dot(q, k_j) over n rows k of `head_dim` numbers.
+using KvScoresFn = void (*)(const float* q, const uint16_t* k, uint32_t n, uint32_t head_dim, float scale,
+                            float* scores);
+// out[head_dim] = sum_j p[j] * v_j over n rows v (out overwritten).
+using KvWeightedSumFn = void (*)(const float* p, const uint16_t* v, uint32_t n, uint32_t head_dim, float* out);
 
 struct AttentionKernels {
   const char* name;
-  // scores[j] = scale * dot(q, k_j), k: [n][head_dim] halves.
-  void (*scores)(const float* q, const uint16_t* k, uint32_t n, uint32_t head_dim, float scale, float* scores);
-  // out[head_dim] = sum_j p[j] * v_j, v: [n][head_dim] halves (out overwritten).
-  void (*weighted_sum)(const float* p, const uint16_t* v, uint32_t n, uint32_t head_dim, float* out);
+  KvScoresFn scores;             // f16 rows
+  KvWeightedSumFn weighted_sum;  // f16 rows
   // out[i] = half(x[i]), round to nearest even.
   void (*to_half)(const float* x, uint32_t n, uint16_t* out);
   // out[head_dim] += sum_j p[j] * v_j, continuing each output's accumulation in weighted_sum's
@@ -19,6 +27,15 @@ struct AttentionKernels {
   // [0, n) bit for bit (the x86 table: for head_dim a multiple of 8 other than 8). The dataflow
   // backend sums value tiles with it.
   void (*weighted_sum_more)(const float* p, const uint16_t* v, uint32_t n, uint32_t head_dim, float* out);
+  KvScoresFn scores_q8;
+  KvWeightedSumFn weighted_sum_q8;
+  KvScoresFn scores_q4;
+  KvWeightedSumFn weighted_sum_q4;
+
+  KvScoresFn scores_of(KvType t) const { return t == KvType::Q8 ? scores_q8 : t == KvType::Q4 ? scores_q4 : scores; }
+  KvWeightedSumFn weighted_sum_of(KvType t) const {
+    return t == KvType::Q8 ? weighted_sum_q8 : t == KvType::Q4 ? weighted_sum_q4 : weighted_sum;
+  }
 };
 
 const AttentionKernels& attention_kernels_ref();

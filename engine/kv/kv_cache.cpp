@@ -12,8 +12,11 @@ Error KvCache::init(const KvShape& s, const KvBuffers& b) {
               "KV budget %" PRIu32 "; expected 1..capacity %" PRIu32, s.budget, s.capacity);
   KEEL_ENSURE(b.keys_values && b.positions && (s.obs_window == 0 || (b.observations && b.lookahead)),
               Status::InvalidArgument, "KV cache buffers missing from the plan");
+  KEEL_ENSURE(kv_type_fits(s.kv_type, s.head_dim), Status::InvalidArgument,
+              "KV type %s cannot store heads of %" PRIu32 " numbers", kv_type_name(s.kv_type), s.head_dim);
+  row_halves_ = kv_row_halves(s.kv_type, s.head_dim);
   keys_ = b.keys_values;
-  values_ = keys_ + uint64_t(s.n_layers) * s.n_kv_heads * s.capacity * s.head_dim;
+  values_ = keys_ + uint64_t(s.n_layers) * s.n_kv_heads * s.capacity * row_halves_;
   positions_ = b.positions;
   obs_ = s.obs_window > 0 ? b.observations : nullptr;
   look_ = s.obs_window > 0 ? b.lookahead : nullptr;
@@ -61,7 +64,7 @@ int64_t KvCache::rotation_of(uint32_t layer, uint32_t head, uint32_t logical) co
 
 void KvCache::move_entry(uint32_t layer, uint32_t head, uint32_t from, uint32_t to) {
   if (from == to) return;
-  const uint32_t hd = shape_.head_dim;
+  const uint32_t hd = row_halves_;
   uint16_t* k = keys(layer, head);
   uint16_t* v = values(layer, head);
   memcpy(k + uint64_t(to) * hd, k + uint64_t(from) * hd, hd * 2);
@@ -105,7 +108,7 @@ void KvCache::pin_sinks(uint32_t sinks) {
 void KvCache::compact_head(uint32_t l, uint32_t h, const uint32_t* keep, uint32_t n_keep, uint32_t n_ring,
                            uint32_t staged, void (*rotate)(void*, uint16_t*, int64_t, int64_t), void* rotate_ctx,
                            void* scratch) {
-  const uint32_t hd = shape_.head_dim;
+  const uint32_t hd = row_halves_;
   const uint32_t total = visible() + staged;
   // Gather into scratch first: kept entries may sit anywhere (ring order wraps), so moving them
   // in place could overwrite an entry before it is read.

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 
+#include "core/kv_type.h"
 #include "core/result.h"
 
 namespace keel {
@@ -24,15 +25,16 @@ struct KvShape {
   uint32_t n_layers = 0;
   uint32_t n_kv_heads = 0;
   uint32_t head_dim = 0;
-  uint32_t capacity = 0;    // budget + one chunk of staging
-  uint32_t budget = 0;      // entries kept between forward passes
-  uint32_t q_dim = 0;       // n_heads * head_dim, for the observation queries
-  uint32_t obs_window = 0;  // SnapKV observation window (0: no observation queries kept)
+  uint32_t capacity = 0;         // budget + one chunk of staging
+  uint32_t budget = 0;           // entries kept between forward passes
+  uint32_t q_dim = 0;            // n_heads * head_dim, for the observation queries
+  uint32_t obs_window = 0;       // SnapKV observation window (0: no observation queries kept)
+  KvType kv_type = KvType::F16;  // row format of keys and values (core/kv_type.h)
 };
 
 // A slot's buffers, from the memory plan (llm/plan.h regions kv_*).
 struct KvBuffers {
-  uint16_t* keys_values = nullptr;  // [K,V][layers][kv_heads][capacity][head_dim] f16
+  uint16_t* keys_values = nullptr;  // [K,V][layers][kv_heads][capacity] rows of kv_type
   int32_t* positions = nullptr;     // [layers][kv_heads][capacity]
   float* observations = nullptr;    // [layers][obs_window][q_dim]; null when obs_window is 0
   float* lookahead = nullptr;       // same
@@ -53,10 +55,12 @@ class KvCache {
   uint64_t evicted() const { return evicted_; }
   void clear();
 
-  // [capacity][head_dim] halves of (layer, head)
-  uint16_t* keys(uint32_t layer, uint32_t head) { return keys_ + slab(layer, head) * shape_.head_dim; }
-  uint16_t* values(uint32_t layer, uint32_t head) { return values_ + slab(layer, head) * shape_.head_dim; }
-  const uint16_t* keys(uint32_t layer, uint32_t head) const { return keys_ + slab(layer, head) * shape_.head_dim; }
+  // [capacity] rows of (layer, head), row_halves() 16-bit units each (f16: head_dim halves)
+  uint16_t* keys(uint32_t layer, uint32_t head) { return keys_ + slab(layer, head) * row_halves_; }
+  uint16_t* values(uint32_t layer, uint32_t head) { return values_ + slab(layer, head) * row_halves_; }
+  const uint16_t* keys(uint32_t layer, uint32_t head) const { return keys_ + slab(layer, head) * row_halves_; }
+  const uint16_t* values(uint32_t layer, uint32_t head) const { return values_ + slab(layer, head) * row_halves_; }
+  uint32_t row_halves() const { return row_halves_; }
   // [capacity] original positions of (layer, head)
   int32_t* positions(uint32_t layer, uint32_t head) { return positions_ + slab(layer, head); }
   const int32_t* positions(uint32_t layer, uint32_t head) const { return positions_ + slab(layer, head); }
@@ -79,12 +83,13 @@ class KvCache {
   // order. The first n_keep - n_ring become the new prefix; the last n_ring (which must be the
   // newest n_ring logical entries, all from ring or staging) become the ring, oldest first,
   // keeping their rotation. `rotate(ctx, key, from, to)` re-rotates a half key from rotation
-  // position `from` to its new cache index `to`. `scratch` holds compact_scratch_bytes().
+  // position `from` to its new cache index `to` (a row of the cache's kv_type). `scratch` holds
+  // compact_scratch_bytes().
   void compact_head(uint32_t layer, uint32_t head, const uint32_t* keep, uint32_t n_keep, uint32_t n_ring,
                     uint32_t staged, void (*rotate)(void* ctx, uint16_t* key, int64_t from, int64_t to),
                     void* rotate_ctx, void* scratch);
   void finish_compact(uint32_t n_keep, uint32_t n_ring, uint32_t staged);
-  uint64_t compact_scratch_bytes() const { return uint64_t(shape_.capacity) * (uint64_t(shape_.head_dim) * 4 + 4); }
+  uint64_t compact_scratch_bytes() const { return uint64_t(shape_.capacity) * (uint64_t(row_halves_) * 4 + 4); }
   // The rotation position of the key at logical index `logical` (prefix: its index; others:
   // their original position).
   int64_t rotation_of(uint32_t layer, uint32_t head, uint32_t logical) const;
@@ -121,6 +126,7 @@ class KvCache {
   void move_entry(uint32_t layer, uint32_t head, uint32_t from, uint32_t to);
 
   KvShape shape_;
+  uint32_t row_halves_ = 0;
   uint16_t* keys_ = nullptr;
   uint16_t* values_ = nullptr;
   int32_t* positions_ = nullptr;

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "backend/backend_plan.h"
+#include "core/kv_type.h"
 #include "kv/kv_policy.h"
 
 namespace keel {
@@ -31,7 +32,10 @@ struct PlanConfig {
   uint32_t slots = 1;
   uint32_t chunk_tokens = 64;
   uint32_t threads = 1;
-  uint32_t logit_rows = 1;  // tokens of a chunk whose logits are computed together (ppl: more)
+  uint32_t logit_rows = 1;       // tokens of a chunk whose logits are computed together (ppl: more)
+  KvType kv_type = KvType::F16;  // how cached keys and values are stored (core/kv_type.h)
+  // Requests the scheduler (llm/scheduler.h) holds waiting while every slot is busy.
+  uint32_t queue_capacity = 0;
   // Persistent bytes of backend state that exists only at run time (XNNPACK's operators and its
   // packed copy of the F32 weights), measured by backend_state_bytes() (backend/registry.h).
   // 0 for the ref and native backends, and in firmware plans.
@@ -45,6 +49,16 @@ constexpr uint64_t plan_align(uint64_t n) { return (n + kPlanAlign - 1) / kPlanA
 constexpr uint64_t kActBlockBytes = 40;  // keel::ActBlock: f32 scale, i32 sum, 32 x i8
 constexpr uint64_t act_block_count(uint64_t cols) { return (cols + 31) / 32; }
 constexpr uint64_t kSlotStateBytes = 1024;  // slot record: cache view, sampler state, recent tokens
+// Scheduler records (llm/scheduler.h): one per slot and per queue place, and one step entry
+// (Runtime::SlotWork) per slot.
+constexpr uint64_t kRequestRecordBytes = 256;
+constexpr uint64_t kStepEntryBytes = 64;
+
+// Rows of one forward pass: one prompt chunk plus the decode token of every other slot
+// (the scheduler fills a step with at most this many; one slot alone runs chunks of `chunk`).
+constexpr uint64_t plan_step_rows(uint32_t chunk_tokens, uint32_t slots) {
+  return uint64_t(chunk_tokens ? chunk_tokens : 1) + (slots ? slots : 1) - 1;
+}
 // Scratch one tokenizer encode() call may take (text::Tokenizer::scratch_bytes() fits in it).
 constexpr uint64_t kTextScratchBytes = 64 * 1024;
 
@@ -72,6 +86,7 @@ enum class Region : uint8_t {
   RopeInvFreq,
   BackendState,
   SlotRecords,
+  Requests,
   KvKeysValues,
   KvPositions,
   KvObservations,
@@ -101,6 +116,7 @@ enum class Region : uint8_t {
   SnapCompact,
   SnapRope,
   LogitRows,
+  StepSegments,
   Sampler,
   Text,
   kCount
@@ -123,8 +139,10 @@ inline constexpr RegionInfo kRegions[kRegionCount] = {
     {Region::RopeInvFreq, "rope_inv_freq", PlanArena::Persistent, RegionGroup::Rope, false, 8, "[2][head_dim/2] f64"},
     {Region::BackendState, "backend_state", PlanArena::Persistent, RegionGroup::Backend, false, 1, "[backend_bytes]"},
     {Region::SlotRecords, "slot_records", PlanArena::Persistent, RegionGroup::Logits, false, 1, "[slots][1024]"},
+    {Region::Requests, "requests", PlanArena::Persistent, RegionGroup::Logits, false, 1,
+     "[slots + queue][256] request records, [slots][64] step entries"},
     {Region::KvKeysValues, "kv_keys_values", PlanArena::Persistent, RegionGroup::Kv, true, 2,
-     "[K,V][layers][kv_heads][capacity][head_dim] f16"},
+     "[K,V][layers][kv_heads][capacity][row] f16 rows, or q8/q4 rows with scales (core/kv_type.h)"},
     {Region::KvPositions, "kv_positions", PlanArena::Persistent, RegionGroup::Kv, true, 4,
      "[layers][kv_heads][capacity] i32"},
     {Region::KvObservations, "kv_observations", PlanArena::Persistent, RegionGroup::Kv, true, 4,
@@ -132,22 +150,22 @@ inline constexpr RegionInfo kRegions[kRegionCount] = {
     {Region::KvLookahead, "kv_lookahead", PlanArena::Persistent, RegionGroup::Kv, true, 4,
      "[layers][obs_window][n_heads*head_dim] f32"},
     {Region::Logits, "logits", PlanArena::Persistent, RegionGroup::Logits, true, 4, "[vocab] f32"},
-    {Region::X, "x", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[chunk][dim] f32"},
-    {Region::Xb, "xb", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[chunk][dim] f32"},
-    {Region::Q, "q", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[chunk][n_heads*head_dim] f32"},
-    {Region::K, "k", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[chunk][n_kv_heads*head_dim] f32"},
-    {Region::V, "v", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[chunk][n_kv_heads*head_dim] f32"},
-    {Region::Att, "att", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[chunk][n_heads*head_dim] f32"},
-    {Region::Hb, "hb", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[chunk][ffn_dim] f32"},
-    {Region::Hb2, "hb2", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[chunk][ffn_dim] f32"},
+    {Region::X, "x", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[rows][dim] f32"},
+    {Region::Xb, "xb", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[rows][dim] f32"},
+    {Region::Q, "q", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[rows][n_heads*head_dim] f32"},
+    {Region::K, "k", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[rows][n_kv_heads*head_dim] f32"},
+    {Region::V, "v", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[rows][n_kv_heads*head_dim] f32"},
+    {Region::Att, "att", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[rows][n_heads*head_dim] f32"},
+    {Region::Hb, "hb", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[rows][ffn_dim] f32"},
+    {Region::Hb2, "hb2", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[rows][ffn_dim] f32"},
     {Region::Xq, "xq", PlanArena::Scratch, RegionGroup::Activations, false, 40,
-     "[chunk][blocks of the widest matmul input] ActBlock"},
-    {Region::RopeCos, "rope_cos", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[chunk][head_dim/2] f32"},
-    {Region::RopeSin, "rope_sin", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[chunk][head_dim/2] f32"},
+     "[rows][blocks of the widest matmul input] ActBlock"},
+    {Region::RopeCos, "rope_cos", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[rows][head_dim/2] f32"},
+    {Region::RopeSin, "rope_sin", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[rows][head_dim/2] f32"},
     {Region::AttRows, "att_rows", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[threads][capacity] f32"},
     {Region::QRot, "q_rotated", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[threads][head_dim] f32"},
-    {Region::ShiftCos, "shift_cos", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[head_dim/2] f32"},
-    {Region::ShiftSin, "shift_sin", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[head_dim/2] f32"},
+    {Region::ShiftCos, "shift_cos", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[slots][head_dim/2] f32"},
+    {Region::ShiftSin, "shift_sin", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[slots][head_dim/2] f32"},
     {Region::SnapRows, "snap_rows", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[threads][capacity] f32"},
     {Region::SnapSums, "snap_sums", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[threads][capacity] f32"},
     {Region::SnapPooled, "snap_pooled", PlanArena::Scratch, RegionGroup::Attention, false, 4,
@@ -158,7 +176,10 @@ inline constexpr RegionInfo kRegions[kRegionCount] = {
      "[threads][capacity][K,V f16 head_dim + position i32]"},
     {Region::SnapRope, "snap_rope", PlanArena::Scratch, RegionGroup::Attention, false, 4,
      "[2*obs_window][cos t, sin t, cos c, sin c][head_dim/2] f32"},
-    {Region::LogitRows, "logit_rows", PlanArena::Scratch, RegionGroup::LogitRows, false, 4, "[logit_rows][vocab] f32"},
+    {Region::LogitRows, "logit_rows", PlanArena::Scratch, RegionGroup::LogitRows, false, 4,
+     "[max(logit_rows, slots)][vocab] f32"},
+    {Region::StepSegments, "step_segments", PlanArena::Scratch, RegionGroup::Activations, false, 1,
+     "[slots][64] forward segments"},
     {Region::Sampler, "sampler", PlanArena::Scratch, RegionGroup::Sampler, false, 1,
      "[vocab] (logit, id) + seen-token bitmap"},
     {Region::Text, "text", PlanArena::Scratch, RegionGroup::Text, false, 1, "[64 KiB] tokenizer work"},
@@ -178,7 +199,8 @@ constexpr uint64_t region_elements(Region r, const PlanShape& s, const PlanConfi
   const uint64_t chunk = c.chunk_tokens ? c.chunk_tokens : 1;
   const uint64_t threads = c.threads ? c.threads : 1;
   const uint64_t slots = c.slots ? c.slots : 1;
-  const uint64_t logit_rows = c.logit_rows ? c.logit_rows : 1;
+  const uint64_t logit_rows = max_u64(c.logit_rows ? c.logit_rows : 1, slots);
+  const uint64_t rows = plan_step_rows(c.chunk_tokens, c.slots);  // of one forward pass
   const uint64_t q_dim = uint64_t(s.n_heads) * s.head_dim;
   const uint64_t kv_dim = uint64_t(s.n_kv_heads) * s.head_dim;
   const uint64_t heads = uint64_t(s.n_layers) * s.n_kv_heads;
@@ -190,26 +212,27 @@ constexpr uint64_t region_elements(Region r, const PlanShape& s, const PlanConfi
     case Region::RopeInvFreq: return 2 * pairs;  // global layers', then local layers' (Gemma 3)
     case Region::BackendState: return c.backend_bytes;
     case Region::SlotRecords: return slots * kSlotStateBytes;
-    case Region::KvKeysValues: return 2 * heads * cap * s.head_dim;
+    case Region::Requests: return (slots + c.queue_capacity) * kRequestRecordBytes + slots * kStepEntryBytes;
+    case Region::KvKeysValues: return 2 * heads * cap * kv_row_halves(c.kv_type, s.head_dim);
     case Region::KvPositions: return heads * cap;
     case Region::KvObservations:
     case Region::KvLookahead: return uint64_t(s.n_layers) * obs_window * q_dim;
     case Region::Logits: return s.vocab_size;
     case Region::X:
-    case Region::Xb: return chunk * s.dim;
+    case Region::Xb: return rows * s.dim;
     case Region::Q:
-    case Region::Att: return chunk * q_dim;
+    case Region::Att: return rows * q_dim;
     case Region::K:
-    case Region::V: return chunk * kv_dim;
+    case Region::V: return rows * kv_dim;
     case Region::Hb:
-    case Region::Hb2: return chunk * s.ffn_dim;
-    case Region::Xq: return chunk * act_block_count(max_u64(max_u64(s.dim, q_dim), s.ffn_dim));
+    case Region::Hb2: return rows * s.ffn_dim;
+    case Region::Xq: return rows * act_block_count(max_u64(max_u64(s.dim, q_dim), s.ffn_dim));
     case Region::RopeCos:
-    case Region::RopeSin: return chunk * pairs;
+    case Region::RopeSin: return rows * pairs;
     case Region::AttRows: return threads * cap;
     case Region::QRot: return threads * s.head_dim;
     case Region::ShiftCos:
-    case Region::ShiftSin: return pairs;
+    case Region::ShiftSin: return slots * pairs;
     case Region::SnapRows:
     case Region::SnapSums:
     case Region::SnapPooled:
@@ -218,6 +241,7 @@ constexpr uint64_t region_elements(Region r, const PlanShape& s, const PlanConfi
     case Region::SnapCompact: return snap * threads * cap * (uint64_t(s.head_dim) * 4 + 4);
     case Region::SnapRope: return uint64_t(obs_window) * 2 * 4 * pairs;
     case Region::LogitRows: return logit_rows * s.vocab_size;
+    case Region::StepSegments: return slots * kStepEntryBytes;
     case Region::Sampler: return uint64_t(s.vocab_size) * 8 + (uint64_t(s.vocab_size) + 31) / 32 * 4 + 16;
     case Region::Text: return kTextScratchBytes;
     case Region::kCount: break;
@@ -346,8 +370,12 @@ class RegionMap {
 
 // What the backend's per-model state may depend on.
 constexpr BackendPlan backend_plan(const PlanConfig& c) {
-  return BackendPlan{c.threads ? c.threads : 1, c.kv_budget_tokens + (c.chunk_tokens ? c.chunk_tokens : 1),
-                     c.slots ? c.slots : 1, c.chunk_tokens ? c.chunk_tokens : 1, c.hw};
+  return BackendPlan{c.threads ? c.threads : 1,
+                     c.kv_budget_tokens + (c.chunk_tokens ? c.chunk_tokens : 1),
+                     c.slots ? c.slots : 1,
+                     c.chunk_tokens ? c.chunk_tokens : 1,
+                     c.hw,
+                     c.kv_type};
 }
 
 }  // namespace keel

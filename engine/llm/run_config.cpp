@@ -42,6 +42,11 @@ Error make_runtime_config(const Model& model, const RunOverrides& o, RuntimeConf
               kRunPolicyMax);
   KEEL_ENSURE(o.snap_kernel >= -1, Status::InvalidArgument, "snap_kernel %" PRId32 "; expected -1 (adaptive), 0 or odd",
               o.snap_kernel);
+  KEEL_ENSURE(o.kv_type <= uint32_t(KvType::Q4), Status::InvalidArgument,
+              "kv_type %" PRIu32 "; expected 0 (f16), 1 (q8) or 2 (q4)", o.kv_type);
+  KEEL_ENSURE(kv_type_fits(KvType(o.kv_type), model.shape().head_dim), Status::InvalidArgument,
+              "kv_type %s cannot store this model's heads of %" PRIu32 " numbers", kv_type_name(KvType(o.kv_type)),
+              model.shape().head_dim);
   const int backend = int(o.backend);
   KEEL_ENSURE(backend >= int(BackendKind::Auto) && backend <= int(BackendKind::Dataflow), Status::InvalidArgument,
               "backend %d; expected 0..4", backend);

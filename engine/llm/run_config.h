@@ -45,6 +45,8 @@ struct RunOverrides {
   uint32_t obs_window = 0;
   int32_t snap_kernel = 0;  // 0 = the policy's, -1 = adaptive, else an odd size
   BackendKind backend = BackendKind::Auto;
+  uint32_t queue_capacity = 0;  // requests the scheduler holds waiting for a slot
+  uint32_t kv_type = 0;         // a KvType number (= keel_kv_type); 0 = f16
 };
 
 constexpr uint32_t kRunPolicyMax = uint32_t(KvPolicyKind::SnapStream) + 1;
@@ -76,12 +78,15 @@ constexpr RuntimeConfig resolve_runtime_config(const RunDefaults& d, const RunOv
   pc.threads = o.threads ? o.threads : 1;
   const uint32_t rows = o.logit_rows ? o.logit_rows : 1;
   pc.logit_rows = rows < pc.chunk_tokens ? rows : pc.chunk_tokens;
+  pc.queue_capacity = o.queue_capacity;
+  pc.kv_type = o.kv_type <= uint32_t(KvType::Q4) ? static_cast<KvType>(o.kv_type) : KvType::F16;
   rc.backend = o.backend;
   return rc;
 }
 
-// The configuration `model` runs with under `overrides`: InvalidArgument for a policy number or
-// kernel out of range, a zero budget or chunk in the file, and validate_kv_policy()'s errors.
+// The configuration `model` runs with under `overrides`: InvalidArgument for a policy number,
+// KV type or kernel out of range, a KV type the model's heads cannot be stored in, a zero budget or chunk in the file,
+// and validate_kv_policy()'s errors.
 Error make_runtime_config(const Model& model, const RunOverrides& overrides, RuntimeConfig* out);
 
 // What a run of `model` uses when the caller chooses nothing.

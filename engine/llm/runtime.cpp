@@ -67,13 +67,10 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
   sampler_mem_ = regions.get<uint8_t>(Region::Sampler);
   text_mem_ = regions.get<uint8_t>(Region::Text);
 
-  const KvShape kvs{model.shape().n_layers,
-                    model.shape().n_kv_heads,
-                    model.shape().head_dim,
-                    uint32_t(p.kv_capacity_tokens),
-                    pc.kv_budget_tokens,
-                    model.shape().n_heads * model.shape().head_dim,
-                    p.obs_window};
+  const KvShape kvs{model.shape().n_layers, model.shape().n_kv_heads,
+                    model.shape().head_dim, uint32_t(p.kv_capacity_tokens),
+                    pc.kv_budget_tokens,    model.shape().n_heads * model.shape().head_dim,
+                    p.obs_window,           pc.kv_type};
   static_assert(sizeof(Slot) <= kSlotStateBytes, "slot record exceeds its planned bytes");
   slots_ = regions.get<uint8_t>(Region::SlotRecords);
   for (uint32_t i = 0; i < pc.slots; ++i) {
@@ -88,6 +85,10 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
     Arena sampler_arena(sampler_mem_, p.sampler_bytes);
     KEEL_TRY(s->sampler.init(text::SamplerConfig{}, model.shape().vocab_size, sampler_arena));
   }
+  segments_ = reinterpret_cast<ForwardSegment*>(regions.get<uint8_t>(Region::StepSegments));
+  requests_ = regions.get<uint8_t>(Region::Requests);
+  static_assert(sizeof(ForwardSegment) <= kStepEntryBytes, "a forward segment exceeds its planned bytes");
+  KEEL_ENSURE(segments_ && requests_, Status::Internal, "the plan lacks the step's buffers");
   persistent_used_bytes_ = regions.persistent_reach();
   scratch_used_bytes_ = regions.scratch_reach();
   model_ = &model;
@@ -107,34 +108,113 @@ Runtime::Slot& Runtime::slot_at(uint32_t i) const {
 }
 
 Error Runtime::prefill(uint32_t slot, Span<const int32_t> tokens) {
+  KEEL_TRY(begin_prompt(slot, tokens));
+  const uint32_t chunk = config_.plan.chunk_tokens;
+  for (size_t done = 0; done < tokens.size();) {
+    SlotWork w;
+    w.slot = slot;
+    w.tokens = tokens.data() + done;
+    w.n = uint32_t(tokens.size() - done < chunk ? tokens.size() - done : chunk);
+    w.prompt = true;
+    w.prompt_end = done + w.n == tokens.size();
+    const Error e = run(&w, 1);
+    if (!e.ok()) return e;
+    if (w.status != Status::Ok) {
+      return Error(w.status, "prompt chunk at token %zu of %zu refused (%s)", done, tokens.size(), to_string(w.status));
+    }
+    done += w.n;
+  }
+  return Error();
+}
+
+Error Runtime::begin_prompt(uint32_t slot, Span<const int32_t> tokens) {
   KEEL_TRY(check_slot(slot));
   KEEL_ENSURE(!tokens.empty(), Status::InvalidArgument, "prefill of 0 tokens");
   Slot& s = slot_at(slot);
+  KEEL_ENSURE(s.prompt_left == 0, Status::InvalidArgument, "slot %" PRIu32 " still has %llu prompt tokens to run", slot,
+              (unsigned long long)s.prompt_left);
   KEEL_TRY(model_->check_tokens(tokens));
   KEEL_ENSURE(tokens.size() <= 0xffffffffu, Status::PromptTooLong, "prompt of %zu tokens", tokens.size());
   KEEL_TRY(kv_.make_room(s.kv, tokens.size()));
-  const uint32_t chunk = config_.plan.chunk_tokens;
   // SnapKV scores each chunk's compression also by the prompt's last queries, computed first.
   const uint32_t look = kv_.lookahead_tokens(s.kv, tokens.size());
-  const bool ahead = look > 0;
-  if (ahead) KEEL_TRY(capture_lookahead(s, tokens, look));
-  for (size_t done = 0; done < tokens.size();) {
-    const uint32_t n = uint32_t(tokens.size() - done < chunk ? tokens.size() - done : chunk);
-    const bool last = done + n == tokens.size();
-    Error e = transformer_.forward(s.kv, tokens.data() + done, n, last ? s.logits : nullptr, last ? 1 : 0);
-    // The last chunk holds the real end of the prompt: its own queries are the lookahead.
-    if (e.ok()) e = kv_.settle(s.kv, n, true, ahead && !last);
+  if (look > 0) {
+    const Error e = capture_lookahead(s, tokens, look);
     if (!e.ok()) {
-      // A prompt refused half-way leaves no half of it behind: the slot starts over.
       clear_slot(s);
       return e;
     }
-    done += n;
   }
-  s.kv.drop_lookahead();
-  s.prefilled += tokens.size();
-  remember(s, tokens.data(), tokens.size());
+  s.lookahead = look > 0;
+  s.prompt_left = tokens.size();
   return Error();
+}
+
+uint64_t Runtime::prompt_left(uint32_t slot) const {
+  if (!model_ || slot >= config_.plan.slots) return 0;
+  return slot_at(slot).prompt_left;
+}
+
+Status Runtime::check_work(const SlotWork& w) const {
+  if (w.slot >= config_.plan.slots || w.tokens == nullptr || w.n == 0 || w.n > config_.plan.chunk_tokens) {
+    return Status::InvalidArgument;
+  }
+  const Slot& s = slot_at(w.slot);
+  if (w.prompt) {
+    // Chunks of the prompt begin_prompt started, in order; the last one says so.
+    if (w.n > s.prompt_left || w.prompt_end != (w.n == s.prompt_left)) return Status::InvalidArgument;
+  } else {
+    if (w.n != 1 || s.prompt_left > 0) return Status::InvalidArgument;
+    if (!kv_.make_room(s.kv, 1).ok()) return Status::KvFull;
+  }
+  if (!model_->check_tokens(Span<const int32_t>(w.tokens, w.n)).ok()) return Status::InvalidArgument;
+  return Status::Ok;
+}
+
+Error Runtime::run(SlotWork* work, uint32_t count) {
+  KEEL_ENSURE(model_ != nullptr, Status::InvalidArgument, "engine is not initialized");
+  KEEL_ENSURE(count <= config_.plan.slots, Status::InvalidArgument,
+              "pass of %" PRIu32 " entries; the engine has %" PRIu32 " slots", count, config_.plan.slots);
+  uint32_t n_segments = 0;
+  for (uint32_t i = 0; i < count; ++i) {
+    SlotWork& w = work[i];
+    w.status = check_work(w);
+    for (uint32_t j = 0; j < i && w.status == Status::Ok; ++j) {
+      if (work[j].slot == w.slot) w.status = Status::InvalidArgument;
+    }
+    if (w.status != Status::Ok) continue;
+    Slot& s = slot_at(w.slot);
+    const bool logits = !w.prompt || w.prompt_end;
+    segments_[n_segments++] = ForwardSegment{&s.kv, w.tokens, w.n, logits ? s.logits : nullptr, logits ? 1u : 0u};
+  }
+  if (n_segments == 0) return Error();
+  const Error pass = transformer_.forward(segments_, n_segments);
+  for (uint32_t i = 0; i < count; ++i) {
+    SlotWork& w = work[i];
+    if (w.status != Status::Ok) continue;
+    Slot& s = slot_at(w.slot);
+    // The last chunk holds the real end of the prompt: its own queries are the lookahead.
+    Error e = pass;
+    if (e.ok()) e = kv_.settle(s.kv, w.n, w.prompt, w.prompt && s.lookahead && !w.prompt_end);
+    if (!e.ok()) {
+      w.status = e.status();
+      // A prompt refused half-way leaves no half of it behind: the slot starts over.
+      if (w.prompt) clear_slot(s);
+      continue;
+    }
+    if (w.prompt) {
+      s.prefilled += w.n;
+      s.prompt_left -= w.n;
+      if (w.prompt_end) {
+        s.kv.drop_lookahead();
+        s.lookahead = false;
+      }
+    } else {
+      s.decoded += w.n;
+    }
+    remember(s, w.tokens, w.n);
+  }
+  return pass;
 }
 
 Error Runtime::capture_lookahead(Slot& s, Span<const int32_t> tokens, uint32_t n) {
@@ -149,10 +229,12 @@ Error Runtime::decode(uint32_t slot, int32_t token) {
   Slot& s = slot_at(slot);
   KEEL_TRY(model_->check_tokens(Span<const int32_t>(&token, 1)));
   KEEL_TRY(kv_.make_room(s.kv, 1));
-  KEEL_TRY(transformer_.forward(s.kv, &token, 1, s.logits, 1));
-  KEEL_TRY(kv_.settle(s.kv, 1, false, false));
-  s.decoded += 1;
-  remember(s, &token, 1);
+  SlotWork w;
+  w.slot = slot;
+  w.tokens = &token;
+  w.n = 1;
+  KEEL_TRY(run(&w, 1));
+  KEEL_ENSURE(w.status == Status::Ok, w.status, "decode on slot %" PRIu32 " refused (%s)", slot, to_string(w.status));
   return Error();
 }
 
@@ -223,9 +305,16 @@ Error Runtime::reset(uint32_t slot) {
 
 void Runtime::clear_slot(Slot& s) {
   s.kv.clear();
+  s.prompt_left = 0;
+  s.lookahead = false;
   s.prefilled = 0;
   s.decoded = 0;
   s.recent_count = 0;
+}
+
+Span<uint8_t> Runtime::request_records() const {
+  if (!model_) return Span<uint8_t>();
+  return Span<uint8_t>(requests_, plan_.region_bytes(Region::Requests));
 }
 
 uint64_t Runtime::sequence_length(uint32_t slot) const {

@@ -37,6 +37,18 @@ struct RuntimeStats {
   uint64_t tokens_decoded = 0;
 };
 
+// One slot's share of a batched pass (Runtime::run): a chunk of the prompt that
+// begin_prompt started, or the one token to decode.
+struct SlotWork {
+  uint32_t slot = 0;
+  const int32_t* tokens = nullptr;  // [n]
+  uint32_t n = 0;                   // prompt: 1..chunk_tokens; decode: 1
+  bool prompt = false;              // a prompt chunk (else a decode token, which gets logits)
+  bool prompt_end = false;          // the prompt's last chunk: its last token's logits are kept
+  Status status = Status::Ok;       // out: KvFull (nothing appended) or the slot's own failure
+};
+static_assert(sizeof(SlotWork) <= kStepEntryBytes, "a step entry exceeds its planned bytes");
+
 class Runtime {
  public:
   // The plan for this model and configuration (what init() will take from the arenas).
@@ -53,6 +65,20 @@ class Runtime {
   Error prefill(uint32_t slot, Span<const int32_t> tokens);
   // One token: prefill of length 1.
   Error decode(uint32_t slot, int32_t token);
+
+  // The batched path (prefill and decode above are its one-slot case). begin_prompt checks a
+  // prompt, makes room for all of it (KvFull under `full` when it does not fit, the slot
+  // unchanged) and, when the policy wants the prompt's end first (SnapKV), runs that lookahead
+  // pass; the prompt then goes through run() in chunks of chunk_tokens (the last may be
+  // shorter), in order, the last marked prompt_end.
+  Error begin_prompt(uint32_t slot, Span<const int32_t> tokens);
+  // One forward pass over every entry (distinct slots, rows <= plan_step_rows), then each
+  // slot's KV policy settles its new entries. A slot's failure (a decode that does not fit a
+  // `full` budget, an invalid token, a chunk out of order) is its entry's status and leaves the
+  // others running; a refused prompt chunk clears its slot. The returned error is the pass's.
+  Error run(SlotWork* work, uint32_t count);
+  // Tokens of the prompt begin_prompt started that run() has not taken yet.
+  uint64_t prompt_left(uint32_t slot) const;
   // Runs tokens through the model and calls fn(ctx, i, logits[vocab]) with the logits
   // predicting token i + 1, for every i (perplexity).
   Error score(uint32_t slot, Span<const int32_t> tokens, void (*fn)(void* ctx, size_t i, const float* logits),
@@ -79,6 +105,8 @@ class Runtime {
   const RuntimeConfig& config() const { return config_; }
   RuntimeStats stats() const;
   uint32_t slots() const { return config_.plan.slots; }
+  // The plan's `requests` region, which a Scheduler over this runtime keeps its records in.
+  Span<uint8_t> request_records() const;
 
  private:
   static constexpr uint32_t kRecentTokens = 64;  // history the repetition penalty sees
@@ -90,7 +118,11 @@ class Runtime {
     text::Sampler sampler;
     int32_t recent[kRecentTokens] = {};  // the last tokens of the sequence, oldest first
     uint32_t recent_count = 0;
+    uint64_t prompt_left = 0;  // of the prompt begin_prompt started
+    bool lookahead = false;    // that prompt's lookahead queries are in the cache
   };
+  // Checks one entry before a pass; Ok, or why it cannot run.
+  Status check_work(const SlotWork& w) const;
   void remember(Slot& s, const int32_t* tokens, size_t n);
   Error check_slot(uint32_t slot) const;
   // Runs the prompt's last `n` tokens once to keep their queries (KvCache lookahead), when the
@@ -111,9 +143,11 @@ class Runtime {
   uint64_t tokenizer_used_bytes_ = 0;
   uint64_t persistent_used_bytes_ = 0;  // reach of the buffers init placed (RegionMap)
   uint64_t scratch_used_bytes_ = 0;
-  uint8_t* sampler_mem_ = nullptr;  // scratch region shared by the slots' samplers
-  uint8_t* text_mem_ = nullptr;     // scratch region for tokenize()
-  uint8_t* slots_ = nullptr;        // [slots][kSlotStateBytes] records in the persistent arena
+  uint8_t* sampler_mem_ = nullptr;      // scratch region shared by the slots' samplers
+  uint8_t* text_mem_ = nullptr;         // scratch region for tokenize()
+  uint8_t* slots_ = nullptr;            // [slots][kSlotStateBytes] records in the persistent arena
+  ForwardSegment* segments_ = nullptr;  // [slots] of one pass (scratch)
+  uint8_t* requests_ = nullptr;         // the scheduler's records (plan region `requests`)
 };
 
 }  // namespace keel

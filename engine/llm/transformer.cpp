@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "core/f16.h"
+#include "core/kv_type.h"
 #include "kernels/dequant.h"
 #include "kernels/rope.h"
 
@@ -74,6 +75,7 @@ Error Transformer::init(const Model& model, Backend& backend, const PlanConfig& 
   output_norm_ = model.tensor(TensorRole::OutputNorm);
   output_ = model.meta()->arch()->tied_output() ? token_embd_ : model.tensor(TensorRole::Output);
   capacity_ = config.kv_budget_tokens + config.chunk_tokens;
+  step_rows_ = uint32_t(plan_step_rows(config.chunk_tokens, config.slots));
 
   inv_freq_ = regions.get<double>(Region::RopeInvFreq);
   x_ = regions.get<float>(Region::X);
@@ -101,19 +103,25 @@ Error Transformer::init(const Model& model, Backend& backend, const PlanConfig& 
   return Error();
 }
 
-void Transformer::embed(const int32_t* tokens, uint32_t n) {
+void Transformer::embed(const int32_t* tokens, uint32_t n, uint32_t row0) {
   for (uint32_t t = 0; t < n; ++t) {
     dequantize_row(token_embd_.dtype, token_embd_.data, token_embd_.rows, token_embd_.cols, uint32_t(tokens[t]),
-                   x_ + uint64_t(t) * shape_.dim);
+                   x_ + uint64_t(row0 + t) * shape_.dim);
   }
 }
 
-void Transformer::rope_tables(int64_t pos0, uint32_t n, bool local) {
+void Transformer::rope_tables(int64_t pos0, uint32_t n, uint32_t row0, bool local) {
   const uint32_t half = rope_dim_ / 2;
   const double* inv_freq = local ? inv_freq_local_ : inv_freq_;
   for (uint32_t t = 0; t < n; ++t) {
-    keel::rope_angles(double(pos0 + t), inv_freq, half, cos_ + uint64_t(t) * half, sin_ + uint64_t(t) * half);
+    const uint64_t at = uint64_t(row0 + t) * half;
+    keel::rope_angles(double(pos0 + t), inv_freq, half, cos_ + at, sin_ + at);
   }
+}
+
+void Transformer::segment_rope_tables(const ForwardSegment* segs, uint32_t count, bool local) {
+  for (uint32_t i = 0, row0 = 0; i < count; row0 += segs[i].n, ++i)
+    rope_tables(segs[i].kv->next_position(), segs[i].n, row0, local);
 }
 
 bool Transformer::layer_is_local(uint32_t layer) const {
@@ -141,13 +149,15 @@ void Transformer::apply_rope(float* rows, uint32_t n, uint32_t n_heads, uint32_t
   }
 }
 
-void Transformer::attention(KvCache& kv, uint32_t layer, uint32_t n, bool local) {
+void Transformer::attention(KvCache& kv, uint32_t layer, uint32_t row0, uint32_t n, uint32_t seg, bool local) {
+  const uint64_t q_dim = uint64_t(shape_.n_heads) * shape_.head_dim, pairs = rope_dim_ / 2;
   AttentionArgs a{};
-  a.q = q_;
-  a.out = att_;
+  a.q = q_ + row0 * q_dim;
+  a.out = att_ + row0 * q_dim;
   a.keys = kv.keys(layer, 0);
   a.values = kv.values(layer, 0);
-  a.head_stride = uint64_t(kv.shape().capacity) * shape_.head_dim;
+  a.head_stride = uint64_t(kv.shape().capacity) * kv.row_halves();
+  a.kv_type = config_.kv_type;
   a.n = n;
   a.n_heads = shape_.n_heads;
   a.n_kv_heads = shape_.n_kv_heads;
@@ -156,8 +166,8 @@ void Transformer::attention(KvCache& kv, uint32_t layer, uint32_t n, bool local)
   a.prefix = kv.prefix();
   a.rope_pairs = rope_dim_ / 2;
   a.rope_halves = rope_halves_;
-  a.shift_cos = shift_cos_;
-  a.shift_sin = shift_sin_;
+  a.shift_cos = shift_cos_ + seg * pairs;
+  a.shift_sin = shift_sin_ + seg * pairs;
   a.attn_scale = query_scale_;
   a.window = local ? sliding_window_ : 0;
   a.positions = kv.positions(layer, 0);
@@ -175,10 +185,10 @@ void Transformer::rope_angles(int64_t position, float* cos, float* sin) const {
 void Transformer::rotate_key(uint16_t* key, int64_t from, int64_t to) const {
   float tmp[kMaxHeadDim], cs[kMaxHeadDim / 2], sn[kMaxHeadDim / 2];
   const uint32_t hd = shape_.head_dim, pairs = rope_dim_ / 2;
-  for (uint32_t i = 0; i < hd; ++i) tmp[i] = f16_to_f32(key[i]);
+  kv_dequantize_row(config_.kv_type, key, hd, tmp);
   keel::rope_angles(double(to - from), inv_freq_, pairs, cs, sn);
   rope_rotate(tmp, pairs, rope_halves_, cs, sn);
-  for (uint32_t i = 0; i < hd; ++i) key[i] = f32_to_f16(tmp[i]);
+  kv_quantize_row(config_.kv_type, tmp, hd, key);
 }
 
 void Transformer::attention_row(uint32_t worker, const float* q, const float* angles_t, const float* angles_c,
@@ -191,63 +201,92 @@ void Transformer::attention_row(uint32_t worker, const float* q, const float* an
   memcpy(qc, q, hd * sizeof(float));
   rope_rotate(qt, pairs, rope_halves_, angles_t, angles_t + pairs);
   rope_rotate(qc, pairs, rope_halves_, angles_c, angles_c + pairs);
-  if (prefix > 0) backend_->scores(qc, keys, prefix, hd, scale, row);
-  backend_->scores(qt, keys + uint64_t(prefix) * hd, total - prefix, hd, scale, row + prefix);
+  const KvType type = config_.kv_type;
+  if (prefix > 0) backend_->scores(type, qc, keys, prefix, hd, scale, row);
+  backend_->scores(type, qt, keys + uint64_t(prefix) * kv_row_halves(type, hd), total - prefix, hd, scale,
+                   row + prefix);
   for (uint32_t p = prefix; p < total; ++p) {
     if (positions[p] > t) row[p] = -INFINITY;
   }
   backend_->softmax(worker, row, total);
 }
 
-Error Transformer::forward(KvCache& kv, const int32_t* tokens, uint32_t n, float* logits, uint32_t n_logits) {
-  KEEL_ENSURE(n >= 1 && n <= config_.chunk_tokens, Status::InvalidArgument,
-              "chunk of %" PRIu32 " tokens; expected 1..%" PRIu32, n, config_.chunk_tokens);
-  KEEL_ENSURE(kv.visible() + n <= kv.shape().capacity, Status::KvFull,
-              "KV cache shows %" PRIu32 " of %" PRIu32 " entries; %" PRIu32 " more do not fit", kv.visible(),
-              kv.shape().capacity, n);
-  KEEL_ENSURE(n_logits <= n && n_logits <= config_.logit_rows, Status::InvalidArgument,
-              "%" PRIu32 " logit rows requested; expected <= %" PRIu32, n_logits, config_.logit_rows);
-  KEEL_TRY(model_->check_tokens(Span<const int32_t>(tokens, n)));
-  Backend& be = *backend_;
-  const uint32_t dim = shape_.dim, hd = shape_.head_dim, ffn = shape_.ffn_dim;
-  const uint32_t q_dim = shape_.n_heads * hd, kv_dim = shape_.n_kv_heads * hd;
-  const uint32_t size_before = kv.visible();
-  const int64_t pos0 = kv.next_position();
-  const uint32_t obs_window = kv.shape().obs_window;
+Error Transformer::check_segments(const ForwardSegment* segs, uint32_t count, uint32_t* rows) const {
+  KEEL_ENSURE(count >= 1 && count <= config_.slots, Status::InvalidArgument,
+              "pass of %" PRIu32 " segments; expected 1..%" PRIu32 " (the slots)", count, config_.slots);
+  uint32_t total = 0, logit_segments = 0;
+  for (uint32_t i = 0; i < count; ++i) {
+    const ForwardSegment& g = segs[i];
+    KEEL_ENSURE(g.kv != nullptr && g.tokens != nullptr, Status::InvalidArgument,
+                "segment %" PRIu32 " has no cache or tokens", i);
+    KEEL_ENSURE(g.n >= 1 && g.n <= config_.chunk_tokens, Status::InvalidArgument,
+                "chunk of %" PRIu32 " tokens; expected 1..%" PRIu32, g.n, config_.chunk_tokens);
+    KEEL_ENSURE(g.kv->visible() + g.n <= g.kv->shape().capacity, Status::KvFull,
+                "KV cache shows %" PRIu32 " of %" PRIu32 " entries; %" PRIu32 " more do not fit", g.kv->visible(),
+                g.kv->shape().capacity, g.n);
+    KEEL_ENSURE(g.n_logits <= g.n && g.n_logits <= config_.logit_rows && (g.n_logits == 0 || g.logits),
+                Status::InvalidArgument, "%" PRIu32 " logit rows requested; expected <= %" PRIu32, g.n_logits,
+                config_.logit_rows);
+    for (uint32_t j = 0; j < i; ++j) {
+      KEEL_ENSURE(segs[j].kv != g.kv, Status::InvalidArgument, "segments %" PRIu32 " and %" PRIu32 " share a cache", j,
+                  i);
+    }
+    KEEL_TRY(model_->check_tokens(Span<const int32_t>(g.tokens, g.n)));
+    total += g.n;
+    logit_segments += g.n_logits > 0 ? 1 : 0;
+    KEEL_ENSURE(logit_segments <= 1 || g.n_logits <= 1, Status::InvalidArgument,
+                "segment %" PRIu32 " asks for %" PRIu32 " logit rows beside another segment's; expected 1", i,
+                g.n_logits);
+  }
+  KEEL_ENSURE(total <= step_rows_, Status::InvalidArgument, "pass of %" PRIu32 " rows; the plan holds %" PRIu32, total,
+              step_rows_);
+  *rows = total;
+  return Error();
+}
 
-  embed(tokens, n);
+Error Transformer::forward(const ForwardSegment* segs, uint32_t count) {
+  uint32_t rows = 0;  // R: the pass's rows, segment after segment
+  KEEL_TRY(check_segments(segs, count, &rows));
+  Backend& be = *backend_;
+  const uint32_t dim = shape_.dim, hd = shape_.head_dim, ffn = shape_.ffn_dim, pairs = rope_dim_ / 2;
+  const uint32_t q_dim = shape_.n_heads * hd, kv_dim = shape_.n_kv_heads * hd;
+
+  // x [R][dim] embeddings; cos_, sin_ [R][pairs] at each row's own position; shift_cos_,
+  // shift_sin_ [segment][pairs] (cache index minus position, the same for a segment's rows).
+  for (uint32_t i = 0, row0 = 0; i < count; row0 += segs[i].n, ++i) {
+    const ForwardSegment& g = segs[i];
+    const int64_t pos0 = g.kv->next_position();
+    embed(g.tokens, g.n, row0);
+    rope_tables(pos0, g.n, row0, false);
+    if (g.kv->prefix() > 0) {
+      keel::rope_angles(double(int64_t(g.kv->visible()) - pos0), inv_freq_, pairs, shift_cos_ + uint64_t(i) * pairs,
+                        shift_sin_ + uint64_t(i) * pairs);
+    }
+  }
   if (gemma3_) {
     // Gemma 3: the embedding is scaled by sqrt(dim) (in f32, as llama.cpp does).
     const float embed_scale = std::sqrt(float(dim));
-    for (uint32_t t = 0; t < n; ++t) {
-      float* row = x_ + uint64_t(t) * dim;
-      for (uint32_t i = 0; i < dim; ++i) row[i] *= embed_scale;
-    }
+    for (uint64_t i = 0; i < uint64_t(rows) * dim; ++i) x_[i] *= embed_scale;
   }
-  bool tables_local = false;
-  rope_tables(pos0, n, tables_local);
-  if (kv.prefix() > 0) {
-    // Cache index minus position is the same for every token of the chunk.
-    keel::rope_angles(double(int64_t(size_before) - pos0), inv_freq_, rope_dim_ / 2, shift_cos_, shift_sin_);
-  }
+  bool tables_local = false;  // cos_/sin_ hold the global layers' angles
   for (uint32_t l = 0; l < shape_.n_layers; ++l) {
     const LayerWeights w = layer_weights(*model_, l);
     const bool local = layer_is_local(l);
     if (local != tables_local) {
       tables_local = local;
-      rope_tables(pos0, n, local);
+      segment_rope_tables(segs, count, local);  // Gemma 3: local layers have their own RoPE base
     }
     const float* attn_norm = reinterpret_cast<const float*>(w.attn_norm.data);
-    for (uint32_t t = 0; t < n; ++t)
-      be.rmsnorm(x_ + uint64_t(t) * dim, attn_norm, dim, norm_eps_, xb_ + uint64_t(t) * dim);
-    // q, k and v read the same normalized input: quantize it once.
+    for (uint32_t t = 0; t < rows; ++t)
+      be.rmsnorm(x_ + uint64_t(t) * dim, attn_norm, dim, norm_eps_, xb_ + uint64_t(t) * dim);  // xb [R][dim]
+    // q, k and v read the same normalized input: quantize it once. q [R][q_dim], k, v [R][kv_dim].
     const bool shared_q = is_quantized(w.wq.dtype) && is_quantized(w.wk.dtype) && is_quantized(w.wv.dtype);
-    if (shared_q) be.quantize_rows(xb_, n, dim, dim, xq_);
-    be.matmul(w.wq, xb_, dim, xq_, shared_q, n, q_, q_dim);
-    be.matmul(w.wk, xb_, dim, xq_, shared_q, n, k_, kv_dim);
-    be.matmul(w.wv, xb_, dim, xq_, shared_q, n, v_, kv_dim);
+    if (shared_q) be.quantize_rows(xb_, rows, dim, dim, xq_);
+    be.matmul(w.wq, xb_, dim, xq_, shared_q, rows, q_, q_dim);
+    be.matmul(w.wk, xb_, dim, xq_, shared_q, rows, k_, kv_dim);
+    be.matmul(w.wv, xb_, dim, xq_, shared_q, rows, v_, kv_dim);
     if (qkv_bias_) {
-      for (uint32_t t = 0; t < n; ++t) {
+      for (uint32_t t = 0; t < rows; ++t) {
         be.add(q_ + uint64_t(t) * q_dim, reinterpret_cast<const float*>(w.bq.data), q_dim, q_ + uint64_t(t) * q_dim);
         be.add(k_ + uint64_t(t) * kv_dim, reinterpret_cast<const float*>(w.bk.data), kv_dim, k_ + uint64_t(t) * kv_dim);
         be.add(v_ + uint64_t(t) * kv_dim, reinterpret_cast<const float*>(w.bv.data), kv_dim, v_ + uint64_t(t) * kv_dim);
@@ -255,46 +294,63 @@ Error Transformer::forward(KvCache& kv, const int32_t* tokens, uint32_t n, float
     }
     if (gemma3_) {
       // Gemma 3: each query and key head is RMS-normalized before RoPE.
-      norm_heads(q_, n, shape_.n_heads, q_dim, w.q_norm);
-      norm_heads(k_, n, shape_.n_kv_heads, kv_dim, w.k_norm);
+      norm_heads(q_, rows, shape_.n_heads, q_dim, w.q_norm);
+      norm_heads(k_, rows, shape_.n_kv_heads, kv_dim, w.k_norm);
     }
-    // SnapKV scores the cache with the last queries, kept unrotated.
-    for (uint32_t t = (n > obs_window ? n - obs_window : 0); obs_window > 0 && t < n; ++t) {
-      memcpy(kv.observation(l, pos0 + t), q_ + uint64_t(t) * q_dim, uint64_t(q_dim) * 4);
-    }
-    apply_rope(q_, n, shape_.n_heads, q_dim);
-    apply_rope(k_, n, shape_.n_kv_heads, kv_dim);
-    // Append this chunk's keys and values (f16) and positions to every KV head.
-    for (uint32_t h = 0; h < shape_.n_kv_heads; ++h) {
-      uint16_t* kc = kv.keys(l, h);
-      uint16_t* vc = kv.values(l, h);
-      int32_t* pc = kv.positions(l, h);
-      for (uint32_t t = 0; t < n; ++t) {
-        const uint64_t at = uint64_t(size_before + t) * hd;
-        be.to_half(k_ + uint64_t(t) * kv_dim + uint64_t(h) * hd, hd, kc + at);
-        be.to_half(v_ + uint64_t(t) * kv_dim + uint64_t(h) * hd, hd, vc + at);
-        pc[size_before + t] = int32_t(pos0 + t);
+    // SnapKV scores a slot's cache with its last queries, kept unrotated.
+    for (uint32_t i = 0, row0 = 0; i < count; row0 += segs[i].n, ++i) {
+      KvCache& kv = *segs[i].kv;
+      const uint32_t n = segs[i].n, obs_window = kv.shape().obs_window;
+      for (uint32_t t = (n > obs_window ? n - obs_window : 0); obs_window > 0 && t < n; ++t) {
+        memcpy(kv.observation(l, kv.next_position() + t), q_ + uint64_t(row0 + t) * q_dim, uint64_t(q_dim) * 4);
       }
     }
-    attention(kv, l, n, local);
-    be.matmul(w.wo, att_, q_dim, xq_, false, n, xb_, dim);
+    apply_rope(q_, rows, shape_.n_heads, q_dim);
+    apply_rope(k_, rows, shape_.n_kv_heads, kv_dim);
+    // Each segment's keys and values (rows of the cache's type) and positions go behind its
+    // cache's visible entries.
+    for (uint32_t i = 0, row0 = 0; i < count; row0 += segs[i].n, ++i) {
+      KvCache& kv = *segs[i].kv;
+      const uint32_t n = segs[i].n, size_before = kv.visible();
+      const int64_t pos0 = kv.next_position();
+      for (uint32_t h = 0; h < shape_.n_kv_heads; ++h) {
+        uint16_t* kc = kv.keys(l, h);
+        uint16_t* vc = kv.values(l, h);
+        int32_t* pc = kv.positions(l, h);
+        for (uint32_t t = 0; t < n; ++t) {
+          const uint64_t at = uint64_t(size_before + t) * kv.row_halves();
+          const uint64_t row = uint64_t(row0 + t) * kv_dim + uint64_t(h) * hd;
+          if (config_.kv_type == KvType::F16) {
+            be.to_half(k_ + row, hd, kc + at);
+            be.to_half(v_ + row, hd, vc + at);
+          } else {
+            kv_quantize_row(config_.kv_type, k_ + row, hd, kc + at);
+            kv_quantize_row(config_.kv_type, v_ + row, hd, vc + at);
+          }
+          pc[size_before + t] = int32_t(pos0 + t);
+        }
+      }
+      attention(kv, l, row0, n, i, local);  // att [R][q_dim]
+    }
+    be.matmul(w.wo, att_, q_dim, xq_, false, rows, xb_, dim);
     if (gemma3_) {
       // Gemma 3: the attention output is normalized before the residual add.
       const float* post = reinterpret_cast<const float*>(w.post_attn_norm.data);
-      for (uint32_t t = 0; t < n; ++t)
+      for (uint32_t t = 0; t < rows; ++t)
         be.rmsnorm(xb_ + uint64_t(t) * dim, post, dim, norm_eps_, xb_ + uint64_t(t) * dim);
     }
-    for (uint32_t t = 0; t < n; ++t)
+    for (uint32_t t = 0; t < rows; ++t)
       be.add(x_ + uint64_t(t) * dim, xb_ + uint64_t(t) * dim, dim, x_ + uint64_t(t) * dim);
 
     const float* ffn_norm = reinterpret_cast<const float*>(w.ffn_norm.data);
-    for (uint32_t t = 0; t < n; ++t)
+    for (uint32_t t = 0; t < rows; ++t)
       be.rmsnorm(x_ + uint64_t(t) * dim, ffn_norm, dim, norm_eps_, xb_ + uint64_t(t) * dim);
+    // hb, hb2 [R][ffn]
     const bool shared_f = is_quantized(w.gate.dtype) && is_quantized(w.up.dtype);
-    if (shared_f) be.quantize_rows(xb_, n, dim, dim, xq_);
-    be.matmul(w.gate, xb_, dim, xq_, shared_f, n, hb_, ffn);
-    be.matmul(w.up, xb_, dim, xq_, shared_f, n, hb2_, ffn);
-    for (uint32_t t = 0; t < n; ++t) {
+    if (shared_f) be.quantize_rows(xb_, rows, dim, dim, xq_);
+    be.matmul(w.gate, xb_, dim, xq_, shared_f, rows, hb_, ffn);
+    be.matmul(w.up, xb_, dim, xq_, shared_f, rows, hb2_, ffn);
+    for (uint32_t t = 0; t < rows; ++t) {
       float* g = hb_ + uint64_t(t) * ffn;
       const float* u = hb2_ + uint64_t(t) * ffn;
       if (gemma3_) {
@@ -303,27 +359,48 @@ Error Transformer::forward(KvCache& kv, const int32_t* tokens, uint32_t n, float
         be.silu_mul(g, u, ffn, g);
       }
     }
-    be.matmul(w.down, hb_, ffn, xq_, false, n, xb_, dim);
+    be.matmul(w.down, hb_, ffn, xq_, false, rows, xb_, dim);
     if (gemma3_) {
       // Gemma 3: the FFN output is normalized before the residual add.
       const float* post = reinterpret_cast<const float*>(w.post_ffn_norm.data);
-      for (uint32_t t = 0; t < n; ++t)
+      for (uint32_t t = 0; t < rows; ++t)
         be.rmsnorm(xb_ + uint64_t(t) * dim, post, dim, norm_eps_, xb_ + uint64_t(t) * dim);
     }
-    for (uint32_t t = 0; t < n; ++t)
+    for (uint32_t t = 0; t < rows; ++t)
       be.add(x_ + uint64_t(t) * dim, xb_ + uint64_t(t) * dim, dim, x_ + uint64_t(t) * dim);
   }
-  kv.advance(n);
-
-  if (logits && n_logits > 0) {
-    const uint32_t first = n - n_logits;
-    const float* onorm = reinterpret_cast<const float*>(output_norm_.data);
-    for (uint32_t t = 0; t < n_logits; ++t) {
-      be.rmsnorm(x_ + uint64_t(first + t) * dim, onorm, dim, norm_eps_, xb_ + uint64_t(t) * dim);
-    }
-    be.matmul(output_, xb_, dim, xq_, false, n_logits, logits, shape_.vocab_size);
-  }
+  for (uint32_t i = 0; i < count; ++i) segs[i].kv->advance(segs[i].n);
+  logits(segs, count);
   return Error();
+}
+
+void Transformer::logits(const ForwardSegment* segs, uint32_t count) {
+  // The rows that need logits, normalized into xb [L][dim], L <= max(logit_rows, slots); one
+  // matmul over all of them. A lone segment gets its logits in place; several go through
+  // logit_rows [L][vocab] and are copied to their slots.
+  Backend& be = *backend_;
+  const uint32_t dim = shape_.dim, vocab = shape_.vocab_size;
+  const float* onorm = reinterpret_cast<const float*>(output_norm_.data);
+  uint32_t n_rows = 0, with_logits = 0;
+  const ForwardSegment* lone = nullptr;
+  for (uint32_t i = 0, row0 = 0; i < count; row0 += segs[i].n, ++i) {
+    const ForwardSegment& g = segs[i];
+    if (g.n_logits == 0) continue;
+    lone = &g;
+    ++with_logits;
+    for (uint32_t t = g.n - g.n_logits; t < g.n; ++t, ++n_rows) {
+      be.rmsnorm(x_ + uint64_t(row0 + t) * dim, onorm, dim, norm_eps_, xb_ + uint64_t(n_rows) * dim);
+    }
+  }
+  if (n_rows == 0) return;
+  float* out = with_logits == 1 ? lone->logits : logit_rows_;
+  be.matmul(output_, xb_, dim, xq_, false, n_rows, out, vocab);
+  if (out == lone->logits) return;
+  for (uint32_t i = 0, r = 0; i < count; ++i) {
+    if (segs[i].n_logits == 0) continue;
+    memcpy(segs[i].logits, logit_rows_ + uint64_t(r) * vocab, uint64_t(vocab) * sizeof(float));
+    ++r;
+  }
 }
 
 }  // namespace keel

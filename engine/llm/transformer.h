@@ -1,13 +1,15 @@
 // The llama-family forward pass over a static plan: token embedding, per layer RMSNorm ->
 // q/k/v (+bias) -> RoPE -> grouped-query attention over the KV cache -> output projection ->
-// residual -> RMSNorm -> SwiGLU FFN -> residual, then the final norm and the LM head. Gemma 3
-// adds its own steps, each marked in forward(): the embedding scaled by sqrt(dim), per-head q/k
-// RMSNorm before RoPE, a second RMSNorm on the attention and FFN outputs before each residual
-// add, GELU(tanh) instead of SiLU, its query scale, and local layers with their own RoPE base
-// that see only the last `sliding_window` positions. It runs a
-// chunk of up to `chunk_tokens` tokens at a time (prefill) or a single token (decode); every
-// buffer is a region of the plan (llm/plan.h); matmuls, attention and the row ops go to the
-// backend (the embedding lookup and RoPE rotation run here).
+// residual -> RMSNorm -> SwiGLU FFN -> residual, then the final norm and the LM head. One pass
+// runs the rows of one or more segments, each a run of tokens of one slot: a prompt chunk of up
+// to `chunk_tokens` tokens or a single decode token. Every matmul takes all rows at once (the
+// weights are read once per pass); RoPE and attention run per row at its own slot's position
+// and against its own slot's cache. Every buffer is a region of the plan (llm/plan.h); matmuls,
+// attention and the row ops go to the backend (the embedding lookup and RoPE rotation run here).
+// Gemma 3 adds its own steps, each marked in forward(): the embedding scaled by sqrt(dim),
+// per-head q/k RMSNorm before RoPE, a second RMSNorm on the attention and FFN outputs before each
+// residual add, GELU(tanh) instead of SiLU, its query scale, and local layers with their own RoPE
+// base that see only the last `sliding_window` positions.
 #pragma once
 
 #include <cstdint>
@@ -27,15 +29,30 @@ struct LayerWeights {
   TensorView q_norm, k_norm, post_attn_norm, post_ffn_norm;  // Gemma 3 only
 };
 
+// One slot's rows of a forward pass.
+struct ForwardSegment {
+  KvCache* kv = nullptr;            // the slot's cache; the caller made room for n more entries
+  const int32_t* tokens = nullptr;  // [n], at positions kv->next_position() + t
+  uint32_t n = 0;                   // 1..chunk_tokens (the cache stages one chunk)
+  float* logits = nullptr;          // [n_logits][vocab]: the logits of the last n_logits tokens
+  uint32_t n_logits = 0;            // or 0 (and logits null) for none
+};
+
 class Transformer final : public KvModelHooks {
  public:
   // Takes its buffers from the plan's regions; `backend` must outlive it.
   Error init(const Model& model, Backend& backend, const PlanConfig& config, const RegionMap& regions);
 
-  // Runs tokens[0..n) (n <= chunk_tokens) at positions kv.next_position() + t, appending their
-  // keys and values to `kv` (the caller made room). If `logits` is non-null, writes the logits
-  // of the last `n_logits` tokens there, [n_logits][vocab] (n_logits <= logit_rows).
-  Error forward(KvCache& kv, const int32_t* tokens, uint32_t n, float* logits, uint32_t n_logits);
+  // One pass over the rows of `count` segments, each of a different slot (count <= slots,
+  // rows <= plan_step_rows). Appends each segment's keys and values to its cache and advances
+  // its positions. Logits: one segment may ask for up to logit_rows of them; several segments
+  // for one each. A row's result does not depend on the other rows of the pass.
+  Error forward(const ForwardSegment* segments, uint32_t count);
+  // The single-slot pass: tokens[0..n) of one cache, the logits of the last n_logits tokens.
+  Error forward(KvCache& kv, const int32_t* tokens, uint32_t n, float* logits, uint32_t n_logits) {
+    const ForwardSegment one{&kv, tokens, n, logits, logits ? n_logits : 0};
+    return forward(&one, 1);
+  }
 
   // KvModelHooks: what the KV policy asks of the model.
   uint32_t rope_pairs() const override { return rope_dim_ / 2; }
@@ -50,14 +67,19 @@ class Transformer final : public KvModelHooks {
   float* logit_rows() const { return logit_rows_; }
 
  private:
-  void embed(const int32_t* tokens, uint32_t n);
-  // cos/sin of the chunk's positions under the global (local = false) or local RoPE base.
-  void rope_tables(int64_t pos0, uint32_t n, bool local);
+  Error check_segments(const ForwardSegment* segments, uint32_t count, uint32_t* rows) const;
+  void embed(const int32_t* tokens, uint32_t n, uint32_t row0);
+  // cos/sin of rows [row0, row0 + n) at positions pos0.. under the global (local = false) or
+  // local RoPE base; segment_rope_tables: every segment's rows.
+  void rope_tables(int64_t pos0, uint32_t n, uint32_t row0, bool local);
+  void segment_rope_tables(const ForwardSegment* segments, uint32_t count, bool local);
   bool layer_is_local(uint32_t layer) const;
   // Gemma 3: RMSNorm of each of `n_heads` heads of every row, in place.
   void norm_heads(float* rows, uint32_t n, uint32_t n_heads, uint32_t row_stride, const TensorView& w);
   void apply_rope(float* rows, uint32_t n, uint32_t n_heads, uint32_t row_stride);
-  void attention(KvCache& kv, uint32_t layer, uint32_t n, bool local);
+  // Segment `seg`'s rows [row0, row0 + n) against its cache.
+  void attention(KvCache& kv, uint32_t layer, uint32_t row0, uint32_t n, uint32_t seg, bool local);
+  void logits(const ForwardSegment* segments, uint32_t count);
 
   ModelShape shape_;
   PlanConfig config_;
@@ -72,6 +94,7 @@ class Transformer final : public KvModelHooks {
   TensorView token_embd_, output_norm_, output_;
   const Model* model_ = nullptr;
   uint32_t capacity_ = 0;
+  uint32_t step_rows_ = 0;  // rows of one pass (plan_step_rows)
 
   double* inv_freq_ = nullptr;        // [rope_dim / 2] global layers' (every layer's but Gemma 3's local)
   double* inv_freq_local_ = nullptr;  // [rope_dim / 2] Gemma 3's local layers'
@@ -81,8 +104,8 @@ class Transformer final : public KvModelHooks {
   float *cos_ = nullptr, *sin_ = nullptr;
   float* att_rows_ = nullptr;                          // [threads][capacity]
   float* qrot_ = nullptr;                              // [threads][head_dim]
-  float *shift_cos_ = nullptr, *shift_sin_ = nullptr;  // [rope_dim / 2]
-  float* logit_rows_ = nullptr;                        // [logit_rows][vocab]
+  float *shift_cos_ = nullptr, *shift_sin_ = nullptr;  // [slots][rope_dim / 2], per segment
+  float* logit_rows_ = nullptr;                        // [max(logit_rows, slots)][vocab]
 };
 
 LayerWeights layer_weights(const Model& model, uint32_t layer);

@@ -37,8 +37,7 @@ size_t Sampler::arena_bytes(uint32_t vocab) {
          alignof(uint32_t);
 }
 
-Error Sampler::init(const SamplerConfig& config, uint32_t vocab, Arena& arena) {
-  KEEL_ENSURE(vocab > 0, Status::InvalidArgument, "sampler: vocab must be > 0");
+Error Sampler::check(const SamplerConfig& config) {
   KEEL_ENSURE(config.temperature >= 0.0f, Status::InvalidArgument, "sampler: temperature must be >= 0, found %g",
               double(config.temperature));
   KEEL_ENSURE(config.top_p >= 0.0f, Status::InvalidArgument, "sampler: top_p must be >= 0, found %g",
@@ -47,6 +46,12 @@ Error Sampler::init(const SamplerConfig& config, uint32_t vocab, Arena& arena) {
               "sampler: min_p must be in [0, 1], found %g", double(config.min_p));
   KEEL_ENSURE(config.repetition_penalty > 0.0f, Status::InvalidArgument,
               "sampler: repetition_penalty must be > 0, found %g", double(config.repetition_penalty));
+  return Error();
+}
+
+Error Sampler::init(const SamplerConfig& config, uint32_t vocab, Arena& arena) {
+  KEEL_ENSURE(vocab > 0, Status::InvalidArgument, "sampler: vocab must be > 0");
+  KEEL_TRY(check(config));
   candidates_ = arena.allocate_array<Candidate>(vocab, alignof(Candidate));
   seen_ = arena.allocate_array<uint32_t>(bitmap_words(vocab), alignof(uint32_t));
   KEEL_ENSURE(candidates_ && seen_, Status::ArenaTooSmall, "sampler arena too small: needs %zu bytes",

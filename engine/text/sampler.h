@@ -40,6 +40,8 @@ class Sampler {
   static size_t arena_bytes(uint32_t vocab);
 
   // InvalidArgument for a config out of range (negative or NaN values, penalty <= 0).
+  static Error check(const SamplerConfig& config);
+  // check(config), then takes its buffers from `arena`.
   Error init(const SamplerConfig& config, uint32_t vocab, Arena& arena);
 
   // `logits` ([vocab] or fewer entries) is modified in place by the repetition penalty.

@@ -25,12 +25,15 @@ struct ListOption {
   const char* fallback;  // the default, parsed like a value given on the command line
   const char* help;
 };
-enum Opt { kPrompt, kGen, kDepth, kThreads, kBackend, kPolicy, kBudget, kReps, kOptCount };
+enum Opt { kPrompt, kGen, kDepth, kThreads, kSlots, kBackend, kPolicy, kBudget, kReps, kOptCount };
 const ListOption kOptions[kOptCount] = {
     {"--n-prompt", "-p", "N,...", "512", "prompt tokens, 0 = skip"},
     {"--n-gen", "-n", "N,...", "128", "generated tokens, 0 = skip"},
     {"--depth", "-d", "N,...", "0", "tokens in the cache before each test"},
     {"--threads", "-t", "N,...", "0", "worker threads, 0 = all cores"},
+    {"--slots", nullptr, "N,...", "1",
+     "sequences decoding together: a tg test runs one batched pass per step over N slots and reports their "
+     "aggregate t/s"},
     {"--backend", nullptr, "B,...", "auto", "auto | ref | native | xnnpack | dataflow (with --hw)"},
     {"--kv-policy", nullptr, "P,...", "full", "full | window | streaming | snapkv | snapstream"},
     {"--kv-budget", nullptr, "N,...", "0",
@@ -40,28 +43,32 @@ const ListOption kOptions[kOptCount] = {
 };
 
 const char kHelpHead[] =
-    "usage: keel bench -m MODEL.keel [-p N,...] [-n N,...] [-d N,...] [-t N,...] [--backend B,...]\n"
-    "                  [--kv-policy P,...] [--kv-budget N,...] [-r N] [--bandwidth] [--json | --csv]\n"
+    "usage: keel bench -m MODEL.keel [-p N,...] [-n N,...] [-d N,...] [-t N,...] [--slots N,...]\n"
+    "                  [--backend B,...] [--kv-policy P,...] [--kv-budget N,...] [-r N] [--bandwidth]\n"
+    "                  [--json | --csv]\n"
     "\n"
     "Measures prompt processing (ppN: N tokens prefilled) and text generation (tgN: N tokens\n"
     "decoded one at a time) on pseudo-random token ids, after DEPTH tokens already in the KV\n"
     "cache (prefilled, not timed). Each test runs REPS times on a fresh sequence; the table shows\n"
     "mean ± standard deviation of tokens per second, the JSON and CSV also the median, the JSON\n"
-    "every sample.\n"
+    "every sample. With --slots N, a tgN test decodes N sequences together (every slot holds\n"
+    "DEPTH tokens; each step is one batched pass reading the weights once for all of them) and\n"
+    "reports their aggregate tokens per second; ppN tests run in slot 0 alone.\n"
     "\n"
     "Options shown with N,... take comma-separated lists, as llama-bench's do: every combination\n"
-    "of backend, threads, KV policy, budget and depth is a configuration, measured with a ppN test\n"
-    "for each -p and a tgN test for each -n. The model's plan is made once per backend, threads,\n"
-    "policy and budget; depths and tests run within it.\n"
+    "of backend, threads, slots, KV policy, budget and depth is a configuration, measured with a\n"
+    "ppN test for each -p and a tgN test for each -n. The model's plan is made once per backend,\n"
+    "threads, slots, policy and budget; depths and tests run within it.\n"
     "\n"
     "options:\n";
 
 const char kHelpTail[] =
     "  --bandwidth            also measure DRAM read bandwidth with the same threads and report\n"
-    "                         the decode ceiling: bandwidth / bytes read per token (weights + the\n"
-    "                         K,V each step attends to: mean_cached_tokens, at most the budget)\n"
+    "                         the decode ceiling: bandwidth / bytes read per token (the weights\n"
+    "                         shared by the slots of a step, plus the K,V each slot attends to:\n"
+    "                         mean_cached_tokens, at most the budget)\n"
     "  --json                 JSON lines, one object per configuration: model, weights_bytes, backend,\n"
-    "                         matmul_kernels, threads, kv_policy, kv_budget, depth, repetitions,\n"
+    "                         matmul_kernels, threads, slots, kv_policy, kv_budget, depth, repetitions,\n"
     "                         peak_rss_bytes, bytes_per_token, kv_bytes_per_cached_token,\n"
     "                         mean_cached_tokens (of its last tg test), with --bandwidth\n"
     "                         dram_read_gbps and decode_ceiling_tps, and results: per test, test,\n"
@@ -124,8 +131,8 @@ struct Config {
   std::string model;
   uint64_t weights_bytes = 0;
   std::string backend, matmul;
-  uint32_t threads = 0, depth = 0, reps = 0, budget = 0;
-  const char* policy = "";
+  uint32_t threads = 0, slots = 1, depth = 0, reps = 0, budget = 0;
+  std::string policy;  // with "+q8" / "+q4" for a quantized cache
   double kv_bytes_per_cached_token = 0;
   double mean_cached = 0, bytes_per_token = 0, ceiling = 0;  // the last tg test's, else at the depth
   double gbps = 0;                                           // 0 without --bandwidth
@@ -162,20 +169,23 @@ class Printer {
 class MarkdownPrinter : public Printer {
  public:
   void begin() override {
-    printf("| model | size | backend | threads | kv | test | t/s |\n| --- | ---: | --- | ---: | --- | --- | ---: |\n");
+    printf(
+        "| model | size | backend | threads | slots | kv | test | t/s |\n| --- | ---: | --- | ---: | ---: | --- | --- "
+        "| "
+        "---: |\n");
   }
   void config(const Config& c) override {
     for (const Test& t : c.tests) {
-      printf("| %s | %s | %s (%s) | %u | %s %u | %s | %.2f ± %.2f |\n", c.model.c_str(),
-             human_bytes(c.weights_bytes).c_str(), c.backend.c_str(), c.matmul.c_str(), c.threads, c.policy, c.budget,
-             t.name.c_str(), mean(t.tps), stddev(t.tps));
+      printf("| %s | %s | %s (%s) | %u | %u | %s %u | %s | %.2f ± %.2f |\n", c.model.c_str(),
+             human_bytes(c.weights_bytes).c_str(), c.backend.c_str(), c.matmul.c_str(), c.threads, c.slots,
+             c.policy.c_str(), c.budget, t.name.c_str(), mean(t.tps), stddev(t.tps));
       if (c.gbps > 0 && t.n_gen > 0) {
         char line[256];
         snprintf(line, sizeof line,
-                 "%s (%s %u, %u threads): one decode step reads %s; at %.1f GB/s the ceiling is "
+                 "%s (%s %u, %u threads, %u slots): one token costs %s of reads; at %.1f GB/s the ceiling is "
                  "%.1f t/s, %.0f%% of it reached\n",
-                 t.name.c_str(), c.policy, c.budget, c.threads, human_bytes(uint64_t(t.bytes_per_token)).c_str(),
-                 c.gbps, t.ceiling, 100.0 * mean(t.tps) / t.ceiling);
+                 t.name.c_str(), c.policy.c_str(), c.budget, c.threads, c.slots,
+                 human_bytes(uint64_t(t.bytes_per_token)).c_str(), c.gbps, t.ceiling, 100.0 * mean(t.tps) / t.ceiling);
         ceilings_ += line;
       }
     }
@@ -194,11 +204,11 @@ class JsonPrinter : public Printer {
   void config(const Config& c) override {
     printf(
         "{\"model\":%s,\"weights_bytes\":%llu,\"backend\":\"%s\",\"matmul_kernels\":\"%s\",\"threads\":%u,"
-        "\"kv_policy\":\"%s\",\"kv_budget\":%u,\"depth\":%u,\"repetitions\":%u,\"peak_rss_bytes\":%llu,"
+        "\"slots\":%u,\"kv_policy\":\"%s\",\"kv_budget\":%u,\"depth\":%u,\"repetitions\":%u,\"peak_rss_bytes\":%llu,"
         "\"bytes_per_token\":%.0f,\"kv_bytes_per_cached_token\":%.0f,\"mean_cached_tokens\":%.1f,",
         json_string(c.model).c_str(), (unsigned long long)c.weights_bytes, c.backend.c_str(), c.matmul.c_str(),
-        c.threads, c.policy, c.budget, c.depth, c.reps, (unsigned long long)port::peak_rss_bytes(), c.bytes_per_token,
-        c.kv_bytes_per_cached_token, c.mean_cached);
+        c.threads, c.slots, c.policy.c_str(), c.budget, c.depth, c.reps, (unsigned long long)port::peak_rss_bytes(),
+        c.bytes_per_token, c.kv_bytes_per_cached_token, c.mean_cached);
     if (c.gbps > 0) printf("\"dram_read_gbps\":%.2f,\"decode_ceiling_tps\":%.2f,", c.gbps, c.ceiling);
     printf("\"results\":[");
     for (size_t i = 0; i < c.tests.size(); ++i) {
@@ -222,7 +232,7 @@ class CsvPrinter : public Printer {
  public:
   void begin() override {
     printf(
-        "model,weights_bytes,backend,matmul_kernels,threads,kv_policy,kv_budget,depth,repetitions,test,n_prompt,"
+        "model,weights_bytes,backend,matmul_kernels,threads,slots,kv_policy,kv_budget,depth,repetitions,test,n_prompt,"
         "n_gen,tps_mean,tps_sd,tps_median,mean_cached_tokens,bytes_per_token,dram_read_gbps,decode_ceiling_tps\n");
   }
   void config(const Config& c) override {
@@ -230,9 +240,10 @@ class CsvPrinter : public Printer {
       // The model name is quoted, its quotes doubled; the other fields hold no comma.
       std::string model;
       for (char ch : c.model) model += ch == '"' ? std::string("\"\"") : std::string(1, ch);
-      printf("\"%s\",%llu,%s,%s,%u,%s,%u,%u,%u,%s,%u,%u,%.3f,%.3f,%.3f,", model.c_str(),
-             (unsigned long long)c.weights_bytes, c.backend.c_str(), c.matmul.c_str(), c.threads, c.policy, c.budget,
-             c.depth, c.reps, t.name.c_str(), t.n_prompt, t.n_gen, mean(t.tps), stddev(t.tps), median(t.tps));
+      printf("\"%s\",%llu,%s,%s,%u,%u,%s,%u,%u,%u,%s,%u,%u,%.3f,%.3f,%.3f,", model.c_str(),
+             (unsigned long long)c.weights_bytes, c.backend.c_str(), c.matmul.c_str(), c.threads, c.slots,
+             c.policy.c_str(), c.budget, c.depth, c.reps, t.name.c_str(), t.n_prompt, t.n_gen, mean(t.tps),
+             stddev(t.tps), median(t.tps));
       if (t.n_gen > 0)
         printf("%.1f,%.0f,", t.mean_cached, t.bytes_per_token);
       else
@@ -250,7 +261,7 @@ class CsvPrinter : public Printer {
 
 // The lists of one invocation, checked.
 struct Grid {
-  std::vector<uint32_t> prompts, gens, depths, threads, budgets;
+  std::vector<uint32_t> prompts, gens, depths, threads, slots, budgets;
   std::vector<std::string> backends, policies;
   uint32_t reps = 0;
   uint32_t need = 0;  // the longest sequence a test reaches: the largest depth + the longest test
@@ -261,8 +272,8 @@ bool parse_grid(const std::string (&given)[kOptCount], Grid& g, std::string& err
   const struct {
     Opt opt;
     std::vector<uint32_t>* out;
-  } numbers[] = {
-      {kPrompt, &g.prompts}, {kGen, &g.gens}, {kDepth, &g.depths}, {kThreads, &g.threads}, {kBudget, &g.budgets}};
+  } numbers[] = {{kPrompt, &g.prompts},  {kGen, &g.gens},    {kDepth, &g.depths},
+                 {kThreads, &g.threads}, {kSlots, &g.slots}, {kBudget, &g.budgets}};
   for (const auto& n : numbers) {
     if (!parse_list(given[n.opt], *n.out)) {
       error = std::string(kOptions[n.opt].long_name) + " expects non-negative integers separated by commas, got '" +
@@ -276,6 +287,12 @@ bool parse_grid(const std::string (&given)[kOptCount], Grid& g, std::string& err
     return false;
   }
   g.reps = reps[0];
+  for (const uint32_t n : g.slots) {
+    if (n == 0) {
+      error = "--slots expects counts of at least 1, got '" + given[kSlots] + "'";
+      return false;
+    }
+  }
   if (!split_list(given[kBackend], g.backends) || !split_list(given[kPolicy], g.policies)) {
     error = "--backend and --kv-policy expect lists like auto,ref and full,snapstream";
     return false;
@@ -325,9 +342,31 @@ bool run_tests(Runtime& rt, const std::vector<int32_t>& ids, const Grid& g, Conf
     return e.ok();
   };
   auto fill_depth = [&]() {
-    Error e = rt.reset(0);
-    if (e.ok() && depth > 0) e = rt.prefill(0, Span<const int32_t>(ids.data(), depth));
+    Error e;
+    for (uint32_t s = 0; s < c.slots && e.ok(); ++s) {
+      e = rt.reset(s);
+      if (e.ok() && depth > 0) e = rt.prefill(s, Span<const int32_t>(ids.data(), depth));
+    }
     return check(e);
+  };
+  // One decode step of every slot: one batched pass (Runtime::run), as the scheduler runs it.
+  std::vector<SlotWork> work(c.slots);
+  auto decode_all = [&](const int32_t* token) {
+    if (c.slots == 1) return check(rt.decode(0, *token));
+    for (uint32_t s = 0; s < c.slots; ++s) {
+      work[s] = SlotWork();
+      work[s].slot = s;
+      work[s].tokens = token;
+      work[s].n = 1;
+    }
+    if (!check(rt.run(work.data(), c.slots))) return false;
+    for (const SlotWork& w : work) {
+      if (w.status != Status::Ok) {
+        error = std::string("slot ") + std::to_string(w.slot) + ": " + to_string(w.status);
+        return false;
+      }
+    }
+    return true;
   };
   const std::string at = depth ? " @ d" + std::to_string(depth) : "";
   c.mean_cached = depth;
@@ -360,17 +399,20 @@ bool run_tests(Runtime& rt, const std::vector<int32_t>& ids, const Grid& g, Conf
       const double t0 = now_seconds();
       for (uint32_t i = 0; i < n_gen; ++i) {
         cached_sum += rt.kv_cache(0).visible() + 1.0;
-        if (!check(rt.decode(0, ids[depth + i]))) return false;
+        if (!decode_all(&ids[depth + i])) return false;
       }
-      s.tps.push_back(n_gen / (now_seconds() - t0));
+      s.tps.push_back(double(n_gen) * c.slots / (now_seconds() - t0));
     }
     s.mean_cached = cached_sum / n_gen;
     c.mean_cached = s.mean_cached;
     c.tests.push_back(s);
   }
-  // Bytes one decode step reads: every weight once, plus the cached K and V of every layer it
-  // attends to, on average over a tg test (what the policy holds, not the depth).
-  auto bytes = [&](double cached) { return double(c.weights_bytes) + c.kv_bytes_per_cached_token * cached; };
+  // Bytes one decoded token costs: a step reads every weight once for all slots, plus each
+  // slot's cached K and V of every layer it attends to, on average over a tg test (what the
+  // policy holds, not the depth).
+  auto bytes = [&](double cached) {
+    return (double(c.weights_bytes) + c.slots * c.kv_bytes_per_cached_token * cached) / c.slots;
+  };
   c.bytes_per_token = bytes(c.mean_cached);
   c.ceiling = c.gbps * 1e9 / c.bytes_per_token;
   for (Test& s : c.tests) {
@@ -412,51 +454,57 @@ int cmd_bench(int argc, char** argv) {
   bool begun = false;
   for (const std::string& backend : g.backends) {
     for (const uint32_t threads : g.threads) {
-      for (const std::string& policy : g.policies) {
-        for (const uint32_t budget_given : g.budgets) {
-          // A new plan; the previous one's arenas and threads are released first.
-          SessionOptions o = so;
-          o.backend = backend;
-          if (backend != "dataflow") o.hw.clear(), o.sram_bytes = 0;  // --hw is for the dataflow rows
-          o.threads = threads;
-          o.kv_policy = policy;
-          o.kv_budget = budget_given;
-          auto session = std::make_unique<Session>();
-          if (!session->load(o, error)) return fail("bench", error);
-          if (!session->resolve_policy("full", error)) return usage_error("bench", error);
-          const bool full = session->policy() == KvPolicyKind::Full;
-          const uint32_t budget = budget_given ? budget_given : full ? g.need : session->default_budget();
-          if (full && budget < g.need) {
-            return fail("bench", "depth + test tokens = " + std::to_string(g.need) + " exceed --kv-budget " +
-                                     std::to_string(budget));
-          }
-          if (!session->start(budget, error)) return fail("bench", error);
-          Runtime& rt = session->runtime();
-          const Model& model = session->model();
-          const std::vector<int32_t> ids = bench_ids(g.need, model.shape().vocab_size);
-          const uint32_t t = session->threads();
-          if (bandwidth && !gbps_by_threads.count(t)) {
-            gbps_by_threads[t] = measure_read_bandwidth_gbps(1ull << 30, t, 5);
-          }
-          const ModelShape& ms = model.shape();
-          const std::string& path = session->options().model_path;
-          for (const uint32_t depth : g.depths) {
-            Config c;
-            c.model = path.substr(path.find_last_of('/') + 1);
-            c.weights_bytes = model.weights_bytes();
-            c.backend = backend_name(rt.backend().kind());
-            c.matmul = rt.backend().kernel_name();
-            c.threads = t;
-            c.policy = kv_policy_name(session->policy());
-            c.budget = budget;
-            c.depth = depth;
-            c.reps = g.reps;
-            c.kv_bytes_per_cached_token = 2.0 * ms.n_layers * ms.n_kv_heads * ms.head_dim * 2;  // K and V, f16
-            c.gbps = bandwidth ? gbps_by_threads[t] : 0;
-            if (!run_tests(rt, ids, g, c, error)) return fail("bench", error);
-            if (!begun) printer->begin();
-            begun = true;
-            printer->config(c);
+      for (const uint32_t slots : g.slots) {
+        for (const std::string& policy : g.policies) {
+          for (const uint32_t budget_given : g.budgets) {
+            // A new plan; the previous one's arenas and threads are released first.
+            SessionOptions o = so;
+            o.backend = backend;
+            if (backend != "dataflow") o.hw.clear(), o.sram_bytes = 0;  // --hw is for the dataflow rows
+            o.threads = threads;
+            o.slots = slots;
+            o.kv_policy = policy;
+            o.kv_budget = budget_given;
+            auto session = std::make_unique<Session>();
+            if (!session->load(o, error)) return fail("bench", error);
+            if (!session->resolve_policy("full", error)) return usage_error("bench", error);
+            const bool full = session->policy() == KvPolicyKind::Full;
+            const uint32_t budget = budget_given ? budget_given : full ? g.need : session->default_budget();
+            if (full && budget < g.need) {
+              return fail("bench", "depth + test tokens = " + std::to_string(g.need) + " exceed --kv-budget " +
+                                       std::to_string(budget));
+            }
+            if (!session->start(budget, error)) return fail("bench", error);
+            Runtime& rt = session->runtime();
+            const Model& model = session->model();
+            const std::vector<int32_t> ids = bench_ids(g.need, model.shape().vocab_size);
+            const uint32_t t = session->threads();
+            if (bandwidth && !gbps_by_threads.count(t)) {
+              gbps_by_threads[t] = measure_read_bandwidth_gbps(1ull << 30, t, 5);
+            }
+            const ModelShape& ms = model.shape();
+            const std::string& path = session->options().model_path;
+            for (const uint32_t depth : g.depths) {
+              Config c;
+              c.model = path.substr(path.find_last_of('/') + 1);
+              c.weights_bytes = model.weights_bytes();
+              c.backend = backend_name(rt.backend().kind());
+              c.matmul = rt.backend().kernel_name();
+              c.threads = t;
+              c.slots = slots;
+              c.policy = kv_policy_name(session->policy());
+              if (o.kv_type != KvType::F16) c.policy += std::string("+") + kv_type_name(o.kv_type);
+              c.budget = budget;
+              c.depth = depth;
+              c.reps = g.reps;
+              c.kv_bytes_per_cached_token =
+                  2.0 * ms.n_layers * ms.n_kv_heads * kv_row_bytes(o.kv_type, ms.head_dim);  // K and V rows
+              c.gbps = bandwidth ? gbps_by_threads[t] : 0;
+              if (!run_tests(rt, ids, g, c, error)) return fail("bench", error);
+              if (!begun) printer->begin();
+              begun = true;
+              printer->config(c);
+            }
           }
         }
       }

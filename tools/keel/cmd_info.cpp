@@ -17,7 +17,8 @@ namespace keel::cli {
 namespace {
 
 const char kHelp[] =
-    "usage: keel info MODEL.keel [--json] [--kv-budget N] [--slots N] [--chunk N] [--threads N]\n"
+    "usage: keel info MODEL.keel [--json] [--kv-budget N] [--kv-type T] [--slots N] [--chunk N]\n"
+    "                 [--threads N]\n"
     "\n"
     "Verifies a .keel file and prints its hyper-parameters, tensor summary, tokenizer summary,\n"
     "what a run uses when given no options (\"run\": KV policy, budget, sinks, window,\n"
@@ -27,6 +28,7 @@ const char kHelp[] =
     "\n"
     "options:\n"
     "  --kv-budget N   KV budget in tokens for the plan (default: the run default)\n"
+    "  --kv-type T     f16 | q8 | q4: how the plan's KV cache stores keys and values (default f16)\n"
     "  --slots N       concurrent sequences (default: the file's plan, usually 1)\n"
     "  --chunk N       prefill chunk in tokens (default: the run default)\n"
     "  --threads N     worker threads (default 1)\n"
@@ -54,10 +56,17 @@ int cmd_info(int argc, char** argv) {
   const bool has_slots = args.u32("--slots", nullptr, slots);
   const bool has_chunk = args.u32("--chunk", nullptr, chunk);
   args.u32("--threads", "-t", threads);
+  std::string kv_type_name_arg = "f16";
+  args.value("--kv-type", nullptr, kv_type_name_arg);
   if (!cl.finish(1, "one MODEL.keel")) return 2;
   const std::vector<std::string>& pos = cl.positionals;
   if ((has_budget && budget == 0) || (has_slots && slots == 0) || (has_chunk && chunk == 0) || threads == 0) {
     return usage_error("info", "--kv-budget, --slots, --chunk and --threads must be at least 1");
+  }
+
+  KvType kv_type = KvType::F16;
+  if (!parse_kv_type(kv_type_name_arg.c_str(), kv_type)) {
+    return usage_error("info", "--kv-type expects f16, q8 or q4, got '" + kv_type_name_arg + "'");
   }
 
   port::MappedFile file;
@@ -82,6 +91,7 @@ int cmd_info(int argc, char** argv) {
   o.slots = has_slots ? slots : (fp && fp->slots() ? fp->slots() : 1);
   o.chunk_tokens = has_chunk ? chunk : 0;
   o.threads = threads;
+  o.kv_type = uint32_t(kv_type);
   const RuntimeConfig planned = resolve_runtime_config(model_run_defaults(model), o);
   const PlanConfig& pc = planned.plan;
   const MemoryPlan plan = plan_memory(plan_shape(model), pc, planned.kv);
@@ -134,13 +144,13 @@ int cmd_info(int argc, char** argv) {
         kv_policy_name(run.kv.kind), run_budget, run.kv.sinks, run_window, run.kv.obs_window, run.kv.snap_kernel,
         run.plan.chunk_tokens);
     printf(
-        "\"memory\":{\"kv_budget_tokens\":%u,\"slots\":%u,\"chunk_tokens\":%u,\"threads\":%u,"
+        "\"memory\":{\"kv_budget_tokens\":%u,\"kv_type\":\"%s\",\"slots\":%u,\"chunk_tokens\":%u,\"threads\":%u,"
         "\"weights_bytes\":%llu,\"persistent_bytes\":%llu,\"scratch_bytes\":%llu,\"kv_capacity_tokens\":%llu,"
         "\"kv_bytes\":%llu,\"tokenizer_bytes\":%llu,\"total_bytes\":%llu,\"regions\":[",
-        pc.kv_budget_tokens, pc.slots, pc.chunk_tokens, pc.threads, (unsigned long long)model.weights_bytes(),
-        (unsigned long long)plan.persistent_bytes, (unsigned long long)plan.scratch_bytes,
-        (unsigned long long)plan.kv_capacity_tokens, (unsigned long long)plan.kv_bytes,
-        (unsigned long long)plan.tokenizer_bytes,
+        pc.kv_budget_tokens, kv_type_name(pc.kv_type), pc.slots, pc.chunk_tokens, pc.threads,
+        (unsigned long long)model.weights_bytes(), (unsigned long long)plan.persistent_bytes,
+        (unsigned long long)plan.scratch_bytes, (unsigned long long)plan.kv_capacity_tokens,
+        (unsigned long long)plan.kv_bytes, (unsigned long long)plan.tokenizer_bytes,
         (unsigned long long)(model.weights_bytes() + plan.persistent_bytes + plan.scratch_bytes));
     // The plan's own table: every region with its bytes (all slots), summing to the arenas.
     for (uint32_t i = 0; i < kRegionCount; ++i) {
@@ -195,9 +205,9 @@ int cmd_info(int argc, char** argv) {
          pc.chunk_tokens, pc.threads);
   printf("  weights     %14llu bytes  (%s, mapped read-only)\n", (unsigned long long)model.weights_bytes(),
          human_bytes(model.weights_bytes()).c_str());
-  printf("  persistent  %14llu bytes  (%s: KV %s for %llu tokens, tokenizer %s)\n",
+  printf("  persistent  %14llu bytes  (%s: KV %s %s for %llu tokens, tokenizer %s)\n",
          (unsigned long long)plan.persistent_bytes, human_bytes(plan.persistent_bytes).c_str(),
-         human_bytes(plan.kv_bytes).c_str(), (unsigned long long)plan.kv_capacity_tokens,
+         human_bytes(plan.kv_bytes).c_str(), kv_type_name(pc.kv_type), (unsigned long long)plan.kv_capacity_tokens,
          human_bytes(plan.tokenizer_bytes).c_str());
   printf("  scratch     %14llu bytes  (%s)\n", (unsigned long long)plan.scratch_bytes,
          human_bytes(plan.scratch_bytes).c_str());

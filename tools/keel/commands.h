@@ -13,6 +13,8 @@ int cmd_ppl(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_passkey(int argc, char** argv);
 int cmd_memcheck(int argc, char** argv);
+int cmd_batch(int argc, char** argv);
+int cmd_serve(int argc, char** argv);
 int cmd_emulate(int argc, char** argv);
 
 }  // namespace keel::cli

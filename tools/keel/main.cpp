@@ -22,6 +22,8 @@ const Command kCommands[] = {
     {"bench", keel::cli::cmd_bench, "prefill and decode throughput (llama-bench style)"},
     {"passkey", keel::cli::cmd_passkey, "retrieval of a key hidden in long text, per KV policy"},
     {"memcheck", keel::cli::cmd_memcheck, "prove bounded memory: no allocation after init, flat RSS"},
+    {"batch", keel::cli::cmd_batch, "run a file of OpenAI-style requests, several slots at once"},
+    {"serve", keel::cli::cmd_serve, "HTTP server for the OpenAI API (completions, chat, streaming)"},
     {"emulate", keel::cli::cmd_emulate, "a model on an emulated dataflow accelerator: schedule, cycles, SRAM"},
 };
 

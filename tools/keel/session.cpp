@@ -23,6 +23,8 @@ const char kSessionHelp[] =
     "  --sram-bytes N         override the hardware's on-chip SRAM capacity\n"
     "  --kv-policy P          full | window | streaming | snapkv | snapstream (docs/kv.md)\n"
     "  --kv-budget N          KV cache budget in tokens per sequence\n"
+    "  --kv-type T            f16 | q8 | q4: how the KV cache stores keys and values (default f16;\n"
+    "                         q8 and q4 read about 1/2 and 1/3 of the bytes per cached token)\n"
     "  --sinks N              attention sinks kept by streaming and snapstream (default 4)\n"
     "  --window N             snapstream's recent window for generated tokens (default budget/4)\n"
     "  --obs-window N         SnapKV observation window (default 32)\n"
@@ -40,6 +42,10 @@ void parse_session_options(Args& args, SessionOptions& o) {
   args.u64("--sram-bytes", nullptr, o.sram_bytes);
   args.value("--kv-policy", nullptr, o.kv_policy);
   args.u32("--kv-budget", nullptr, o.kv_budget);
+  std::string kv_type;
+  if (args.value("--kv-type", nullptr, kv_type) && !parse_kv_type(kv_type.c_str(), o.kv_type) && o.error.empty()) {
+    o.error = "--kv-type expects f16, q8 or q4, got '" + kv_type + "'";
+  }
   // 0 means "the default" to the engine (RunOverrides); given here it is a value it cannot take.
   auto at_least_one = [&](const char* name, uint32_t& field) {
     if (args.u32(name, nullptr, field) && field == 0 && o.error.empty()) {
@@ -69,7 +75,8 @@ std::string engine_error(const Error& e) {
   static const char* const kFlags[][2] = {{"snap_kernel", "--snap-kernel"},
                                           {"obs_window", "--obs-window"},
                                           {"kv_budget_tokens", "--kv-budget"},
-                                          {"chunk_tokens", "--chunk"}};
+                                          {"chunk_tokens", "--chunk"},
+                                          {"kv_type", "--kv-type"}};
   for (const auto& f : kFlags) {
     const size_t n = strlen(f[0]);
     if (m.compare(0, n, f[0]) == 0 && (m.size() == n || m[n] == ' ')) m = f[1] + m.substr(n);
@@ -174,7 +181,8 @@ bool Session::start(uint32_t budget, std::string& error) {
   }
   o.kv_policy = run_policy(policy_);
   o.kv_budget_tokens = budget;
-  o.slots = 1;
+  o.slots = opts_.slots;
+  o.queue_capacity = opts_.queue_capacity;
   o.chunk_tokens = opts_.chunk;
   o.threads = threads_;
   o.logit_rows = opts_.logit_rows;
@@ -182,6 +190,7 @@ bool Session::start(uint32_t budget, std::string& error) {
   o.window = opts_.window;
   o.obs_window = opts_.obs_window;
   o.snap_kernel = opts_.snap_kernel;
+  o.kv_type = uint32_t(opts_.kv_type);
   RuntimeConfig cfg;
   Error e = make_runtime_config(model_, o, &cfg);
   if (!e.ok()) {
@@ -195,8 +204,9 @@ bool Session::start(uint32_t budget, std::string& error) {
   // OOM killer instead of an error.
   const uint64_t need = p.persistent_bytes + p.scratch_bytes, avail = port::available_memory_bytes();
   if (avail != 0 && need > avail) {
-    error = "the plan needs " + human_bytes(need) + " of arenas (KV budget " + std::to_string(budget) +
-            " tokens); this machine has " + human_bytes(avail) + " available (lower --kv-budget)";
+    error = "the plan needs " + human_bytes(need) + " of arenas (KV budget " + std::to_string(budget) + " tokens" +
+            (opts_.slots > 1 ? ", " + std::to_string(opts_.slots) + " slots" : std::string()) + "); this machine has " +
+            human_bytes(avail) + " available (lower --kv-budget)";
     return false;
   }
   persistent_.reset(static_cast<uint8_t*>(aligned_alloc(64, align_up(p.persistent_bytes, 64))));

@@ -23,6 +23,7 @@ struct SessionOptions {
   uint64_t sram_bytes = 0;  // --sram-bytes: overrides the hardware's SRAM capacity
   std::string kv_policy;    // empty = the command's default
   uint32_t kv_budget = 0;   // 0 = the command's default
+  KvType kv_type = KvType::F16;
   // 0 = the model's default (llm/run_config.h), as in RunOverrides.
   uint32_t sinks = 0;
   uint32_t window = 0;  // snapstream recent window
@@ -30,11 +31,13 @@ struct SessionOptions {
   int32_t snap_kernel = 0;  // -1 = adaptive (--snap-kernel 0)
   uint32_t chunk = 0;
   uint32_t logit_rows = 1;
+  uint32_t slots = 1;           // sequences the plan holds side by side
+  uint32_t queue_capacity = 0;  // requests the scheduler may hold waiting
   bool verify_weights = false;  // check every tensor's checksum on load
   std::string error;            // set by parse_session_options for a value out of range
 };
 
-// Parses the options every model command takes: -m, -t, --backend, --kv-policy, --kv-budget,
+// Parses the options every model command takes: -m, -t, --backend, --kv-policy, --kv-budget, --kv-type,
 // --sinks, --window, --obs-window, --snap-kernel, --chunk. Returns false with args.error() set on
 // a malformed value; a value the engine cannot take (--chunk 0) is o.error, which load() reports.
 void parse_session_options(Args& args, SessionOptions& o);
@@ -55,7 +58,7 @@ class Session {
   KvPolicyKind policy() const { return policy_; }
   // The model's default budget (from the file), the engine's if it has none.
   uint32_t default_budget() const;
-  // Plans for `budget` tokens and initializes the runtime.
+  // Plans options().slots sequences of `budget` tokens each and initializes the runtime.
   bool start(uint32_t budget, std::string& error);
 
   const Model& model() const { return model_; }

@@ -132,10 +132,117 @@ void to_half_avx2(const float* x, uint32_t n, uint16_t* out) {
   for (; i < n; ++i) out[i] = f32_to_f16(x[i]);
 }
 
+// Quantized rows (core/kv_type.h) with 32-number groups; other group sizes take the ref kernels.
+inline __m256 load_i8x8(const int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m256 load_u8x8(__m128i bytes) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)); }
+
+void scores_q8_avx2(const float* q, const uint16_t* k, uint32_t n, uint32_t hd, float scale, float* s) {
+  if (kv_group(hd) != 32) return attention_kernels_ref().scores_q8(q, k, n, hd, scale, s);
+  const uint32_t groups = hd / 32, row = kv_row_halves(KvType::Q8, hd);
+  for (uint32_t j = 0; j < n; ++j) {
+    const uint16_t* kj = k + uint64_t(j) * row;
+    const int8_t* qk = reinterpret_cast<const int8_t*>(kj + groups);
+    __m256 acc = _mm256_setzero_ps();
+    for (uint32_t b = 0; b < groups; ++b) {
+      const float* qb = q + b * 32;
+      const int8_t* kb = qk + b * 32;
+      __m256 p0 = _mm256_mul_ps(_mm256_loadu_ps(qb), load_i8x8(kb));
+      __m256 p1 = _mm256_mul_ps(_mm256_loadu_ps(qb + 8), load_i8x8(kb + 8));
+      p0 = _mm256_fmadd_ps(_mm256_loadu_ps(qb + 16), load_i8x8(kb + 16), p0);
+      p1 = _mm256_fmadd_ps(_mm256_loadu_ps(qb + 24), load_i8x8(kb + 24), p1);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(kj[b])), _mm256_add_ps(p0, p1), acc);
+    }
+    s[j] = hsum(acc) * scale;
+  }
+}
+
+void weighted_sum_q8_avx2(const float* p, const uint16_t* v, uint32_t n, uint32_t hd, float* out) {
+  if (kv_group(hd) != 32 || hd > 128) return attention_kernels_ref().weighted_sum_q8(p, v, n, hd, out);
+  const uint32_t groups = hd / 32, row = kv_row_halves(KvType::Q8, hd);
+  __m256 acc[16];
+  for (uint32_t b = 0; b < 4 * groups; ++b) acc[b] = _mm256_setzero_ps();
+  for (uint32_t j = 0; j < n; ++j) {
+    const uint16_t* vj = v + uint64_t(j) * row;
+    const int8_t* qv = reinterpret_cast<const int8_t*>(vj + groups);
+    for (uint32_t b = 0; b < groups; ++b) {
+      const __m256 c = _mm256_set1_ps(p[j] * f16_to_f32(vj[b]));
+      const int8_t* vb = qv + b * 32;
+      __m256* a = acc + 4 * b;
+      a[0] = _mm256_fmadd_ps(c, load_i8x8(vb), a[0]);
+      a[1] = _mm256_fmadd_ps(c, load_i8x8(vb + 8), a[1]);
+      a[2] = _mm256_fmadd_ps(c, load_i8x8(vb + 16), a[2]);
+      a[3] = _mm256_fmadd_ps(c, load_i8x8(vb + 24), a[3]);
+    }
+  }
+  for (uint32_t b = 0; b < 4 * groups; ++b) _mm256_storeu_ps(out + 8 * b, acc[b]);
+}
+
+void scores_q4_avx2(const float* q, const uint16_t* k, uint32_t n, uint32_t hd, float scale, float* s) {
+  if (kv_group(hd) != 32 || hd > 512) return attention_kernels_ref().scores_q4(q, k, n, hd, scale, s);
+  const uint32_t groups = hd / 32, row = kv_row_halves(KvType::Q4, hd);
+  // x = d * nibble + m, so q.x = d * (q . nibbles) + m * sum(q) per group.
+  float qsum[16];
+  for (uint32_t b = 0; b < groups; ++b) {
+    float t = 0.0f;
+    for (uint32_t i = 0; i < 32; ++i) t += q[b * 32 + i];
+    qsum[b] = t;
+  }
+  const __m128i low4 = _mm_set1_epi8(15);
+  for (uint32_t j = 0; j < n; ++j) {
+    const uint16_t* kj = k + uint64_t(j) * row;
+    const uint8_t* qk = reinterpret_cast<const uint8_t*>(kj + 2 * groups);
+    __m256 acc = _mm256_setzero_ps();
+    float mins = 0.0f;
+    for (uint32_t b = 0; b < groups; ++b) {
+      const float* qb = q + b * 32;
+      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qk + b * 16));
+      const __m128i lo = _mm_and_si128(x, low4), hi = _mm_and_si128(_mm_srli_epi16(x, 4), low4);
+      __m256 p0 = _mm256_mul_ps(_mm256_loadu_ps(qb), load_u8x8(lo));
+      __m256 p1 = _mm256_mul_ps(_mm256_loadu_ps(qb + 8), load_u8x8(_mm_srli_si128(lo, 8)));
+      p0 = _mm256_fmadd_ps(_mm256_loadu_ps(qb + 16), load_u8x8(hi), p0);
+      p1 = _mm256_fmadd_ps(_mm256_loadu_ps(qb + 24), load_u8x8(_mm_srli_si128(hi, 8)), p1);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(kj[b])), _mm256_add_ps(p0, p1), acc);
+      mins += f16_to_f32(kj[groups + b]) * qsum[b];
+    }
+    s[j] = (hsum(acc) + mins) * scale;
+  }
+}
+
+void weighted_sum_q4_avx2(const float* p, const uint16_t* v, uint32_t n, uint32_t hd, float* out) {
+  if (kv_group(hd) != 32 || hd > 128) return attention_kernels_ref().weighted_sum_q4(p, v, n, hd, out);
+  const uint32_t groups = hd / 32, row = kv_row_halves(KvType::Q4, hd);
+  const __m128i low4 = _mm_set1_epi8(15);
+  __m256 acc[16];
+  float mins[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (uint32_t b = 0; b < 4 * groups; ++b) acc[b] = _mm256_setzero_ps();
+  for (uint32_t j = 0; j < n; ++j) {
+    const uint16_t* vj = v + uint64_t(j) * row;
+    const uint8_t* qv = reinterpret_cast<const uint8_t*>(vj + 2 * groups);
+    for (uint32_t b = 0; b < groups; ++b) {
+      const __m256 c = _mm256_set1_ps(p[j] * f16_to_f32(vj[b]));
+      mins[b] += p[j] * f16_to_f32(vj[groups + b]);
+      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qv + b * 16));
+      const __m128i lo = _mm_and_si128(x, low4), hi = _mm_and_si128(_mm_srli_epi16(x, 4), low4);
+      __m256* a = acc + 4 * b;
+      a[0] = _mm256_fmadd_ps(c, load_u8x8(lo), a[0]);
+      a[1] = _mm256_fmadd_ps(c, load_u8x8(_mm_srli_si128(lo, 8)), a[1]);
+      a[2] = _mm256_fmadd_ps(c, load_u8x8(hi), a[2]);
+      a[3] = _mm256_fmadd_ps(c, load_u8x8(_mm_srli_si128(hi, 8)), a[3]);
+    }
+  }
+  for (uint32_t b = 0; b < 4 * groups; ++b) {
+    _mm256_storeu_ps(out + 8 * b, _mm256_add_ps(acc[b], _mm256_set1_ps(mins[b / 4])));
+  }
+}
+
 }  // namespace
 
 const AttentionKernels* attention_kernels_x86_avx2_table() {
-  static const AttentionKernels k{"avx2", scores_avx2, weighted_sum_avx2, to_half_avx2, weighted_sum_more_avx2};
+  static const AttentionKernels k{
+      "avx2",         scores_avx2,          weighted_sum_avx2, to_half_avx2,        weighted_sum_more_avx2,
+      scores_q8_avx2, weighted_sum_q8_avx2, scores_q4_avx2,    weighted_sum_q4_avx2};
   return &k;
 }
 

@@ -124,10 +124,11 @@ void q4_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* 
   const uint8_t* mins = panel + uint64_t(nb) * 32;
   const uint8_t* quants = panel + qoff;
   const __m512i low4 = _mm512_set1_epi8(0x0f);
-  // The min term goes to its own accumulator: one f32 dependency chain per block instead of
-  // two (measured ~10% faster DRAM-cold for Q4M decode).
-  __m512 accf[T], accm[T];
-  for (int t = 0; t < T; ++t) accf[t] = accm[t] = _mm512_setzero_ps();
+  // Every lane adds block b's scaled sum and then its min term, in the order the 256-bit kernel
+  // (which runs Q4M decode, see decode_prefers_256) does: a token's result is then bit for bit
+  // the same whether it is multiplied alone or beside others (batched decode, llm/scheduler.h).
+  __m512 accf[T];
+  for (int t = 0; t < T; ++t) accf[t] = _mm512_setzero_ps();
   for (uint32_t b = 0; b < nb; ++b) {
     const __m512 dw = load_scales(scales + b * 32);
     const uint8_t* qb = quants + uint64_t(b) * 256;
@@ -163,16 +164,13 @@ void q4_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* 
       for (int t = 0; t < T; ++t) {
         const ActBlock& a = x[uint64_t(t) * nb + b];
         accf[t] = scale_add(accf[t], dw, a.d, acc[t]);
-        accm[t] = _mm512_fmadd_ps(_mm512_mul_ps(mw, _mm512_set1_ps(a.d)), _mm512_set1_ps(float(a.sum)), accm[t]);
+        accf[t] = _mm512_fmadd_ps(_mm512_mul_ps(mw, _mm512_set1_ps(a.d)), _mm512_set1_ps(float(a.sum)), accf[t]);
       }
     } else {
       for (int t = 0; t < T; ++t) accf[t] = scale_add(accf[t], dw, x[uint64_t(t) * nb + b].d, acc[t]);
     }
   }
-  for (int t = 0; t < T; ++t) {
-    const __m512 sum = kMin ? _mm512_add_ps(accf[t], accm[t]) : accf[t];
-    _mm512_mask_storeu_ps(y + uint64_t(t) * y_stride, rows_mask, sum);
-  }
+  for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + uint64_t(t) * y_stride, rows_mask, accf[t]);
 }
 
 // The kernels read one scale line (and one min line) for every two blocks while streaming the

@@ -125,6 +125,64 @@ TEST(KvCache, CompactionKeepsTheChosenEntriesInOrder) {
   EXPECT_EQ(c.logical(), (std::vector<int32_t>{0, 2, 5, 9, 10, 11, 12}));
 }
 
+// Quantized rows (q8, q4) move whole: after ring overwrites and a compaction every logical
+// entry still holds, bit for bit, the row written for its position, key and value.
+TEST(KvCache, QuantizedRowsMoveWhole) {
+  for (KvType t : {KvType::Q8, KvType::Q4}) {
+    constexpr uint32_t kHd = 64, kBudget = 8, kChunk = 4;
+    std::vector<uint8_t> mem(1 << 20);
+    Arena arena(mem.data() + (64 - reinterpret_cast<uintptr_t>(mem.data()) % 64) % 64, mem.size() - 64);
+    KvShape s{1, 1, kHd, kBudget + kChunk, kBudget, kHd, 0, t};
+    KvBuffers b;
+    const uint32_t row = kv_row_halves(t, kHd);
+    b.keys_values = arena.allocate_array<uint16_t>(2ull * s.capacity * row);
+    b.positions = arena.allocate_array<int32_t>(s.capacity);
+    KvCache kv;
+    ASSERT_TRUE(kv.init(s, b).ok());
+    ASSERT_EQ(kv.row_halves(), row);
+    auto row_of = [&](int64_t pos, bool value, uint16_t* out) {
+      float x[kHd];
+      for (uint32_t i = 0; i < kHd; ++i) x[i] = float((pos * 7 + i * (value ? 3 : 5)) % 23) - 11.0f;
+      kv_quantize_row(t, x, kHd, out);
+    };
+    auto stage = [&](uint32_t n) {
+      for (uint32_t j = 0; j < n; ++j) {
+        const uint32_t at = kv.visible() + j;
+        const int64_t pos = kv.next_position() + j;
+        kv.positions(0, 0)[at] = int32_t(pos);
+        row_of(pos, false, kv.keys(0, 0) + uint64_t(at) * row);
+        row_of(pos, true, kv.values(0, 0) + uint64_t(at) * row);
+      }
+      kv.advance(n);
+    };
+    auto check = [&](const char* when) {
+      std::vector<uint16_t> want(row);
+      for (uint32_t i = 0; i < kv.visible(); ++i) {
+        const uint32_t p = kv.physical(i);
+        const int64_t pos = kv.positions(0, 0)[p];
+        row_of(pos, false, want.data());
+        EXPECT_EQ(memcmp(want.data(), kv.keys(0, 0) + uint64_t(p) * row, row * 2), 0) << when << " key " << pos;
+        row_of(pos, true, want.data());
+        EXPECT_EQ(memcmp(want.data(), kv.values(0, 0) + uint64_t(p) * row, row * 2), 0) << when << " value " << pos;
+      }
+    };
+    for (int i = 0; i < 5; ++i) {
+      stage(3);
+      kv.append_ring(3);
+      check("ring");
+    }
+    stage(3);
+    const uint32_t keep[] = {0, 2, 5, 9, 10};
+    std::vector<uint8_t> scratch(kv.compact_scratch_bytes());
+    kv.compact_head(0, 0, keep, 5, 2, 3, no_rotation, nullptr, scratch.data());
+    kv.finish_compact(5, 2, 3);
+    check("compaction");
+    stage(2);
+    kv.append_ring(2);
+    check("after compaction");
+  }
+}
+
 TEST(SnapKvSelect, PoolsThenKeepsTheTopInOriginalOrder) {
   // scores: a peak at 2 and one at 9; kernel 3 widens each to its neighbours.
   const float scores[] = {0.1f, 0.2f, 5.0f, 0.1f, 0.0f, 0.0f, 0.3f, 0.0f, 0.0f, 4.0f, 0.0f, 0.0f};

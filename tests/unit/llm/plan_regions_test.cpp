@@ -108,6 +108,23 @@ TEST(PlanRegions, FirmwarePlanIsTheSameTable) {
   check_plan(E::kPlan, "Engine<TinyShape, 256, 2>");
 }
 
+// The KV type sizes the cache rows and nothing else: q8 and q4 rows of 8 numbers (one group) are
+// 10 and 8 bytes against f16's 16.
+TEST(PlanRegions, KvTypeSizesTheCacheRows) {
+  using F16 = Engine<TinyShape, 256, 2, 16, KvPolicyKind::SnapStream>;
+  using Q8 = Engine<TinyShape, 256, 2, 16, KvPolicyKind::SnapStream, 0, KvType::Q8>;
+  using Q4 = Engine<TinyShape, 256, 2, 16, KvPolicyKind::SnapStream, 0, KvType::Q4>;
+  check_plan(Q8::kPlan, "Engine<..., q8>");
+  check_plan(Q4::kPlan, "Engine<..., q4>");
+  const uint64_t rows = 2ull * TinyShape::n_layers * TinyShape::n_kv_heads * (256 + 16);
+  EXPECT_EQ(F16::kPlan.regions[uint32_t(Region::KvKeysValues)].elements * 2, rows * 16);
+  EXPECT_EQ(Q8::kPlan.regions[uint32_t(Region::KvKeysValues)].elements * 2, rows * 10);
+  EXPECT_EQ(Q4::kPlan.regions[uint32_t(Region::KvKeysValues)].elements * 2, rows * 8);
+  EXPECT_EQ(F16::kPlan.scratch_bytes, Q8::kPlan.scratch_bytes);
+  EXPECT_LT(Q4::kPlan.persistent_bytes, Q8::kPlan.persistent_bytes);
+  EXPECT_LT(Q8::kPlan.persistent_bytes, F16::kPlan.persistent_bytes);
+}
+
 // keel info --json prints the table; its regions sum to the arenas it reports.
 TEST(PlanRegions, InfoReportsRegions) {
   const std::string model = test::tmp_path("plan_regions_stories.keel");

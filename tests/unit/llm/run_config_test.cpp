@@ -136,6 +136,17 @@ TEST(RunConfig, FileDefaultsAreUsed) {
   ASSERT_TRUE(make_runtime_config(c.model, o, &r2).ok());
   EXPECT_EQ(r2.kv.kind, KvPolicyKind::Full);
   EXPECT_EQ(plan_obs_window(r2.kv), 0u);
+  EXPECT_EQ(r2.plan.kv_type, KvType::F16) << "zero is f16";
+
+  // KV type: a KvType number; one out of range is refused, naming the field.
+  o = RunOverrides{};
+  o.kv_type = uint32_t(KvType::Q8);
+  ASSERT_TRUE(make_runtime_config(c.model, o, &r2).ok());
+  EXPECT_EQ(r2.plan.kv_type, KvType::Q8);
+  o.kv_type = 3;
+  const Error bad = make_runtime_config(c.model, o, &r2);
+  EXPECT_EQ(bad.status(), Status::InvalidArgument);
+  EXPECT_NE(std::string(bad.message()).find("kv_type 3"), std::string::npos) << bad.message();
 }
 
 TEST(RunConfig, LegacySnapStreamKernelReadsAsTheOneRunsUsed) {

@@ -54,6 +54,7 @@ struct Case {
   uint32_t decode_steps;
   KvPolicyKind policy = KvPolicyKind::Full;
   uint32_t budget = 0;  // 0: enough for the whole sequence
+  KvType kv_type = KvType::F16;
 };
 
 void run_case(const Case& c) {
@@ -66,6 +67,7 @@ void run_case(const Case& c) {
   rc.plan.kv_budget_tokens = c.budget ? c.budget : c.decode_steps + 64;
   rc.plan.chunk_tokens = 16;
   rc.plan.threads = c.threads;
+  rc.plan.kv_type = c.kv_type;
   std::string err;
   if (backend_supported(c.backend).ok()) {
     ASSERT_TRUE(port::reserve_backend_bytes(l->model, rc, err)) << err;
@@ -178,6 +180,15 @@ TEST(RuntimeNoAlloc, StoriesStreamingEvicts) {
 }
 TEST(RuntimeNoAlloc, StoriesSnapKvCompresses) {
   run_case({"na_st_snapkv", false, convert::QuantMode::Q8, BackendKind::Native, 2, 1000, KvPolicyKind::SnapKV, 128});
+}
+// Quantized KV rows: appended, evicted and re-rotated by SnapKV's compaction.
+TEST(RuntimeNoAlloc, StoriesKvQ8SnapKv) {
+  run_case({"na_st_kvq8", false, convert::QuantMode::Q8, BackendKind::Native, 2, 1000, KvPolicyKind::SnapKV, 128,
+            KvType::Q8});
+}
+TEST(RuntimeNoAlloc, StoriesKvQ4Streaming) {
+  run_case({"na_st_kvq4", false, convert::QuantMode::Q8, BackendKind::Ref, 1, 1000, KvPolicyKind::Streaming, 128,
+            KvType::Q4});
 }
 TEST(RuntimeNoAlloc, StoriesF32Xnnpack) {
   run_case({"na_st_f32_xnn", false, convert::QuantMode::Keep, BackendKind::Xnnpack, 2, 1000});

@@ -1,0 +1,306 @@
+#include "llm/scheduler.h"
+
+#include <cinttypes>
+#include <new>
+
+#include "core/check.h"
+
+namespace keel {
+
+const char* slot_phase_name(SlotPhase p) {
+  switch (p) {
+    case SlotPhase::Free: return "free";
+    case SlotPhase::Prefilling: return "prefilling";
+    case SlotPhase::Decoding: return "decoding";
+  }
+  return "?";
+}
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::None: return "none";
+    case FinishReason::MaxTokens: return "max tokens";
+    case FinishReason::StopToken: return "stop token";
+    case FinishReason::Cancelled: return "cancelled";
+    case FinishReason::KvFull: return "kv full";
+    case FinishReason::Error: return "error";
+  }
+  return "?";
+}
+
+// A request in a slot or in the queue; id 0 marks an empty record.
+struct Scheduler::Record {
+  uint64_t id = 0;
+  const int32_t* prompt = nullptr;  // caller-owned [prompt_len]
+  uint64_t prompt_len = 0;
+  uint64_t prompt_done = 0;
+  text::SamplerConfig sampling;
+  int32_t stop_tokens[kMaxStopTokens] = {};
+  uint32_t n_stop_tokens = 0;
+  bool default_stops = true;
+  bool started = false;    // begin_prompt ran
+  bool cancelled = false;  // cancel() was called; the next step finishes it
+  SlotPhase phase = SlotPhase::Free;
+  uint32_t max_new_tokens = 0;
+  uint32_t generated = 0;
+  int32_t next_token = -1;  // what the next decode row feeds
+  uint64_t admission = 0;   // order of entering a slot (prefill goes oldest first)
+};
+
+Error Scheduler::init(Runtime& runtime) {
+  static_assert(sizeof(Record) <= kRequestRecordBytes, "a request record exceeds its planned bytes");
+  KEEL_ENSURE(runtime.initialized(), Status::InvalidArgument, "the runtime is not initialized");
+  const PlanConfig& pc = runtime.config().plan;
+  const Span<uint8_t> block = runtime.request_records();
+  const uint64_t records = uint64_t(pc.slots) + pc.queue_capacity;
+  KEEL_ENSURE(block.size() >= records * kRequestRecordBytes + uint64_t(pc.slots) * kStepEntryBytes, Status::Internal,
+              "the plan's requests region holds %zu bytes; %" PRIu32 " slots and a queue of %" PRIu32 " need more",
+              block.size(), pc.slots, pc.queue_capacity);
+  rt_ = &runtime;
+  slots_ = pc.slots;
+  queue_capacity_ = pc.queue_capacity;
+  records_ = block.data();
+  for (uint64_t i = 0; i < records; ++i) new (records_ + i * kRequestRecordBytes) Record();
+  work_ = reinterpret_cast<SlotWork*>(records_ + records * kRequestRecordBytes);
+  for (uint32_t i = 0; i < slots_; ++i) new (work_ + i) SlotWork();
+  queue_head_ = queue_count_ = 0;
+  next_id_ = next_admission_ = 1;
+  for (uint32_t i = 0; i < slots_; ++i) KEEL_TRY(rt_->reset(i));
+  return Error();
+}
+
+Scheduler::Record& Scheduler::slot_record(uint32_t slot) const {
+  return *reinterpret_cast<Record*>(records_ + uint64_t(slot) * kRequestRecordBytes);
+}
+
+Scheduler::Record& Scheduler::queue_record(uint32_t i) const {
+  const uint32_t at = (queue_head_ + i) % (queue_capacity_ ? queue_capacity_ : 1);
+  return *reinterpret_cast<Record*>(records_ + (uint64_t(slots_) + at) * kRequestRecordBytes);
+}
+
+uint32_t Scheduler::active() const {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < slots_; ++i) n += slot_record(i).phase != SlotPhase::Free ? 1 : 0;
+  return n;
+}
+
+Result<uint64_t> Scheduler::submit(const SchedulerRequest& q) {
+  KEEL_ENSURE(rt_ != nullptr, Status::InvalidArgument, "the scheduler is not initialized");
+  KEEL_ENSURE(!q.prompt.empty(), Status::InvalidArgument, "request with an empty prompt");
+  KEEL_ENSURE(q.max_new_tokens >= 1, Status::InvalidArgument, "max_new_tokens 0; expected at least 1");
+  KEEL_ENSURE(q.n_stop_tokens <= kMaxStopTokens, Status::InvalidArgument, "%" PRIu32 " stop tokens; at most %" PRIu32,
+              q.n_stop_tokens, kMaxStopTokens);
+  KEEL_TRY(rt_->model().check_tokens(q.prompt));
+  KEEL_TRY(text::Sampler::check(q.sampling));
+  Record* r = nullptr;
+  // Straight into a free slot only when nobody waits: the queue is first come, first served.
+  if (queue_count_ == 0) {
+    for (uint32_t i = 0; i < slots_ && !r; ++i) {
+      if (slot_record(i).phase == SlotPhase::Free) r = &slot_record(i);
+    }
+  }
+  const bool in_slot = r != nullptr;
+  if (!in_slot) {
+    KEEL_ENSURE(queue_count_ < queue_capacity_, Status::QueueFull,
+                "all %" PRIu32 " slots are busy and the queue holds its %" PRIu32 " requests", slots_, queue_capacity_);
+    r = &queue_record(queue_count_++);
+  }
+  *r = Record();
+  r->id = next_id_++;
+  r->prompt = q.prompt.data();
+  r->prompt_len = q.prompt.size();
+  r->sampling = q.sampling;
+  for (uint32_t i = 0; i < q.n_stop_tokens; ++i) r->stop_tokens[i] = q.stop_tokens[i];
+  r->n_stop_tokens = q.n_stop_tokens;
+  r->default_stops = q.default_stops;
+  r->max_new_tokens = q.max_new_tokens;
+  if (in_slot) {
+    r->phase = SlotPhase::Prefilling;
+    r->admission = next_admission_++;
+  }
+  return r->id;
+}
+
+Error Scheduler::cancel(uint64_t id) {
+  KEEL_ENSURE(rt_ != nullptr, Status::InvalidArgument, "the scheduler is not initialized");
+  for (uint32_t i = 0; id != 0 && i < slots_; ++i) {
+    Record& r = slot_record(i);
+    if (r.phase != SlotPhase::Free && r.id == id) {
+      r.cancelled = true;
+      return Error();
+    }
+  }
+  for (uint32_t i = 0; id != 0 && i < queue_count_; ++i) {
+    if (queue_record(i).id == id) {
+      queue_record(i).cancelled = true;
+      return Error();
+    }
+  }
+  return Error(Status::InvalidArgument, "request %" PRIu64 " is neither queued nor running", id);
+}
+
+SlotState Scheduler::slot_state(uint32_t slot) const {
+  SlotState st;
+  if (!rt_ || slot >= slots_) return st;
+  const Record& r = slot_record(slot);
+  st.phase = r.phase;
+  st.kv_budget = rt_->config().plan.kv_budget_tokens;
+  st.kv_tokens = rt_->kv_cache(slot).visible();
+  if (r.phase == SlotPhase::Free) return st;
+  st.request = r.id;
+  st.prompt_tokens = r.prompt_len;
+  st.prompt_done = r.prompt_done;
+  st.generated = r.generated;
+  return st;
+}
+
+bool Scheduler::is_stop(const Record& r, int32_t token) const {
+  const text::Tokenizer& tok = rt_->tokenizer();
+  if (r.default_stops && (token == tok.eos_id() || token == tok.im_end_id())) return true;
+  for (uint32_t i = 0; i < r.n_stop_tokens; ++i) {
+    if (r.stop_tokens[i] == token) return true;
+  }
+  return false;
+}
+
+void Scheduler::finish(Record& r, uint32_t slot, int32_t token, FinishReason why, Span<TokenEvent> events, size_t* n) {
+  if (*n < events.size()) events[(*n)++] = TokenEvent{r.id, slot, token, why};
+  if (slot != kNoSlot) (void)rt_->reset(slot);
+  r = Record();
+}
+
+void Scheduler::admit() {
+  for (uint32_t i = 0; i < slots_ && queue_count_ > 0; ++i) {
+    Record& s = slot_record(i);
+    if (s.phase != SlotPhase::Free) continue;
+    s = queue_record(0);
+    queue_record(0) = Record();
+    queue_head_ = (queue_head_ + 1) % queue_capacity_;
+    --queue_count_;
+    s.phase = SlotPhase::Prefilling;
+    s.admission = next_admission_++;
+  }
+}
+
+Error Scheduler::step(Span<TokenEvent> events, size_t* n_events) {
+  KEEL_ENSURE(rt_ != nullptr && n_events != nullptr, Status::InvalidArgument,
+              "the scheduler is not initialized, or no event count");
+  KEEL_ENSURE(events.size() >= max_events(), Status::InvalidArgument,
+              "room for %zu events; a step may report %zu (slots + queue capacity)", events.size(), max_events());
+  size_t n = 0;
+  // Cancelled requests leave first: queued ones (kept in order), then running ones.
+  for (uint32_t i = 0, kept = 0, count = queue_count_; i < count; ++i) {
+    Record r = queue_record(i);
+    if (r.cancelled) {
+      finish(r, kNoSlot, -1, FinishReason::Cancelled, events, &n);
+      --queue_count_;
+    } else {
+      if (kept != i) queue_record(kept) = r;
+      ++kept;
+    }
+  }
+  for (uint32_t i = queue_count_; i < queue_capacity_; ++i) queue_record(i) = Record();
+  for (uint32_t i = 0; i < slots_; ++i) {
+    Record& r = slot_record(i);
+    if (r.phase != SlotPhase::Free && r.cancelled) finish(r, i, -1, FinishReason::Cancelled, events, &n);
+  }
+  admit();
+
+  // Decode rows first: every decoding slot advances by one token each pass.
+  const uint32_t chunk = rt_->config().plan.chunk_tokens;
+  uint32_t rows_left = uint32_t(plan_step_rows(chunk, slots_)), count = 0;
+  for (uint32_t i = 0; i < slots_; ++i) {
+    Record& r = slot_record(i);
+    if (r.phase != SlotPhase::Decoding) continue;
+    SlotWork& w = work_[count++];
+    w = SlotWork();
+    w.slot = i;
+    w.tokens = &r.next_token;
+    w.n = 1;
+    --rows_left;
+  }
+  // Then whole prompt chunks, oldest admission first, while they fit.
+  for (;;) {
+    Record* oldest = nullptr;
+    uint32_t oldest_slot = 0;
+    for (uint32_t i = 0; i < slots_; ++i) {
+      Record& r = slot_record(i);
+      bool queued_in_pass = false;
+      for (uint32_t j = 0; j < count; ++j) queued_in_pass = queued_in_pass || work_[j].slot == i;
+      if (r.phase != SlotPhase::Prefilling || queued_in_pass) continue;
+      if (!oldest || r.admission < oldest->admission) {
+        oldest = &r;
+        oldest_slot = i;
+      }
+    }
+    if (!oldest) break;
+    Record& r = *oldest;
+    if (!r.started) {
+      const Error e = rt_->begin_prompt(oldest_slot, Span<const int32_t>(r.prompt, size_t(r.prompt_len)));
+      if (!e.ok()) {
+        finish(r, oldest_slot, -1, e.status() == Status::KvFull ? FinishReason::KvFull : FinishReason::Error, events,
+               &n);
+        continue;
+      }
+      r.started = true;
+      const Error se = rt_->set_sampler(oldest_slot, r.sampling);
+      if (!se.ok()) {
+        finish(r, oldest_slot, -1, FinishReason::Error, events, &n);
+        continue;
+      }
+    }
+    const uint64_t left = r.prompt_len - r.prompt_done;
+    const uint32_t take = uint32_t(left < chunk ? left : chunk);
+    if (take > rows_left) break;
+    SlotWork& w = work_[count++];
+    w = SlotWork();
+    w.slot = oldest_slot;
+    w.tokens = r.prompt + r.prompt_done;
+    w.n = take;
+    w.prompt = true;
+    w.prompt_end = take == left;
+    rows_left -= take;
+  }
+  if (count == 0) {
+    admit();
+    *n_events = n;
+    return Error();
+  }
+
+  const Error pass = rt_->run(work_, count);
+  for (uint32_t j = 0; j < count; ++j) {
+    const SlotWork& w = work_[j];
+    Record& r = slot_record(w.slot);
+    if (w.status != Status::Ok) {
+      finish(r, w.slot, -1, w.status == Status::KvFull ? FinishReason::KvFull : FinishReason::Error, events, &n);
+      continue;
+    }
+    if (w.prompt) {
+      r.prompt_done += w.n;
+      if (!w.prompt_end) continue;
+      r.phase = SlotPhase::Decoding;
+    }
+    const Result<int32_t> sampled = rt_->sample(w.slot);
+    if (!sampled.ok()) {
+      finish(r, w.slot, -1, FinishReason::Error, events, &n);
+      continue;
+    }
+    const int32_t token = sampled.value();
+    ++r.generated;
+    if (is_stop(r, token)) {
+      finish(r, w.slot, token, FinishReason::StopToken, events, &n);
+    } else if (r.generated >= r.max_new_tokens) {
+      finish(r, w.slot, token, FinishReason::MaxTokens, events, &n);
+    } else {
+      r.next_token = token;
+      if (n < events.size()) events[n++] = TokenEvent{r.id, w.slot, token, FinishReason::None};
+    }
+  }
+  // Slots freed by this pass take waiting requests now: between steps a free slot means an
+  // empty queue, so submit() refuses only when every slot and queue place is taken.
+  admit();
+  *n_events = n;
+  return pass;
+}
+
+}  // namespace keel

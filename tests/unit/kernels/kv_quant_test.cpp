@@ -1,0 +1,182 @@
+// Quantized KV rows (core/kv_type.h) and the attention kernels that read them directly.
+//
+// Error bounds, per group of a row with scale d (and minimum m for q4):
+//   q8: |x - x~| <= d/2 + 2^-10 |x|       (d = half(amax / 127): rounding to the nearest step,
+//                                          plus the half rounding of d that may push the largest
+//                                          number just past 127 steps)
+//   q4: |x - x~| <= d/2 + 2^-10 (|x| + |m|) (d = half((max - min) / 15), m = half(min))
+// The kernels must compute exactly the dot products and sums of the dequantized rows, up to f32
+// rounding: within (terms + 3) u S, u = 2^-24, S = sum of |products|. Against the f32 inputs the
+// scores are then within scale * sum_i |q_i| e_i of exact, e_i the bound above.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/f16.h"
+#include "core/kv_type.h"
+#include "kernels/attention.h"
+
+namespace keel {
+namespace {
+
+constexpr double kU = 1.0 / 16777216.0;
+
+std::vector<const AttentionKernels*> tables() {
+  std::vector<const AttentionKernels*> t{&attention_kernels_ref()};
+  if (attention_kernels_x86() != nullptr) t.push_back(attention_kernels_x86());
+  return t;
+}
+
+// Per-number error bounds of x stored as `t`.
+std::vector<double> error_bounds(KvType t, const float* x, const uint16_t* row, uint32_t hd) {
+  const uint32_t g = kv_group(hd), groups = hd / g;
+  std::vector<double> e(hd);
+  for (uint32_t b = 0; b < groups; ++b) {
+    const double d = f16_to_f32(row[b]);
+    const double m = t == KvType::Q4 ? std::fabs(f16_to_f32(row[groups + b])) : 0.0;
+    for (uint32_t i = 0; i < g; ++i) e[b * g + i] = d / 2 + std::ldexp(std::fabs(x[b * g + i]) + m, -10) + 1e-30;
+  }
+  return e;
+}
+
+struct Rows {
+  std::vector<float> x;     // [n][hd] the numbers
+  std::vector<uint16_t> q;  // [n] rows
+  std::vector<float> deq;   // [n][hd] what the rows stand for
+};
+
+Rows make_rows(KvType t, uint32_t n, uint32_t hd, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_real_distribution<float> off(-3.0f, 3.0f);
+  Rows r;
+  const uint32_t row = kv_row_halves(t, hd);
+  r.x.resize(uint64_t(n) * hd);
+  r.q.resize(uint64_t(n) * row);
+  r.deq.resize(uint64_t(n) * hd);
+  for (uint32_t j = 0; j < n; ++j) {
+    // Keys have outlier channels and offsets: a few numbers ten times the others.
+    const float shift = off(rng);
+    for (uint32_t i = 0; i < hd; ++i) r.x[uint64_t(j) * hd + i] = nd(rng) * (i % 13 == 5 ? 10.0f : 1.0f) + shift;
+    kv_quantize_row(t, &r.x[uint64_t(j) * hd], hd, &r.q[uint64_t(j) * row]);
+    kv_dequantize_row(t, &r.q[uint64_t(j) * row], hd, &r.deq[uint64_t(j) * hd]);
+  }
+  return r;
+}
+
+TEST(KvQuant, RowsRoundTripWithinBounds) {
+  std::mt19937 rng(3);
+  for (KvType t : {KvType::Q8, KvType::Q4}) {
+    for (uint32_t hd : {8u, 16u, 24u, 64u, 96u, 128u, 130u, 256u}) {
+      const Rows r = make_rows(t, 20, hd, rng);
+      const uint32_t row = kv_row_halves(t, hd);
+      for (uint32_t j = 0; j < 20; ++j) {
+        const std::vector<double> e = error_bounds(t, &r.x[uint64_t(j) * hd], &r.q[uint64_t(j) * row], hd);
+        for (uint32_t i = 0; i < hd; ++i) {
+          EXPECT_NEAR(r.deq[uint64_t(j) * hd + i], r.x[uint64_t(j) * hd + i], e[i])
+              << kv_type_name(t) << " hd " << hd << " row " << j << " at " << i;
+        }
+      }
+    }
+  }
+  // Constant and zero rows come back exactly.
+  for (KvType t : {KvType::Q8, KvType::Q4}) {
+    std::vector<float> zero(64, 0.0f), back(64, 1.0f);
+    std::vector<uint16_t> row(kv_row_halves(t, 64));
+    kv_quantize_row(t, zero.data(), 64, row.data());
+    kv_dequantize_row(t, row.data(), 64, back.data());
+    for (float v : back) EXPECT_EQ(v, 0.0f) << kv_type_name(t);
+  }
+}
+
+TEST(KvQuant, RowSizes) {
+  EXPECT_EQ(kv_row_bytes(KvType::F16, 64), 128u);
+  EXPECT_EQ(kv_row_bytes(KvType::Q8, 64), 68u);  // 64 int8 + 2 half scales
+  EXPECT_EQ(kv_row_bytes(KvType::Q4, 64), 40u);  // 32 bytes of nibbles + 2 scales + 2 minima
+  EXPECT_EQ(kv_row_bytes(KvType::Q8, 8), 10u);   // one group: the whole row
+  EXPECT_FALSE(kv_type_fits(KvType::Q4, 7));
+  EXPECT_FALSE(kv_type_fits(KvType::Q4, 130));  // 65 bytes of nibbles: not whole 16-bit units
+  EXPECT_TRUE(kv_type_fits(KvType::Q8, 130));
+  KvType t;
+  EXPECT_TRUE(parse_kv_type("q4", t));
+  EXPECT_EQ(t, KvType::Q4);
+  EXPECT_FALSE(parse_kv_type("q5", t));
+}
+
+TEST(KvQuant, ScoresReadRowsDirectly) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const AttentionKernels* k : tables()) {
+    for (KvType t : {KvType::Q8, KvType::Q4}) {
+      for (uint32_t hd : {8u, 24u, 64u, 128u, 130u, 256u}) {
+        if (!kv_type_fits(t, hd)) continue;
+        for (uint32_t n : {0u, 1u, 9u, 33u}) {
+          const Rows r = make_rows(t, n, hd, rng);
+          std::vector<float> q(hd);
+          for (float& x : q) x = nd(rng);
+          const float scale = 1.0f / std::sqrt(float(hd));
+          std::vector<float> got(n + 1, -7.0f);
+          k->scores_of(t)(q.data(), r.q.data(), n, hd, scale, got.data());
+          const uint32_t row = kv_row_halves(t, hd);
+          for (uint32_t j = 0; j < n; ++j) {
+            double on_rows = 0, mag = 0, on_f32 = 0, bound = 0;
+            const std::vector<double> e = error_bounds(t, &r.x[uint64_t(j) * hd], &r.q[uint64_t(j) * row], hd);
+            for (uint32_t i = 0; i < hd; ++i) {
+              on_rows += double(q[i]) * r.deq[uint64_t(j) * hd + i];
+              mag += std::fabs(double(q[i]) * r.deq[uint64_t(j) * hd + i]);
+              on_f32 += double(q[i]) * r.x[uint64_t(j) * hd + i];
+              bound += std::fabs(q[i]) * e[i];
+            }
+            // q4 folds the minimum in as m * sum(q): its terms count twice.
+            EXPECT_NEAR(got[j], on_rows * scale, (2 * hd + 6) * kU * mag * scale + 1e-6 * scale)
+                << k->name << " " << kv_type_name(t) << " hd " << hd << " key " << j;
+            EXPECT_NEAR(got[j], on_f32 * scale, bound * scale + (2 * hd + 6) * kU * mag * scale + 1e-6)
+                << k->name << " " << kv_type_name(t) << " hd " << hd << " key " << j;
+          }
+          EXPECT_EQ(got[n], -7.0f) << k->name << " wrote past " << n << " scores";
+        }
+      }
+    }
+  }
+}
+
+TEST(KvQuant, WeightedSumsReadRowsDirectly) {
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> ud(0.0f, 1.0f);
+  for (const AttentionKernels* k : tables()) {
+    for (KvType t : {KvType::Q8, KvType::Q4}) {
+      for (uint32_t hd : {8u, 24u, 64u, 128u, 130u, 256u}) {
+        if (!kv_type_fits(t, hd)) continue;
+        for (uint32_t n : {0u, 1u, 5u, 41u}) {
+          const Rows r = make_rows(t, n, hd, rng);
+          std::vector<float> p(n);
+          float total = 0;
+          for (float& x : p) total += (x = ud(rng));
+          for (float& x : p) x /= total;  // probabilities, as attention passes them
+          std::vector<float> got(hd + 1, -7.0f);
+          k->weighted_sum_of(t)(p.data(), r.q.data(), n, hd, got.data());
+          const uint32_t row = kv_row_halves(t, hd);
+          for (uint32_t i = 0; i < hd; ++i) {
+            double on_rows = 0, mag = 0, on_f32 = 0, bound = 0;
+            for (uint32_t j = 0; j < n; ++j) {
+              const std::vector<double> e = error_bounds(t, &r.x[uint64_t(j) * hd], &r.q[uint64_t(j) * row], hd);
+              on_rows += double(p[j]) * r.deq[uint64_t(j) * hd + i];
+              mag += std::fabs(double(p[j]) * r.deq[uint64_t(j) * hd + i]);
+              on_f32 += double(p[j]) * r.x[uint64_t(j) * hd + i];
+              bound += p[j] * e[i];
+            }
+            EXPECT_NEAR(got[i], on_rows, (2 * n + 6) * kU * mag + 1e-6)
+                << k->name << " " << kv_type_name(t) << " hd " << hd << " lane " << i;
+            EXPECT_NEAR(got[i], on_f32, bound + (2 * n + 6) * kU * mag + 1e-6)
+                << k->name << " " << kv_type_name(t) << " hd " << hd << " lane " << i;
+          }
+          EXPECT_EQ(got[hd], -7.0f) << k->name << " wrote past " << hd << " lanes";
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace keel

@@ -1,0 +1,306 @@
+#include "keel/serve/openai_request.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+namespace keel::cli {
+
+using json = nlohmann::json;
+
+const char* endpoint_path(Endpoint e) {
+  return e == Endpoint::Completions ? "/v1/completions" : "/v1/chat/completions";
+}
+
+size_t invalid_utf8_offset(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char c = p[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len = 0;
+    uint32_t lo = 0x80, hi = 0xBF;  // bounds of the second byte (overlongs, surrogates, > U+10FFFF)
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return i;
+    }
+    if (i + len > n || p[i + 1] < lo || p[i + 1] > hi) return i;
+    for (size_t k = 2; k < len; ++k) {
+      if ((p[i + k] & 0xC0) != 0x80) return i;
+    }
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
+namespace {
+
+struct Fail {
+  RequestError& e;
+  bool operator()(const std::string& param, const std::string& message, const char* code = "invalid_value") const {
+    e.http_status = 400;
+    e.type = "invalid_request_error";
+    e.param = param;
+    e.code = code;
+    e.message = message;
+    return false;
+  }
+};
+
+std::string found(const json& v) {
+  std::string s = v.dump();
+  if (s.size() > 40) s = s.substr(0, 37) + "...";
+  return std::string(v.type_name()) + " " + s;
+}
+
+bool type_error(const Fail& fail, const std::string& param, const char* expected, const json& v) {
+  return fail(param, "'" + param + "' must be " + expected + ", got " + found(v), "invalid_type");
+}
+
+bool read_number(const json& body, const char* key, double lo, double hi, float& out, const Fail& fail) {
+  const auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return true;
+  if (!it->is_number()) return type_error(fail, key, "a number", *it);
+  const double v = it->get<double>();
+  if (!std::isfinite(v) || v < lo || v > hi) {
+    char range[64];
+    snprintf(range, sizeof range, "between %g and %g", lo, hi);
+    return fail(key, "'" + std::string(key) + "' must be " + range + ", got " + it->dump());
+  }
+  out = float(v);
+  return true;
+}
+
+bool read_max_tokens(const json& body, const RequestLimits& limits, uint32_t& out, bool& given, const Fail& fail) {
+  given = false;
+  for (const char* key : {"max_completion_tokens", "max_tokens"}) {
+    const auto it = body.find(key);
+    if (it == body.end() || it->is_null()) continue;
+    if (!it->is_number_integer()) return type_error(fail, key, "an integer", *it);
+    if (it->is_number_unsigned() ? it->get<uint64_t>() == 0 : it->get<int64_t>() < 1)
+      return fail(key, "'" + std::string(key) + "' must be at least 1, got " + it->dump());
+    if (!it->is_number_unsigned() || it->get<uint64_t>() > limits.max_tokens)
+      return fail(key, "'" + std::string(key) + "' is " + it->dump() + "; this server generates at most " +
+                           std::to_string(limits.max_tokens) + " tokens per request");
+    const uint32_t v = uint32_t(it->get<uint64_t>());
+    if (given && v != out)
+      return fail(key, "'max_tokens' and 'max_completion_tokens' differ (" + std::to_string(v) + " and " +
+                           std::to_string(out) + "); give one");
+    out = v;
+    given = true;
+  }
+  return true;
+}
+
+bool read_stop(const json& body, std::vector<std::string>& out, const Fail& fail) {
+  const auto it = body.find("stop");
+  if (it == body.end() || it->is_null()) return true;
+  std::vector<const json*> items;
+  if (it->is_string()) {
+    items.push_back(&*it);
+  } else if (it->is_array()) {
+    if (it->size() > kMaxStopStrings)
+      return fail("stop", "'stop' holds at most " + std::to_string(kMaxStopStrings) + " strings, got " +
+                              std::to_string(it->size()));
+    for (const json& s : *it) items.push_back(&s);
+  } else {
+    return type_error(fail, "stop", "a string or a list of strings", *it);
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    const std::string where = it->is_array() ? "stop[" + std::to_string(i) + "]" : "stop";
+    if (!items[i]->is_string()) return type_error(fail, where, "a string", *items[i]);
+    const std::string s = items[i]->get<std::string>();
+    if (s.empty()) return fail(where, "'" + where + "' is empty; a stop string needs at least one character");
+    if (s.size() > kMaxStopBytes)
+      return fail(
+          where, "'" + where + "' is " + std::to_string(s.size()) + " bytes; at most " + std::to_string(kMaxStopBytes));
+    out.push_back(s);
+  }
+  return true;
+}
+
+// Fields whose only accepted value changes nothing: a request asking for more is refused rather
+// than answered as if it had not asked.
+bool check_inert_fields(const json& body, const Fail& fail) {
+  struct Inert {
+    const char* key;
+    const char* allowed;  // as the message says it
+    bool (*ok)(const json&);
+  };
+  static const Inert kInert[] = {
+      {"n", "1", [](const json& v) { return v.is_number_integer() && v.get<int64_t>() == 1; }},
+      {"best_of", "1", [](const json& v) { return v.is_number_integer() && v.get<int64_t>() == 1; }},
+      {"echo", "false", [](const json& v) { return v.is_boolean() && !v.get<bool>(); }},
+      {"logprobs", "false or null", [](const json& v) { return v.is_boolean() && !v.get<bool>(); }},
+      {"top_logprobs", "0", [](const json& v) { return v.is_number_integer() && v.get<int64_t>() == 0; }},
+      {"presence_penalty", "0", [](const json& v) { return v.is_number() && v.get<double>() == 0; }},
+      {"frequency_penalty", "0", [](const json& v) { return v.is_number() && v.get<double>() == 0; }},
+      {"suffix", "null or \"\"", [](const json& v) { return v.is_string() && v.get<std::string>().empty(); }},
+      {"logit_bias", "{} or null", [](const json& v) { return v.is_object() && v.empty(); }},
+      {"tools", "[] or null", [](const json& v) { return v.is_array() && v.empty(); }},
+      {"tool_choice", "\"none\" or null",
+       [](const json& v) { return v.is_string() && v.get<std::string>() == "none"; }},
+      {"response_format", "{\"type\": \"text\"} or null",
+       [](const json& v) { return v.is_object() && v.size() == 1 && v.value("type", json()) == "text"; }},
+  };
+  for (const Inert& f : kInert) {
+    const auto it = body.find(f.key);
+    if (it == body.end() || it->is_null() || f.ok(*it)) continue;
+    return fail(
+        f.key,
+        "'" + std::string(f.key) + "' " + it->dump() + " is not supported; this server accepts only " + f.allowed,
+        "unsupported_value");
+  }
+  return true;
+}
+
+bool read_content(const json& m, const std::string& where, const std::string& role, std::string& out,
+                  const Fail& fail) {
+  const auto it = m.find("content");
+  if (it == m.end() || it->is_null()) {
+    if (role == "assistant") return true;
+    return fail(where + ".content", "'" + where + ".content' is missing; a " + role + " message needs text");
+  }
+  if (it->is_string()) {
+    out = it->get<std::string>();
+    return true;
+  }
+  if (!it->is_array()) return type_error(fail, where + ".content", "a string or a list of text parts", *it);
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& part = (*it)[i];
+    const std::string pw = where + ".content[" + std::to_string(i) + "]";
+    if (!part.is_object()) return type_error(fail, pw, "an object", part);
+    const auto type = part.find("type");
+    if (type == part.end() || !type->is_string())
+      return fail(pw + ".type", "'" + pw + ".type' must be the string \"text\"", "invalid_type");
+    if (type->get<std::string>() != "text")
+      return fail(pw + ".type", "'" + pw + ".type' is " + type->dump() + "; this server reads text parts only",
+                  "unsupported_value");
+    const auto text = part.find("text");
+    if (text == part.end() || !text->is_string())
+      return type_error(fail, pw + ".text", "a string", text == part.end() ? json() : *text);
+    out += text->get<std::string>();
+  }
+  return true;
+}
+
+bool read_messages(const json& body, std::vector<ChatMessage>& out, const Fail& fail) {
+  const auto it = body.find("messages");
+  if (it == body.end()) return fail("messages", "'messages' is required for /v1/chat/completions", "missing_field");
+  if (!it->is_array()) return type_error(fail, "messages", "a list of messages", *it);
+  if (it->empty()) return fail("messages", "'messages' is empty; give at least one message");
+  if (it->size() > kMaxMessages)
+    return fail("messages", "'messages' holds " + std::to_string(it->size()) + " messages; at most " +
+                                std::to_string(kMaxMessages));
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& m = (*it)[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) return type_error(fail, where, "an object", m);
+    const auto role = m.find("role");
+    if (role == m.end()) return fail(where + ".role", "'" + where + ".role' is required", "missing_field");
+    if (!role->is_string()) return type_error(fail, where + ".role", "a string", *role);
+    ChatMessage msg;
+    msg.role = role->get<std::string>();
+    if (msg.role == "developer") msg.role = "system";
+    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant")
+      return fail(where + ".role",
+                  "'" + where + ".role' is " + role->dump() + "; expected system, developer, user or assistant",
+                  "unsupported_value");
+    if (!read_content(m, where, msg.role, msg.content, fail)) return false;
+    out.push_back(std::move(msg));
+  }
+  return true;
+}
+
+}  // namespace
+
+bool parse_openai_request(std::string_view body, Endpoint endpoint, const RequestLimits& limits, OpenAiRequest& out,
+                          RequestError& error) {
+  const Fail fail{error};
+  out = OpenAiRequest{};
+  out.endpoint = endpoint;
+  if (body.empty()) return fail("", "the request body is empty; expected a JSON object", "invalid_json");
+  const size_t bad = invalid_utf8_offset(body);
+  if (bad != std::string_view::npos)
+    return fail("", "the request body is not valid UTF-8 (byte " + std::to_string(bad) + ")", "invalid_utf8");
+  json j;
+  try {
+    j = json::parse(body.begin(), body.end());
+  } catch (const json::parse_error& e) {
+    // nlohmann's what() is "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
+    std::string what = e.what();
+    const size_t at = what.find("] ");
+    if (at != std::string::npos) what = what.substr(at + 2);
+    return fail("", "the request body is not valid JSON: " + what, "invalid_json");
+  }
+  if (!j.is_object()) return fail("", "the request body must be a JSON object, got " + found(j), "invalid_type");
+
+  if (const auto it = j.find("model"); it != j.end() && !it->is_null()) {
+    if (!it->is_string()) return type_error(fail, "model", "a string", *it);
+    out.model = it->get<std::string>();
+  }
+  if (endpoint == Endpoint::Completions) {
+    const auto it = j.find("prompt");
+    if (it == j.end() || it->is_null())
+      return fail("prompt", "'prompt' is required for /v1/completions", "missing_field");
+    if (it->is_string()) {
+      out.prompt = it->get<std::string>();
+    } else if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) {
+      out.prompt = (*it)[0].get<std::string>();
+    } else if (it->is_array() && it->size() != 1 &&
+               std::all_of(it->begin(), it->end(), [](const json& v) { return v.is_string(); })) {
+      return fail("prompt",
+                  "'prompt' holds " + std::to_string(it->size()) + " prompts; this server takes one a request",
+                  "unsupported_value");
+    } else {
+      return type_error(fail, "prompt", "a string", *it);
+    }
+  } else {
+    if (j.contains("prompt"))
+      return fail("prompt", "'prompt' belongs to /v1/completions; /v1/chat/completions takes 'messages'",
+                  "unexpected_field");
+    if (!read_messages(j, out.messages, fail)) return false;
+  }
+  bool given = false;
+  if (!read_max_tokens(j, limits, out.max_tokens, given, fail)) return false;
+  if (!given) {
+    const uint32_t d =
+        endpoint == Endpoint::Completions ? limits.default_max_tokens_completion : limits.default_max_tokens_chat;
+    out.max_tokens = d ? std::min(d, limits.max_tokens) : limits.max_tokens;
+  }
+  if (!read_number(j, "temperature", 0, 2, out.temperature, fail)) return false;
+  if (!read_number(j, "top_p", 0, 1, out.top_p, fail)) return false;
+  if (const auto it = j.find("seed"); it != j.end() && !it->is_null()) {
+    if (!it->is_number_integer()) return type_error(fail, "seed", "an integer", *it);
+    out.seed = it->is_number_unsigned() ? it->get<uint64_t>() : uint64_t(it->get<int64_t>());
+  }
+  if (!read_stop(j, out.stop, fail)) return false;
+  if (const auto it = j.find("stream"); it != j.end() && !it->is_null()) {
+    if (!it->is_boolean()) return type_error(fail, "stream", "a boolean", *it);
+    out.stream = it->get<bool>();
+  }
+  if (const auto it = j.find("stream_options"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) return type_error(fail, "stream_options", "an object", *it);
+    if (const auto u = it->find("include_usage"); u != it->end() && !u->is_null()) {
+      if (!u->is_boolean()) return type_error(fail, "stream_options.include_usage", "a boolean", *u);
+      out.include_usage = u->get<bool>();
+    }
+  }
+  return check_inert_fields(j, fail);
+}
+
+}  // namespace keel::cli
