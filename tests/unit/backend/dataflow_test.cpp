@@ -242,8 +242,10 @@ TEST(DataflowSchedule, OffchipBytesPerDecodeTokenAreExact) {
 }
 
 // stories260K: the dataflow backend, its SRAM made small so that every op runs in several
-// tiles, gives the native backend's greedy continuation and logits within 1e-3 (attention sums
-// values tile by tile, so the summation order differs).
+// tiles, gives the native backend's greedy continuation and logits within 4e-3 (attention sums
+// values tile by tile, so the summation order differs; head size 8 has no order-preserving
+// continuation, and how far the orders drift apart depends on how the compiler vectorizes the
+// portable loops: 4.0e-4 measured in the Release build, 1.5e-3 in the sanitizer build at -O2).
 TEST(DataflowBackend, Stories260KMatchesNative) {
   auto l = load(test::stories260k_keel());
   ASSERT_NE(l, nullptr);
@@ -266,7 +268,7 @@ TEST(DataflowBackend, Stories260KMatchesNative) {
   float worst = 0;
   for (size_t i = 0; i < la.size() && i < lb.size(); ++i)
     for (size_t j = 0; j < la[i].size(); ++j) worst = std::max(worst, std::fabs(la[i][j] - lb[i][j]));
-  EXPECT_LE(worst, 1e-3f);
+  EXPECT_LE(worst, 4e-3f);
   std::printf("[dataflow] stories260K: 200 greedy ids equal, max |logit difference| %g\n", double(worst));
 }
 

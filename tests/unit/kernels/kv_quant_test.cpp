@@ -69,6 +69,7 @@ TEST(KvQuant, RowsRoundTripWithinBounds) {
   std::mt19937 rng(3);
   for (KvType t : {KvType::Q8, KvType::Q4}) {
     for (uint32_t hd : {8u, 16u, 24u, 64u, 96u, 128u, 130u, 256u}) {
+      if (!kv_type_fits(t, hd)) continue;  // q4 at 130: refused by the plan (RowSizes checks it)
       const Rows r = make_rows(t, 20, hd, rng);
       const uint32_t row = kv_row_halves(t, hd);
       for (uint32_t j = 0; j < 20; ++j) {
