@@ -2,7 +2,9 @@
 
 #include <new>
 
+#if !defined(KEEL_FREESTANDING)
 #include "backend/dataflow_backend.h"
+#endif
 #include "backend/kernel_backend.h"
 #include "core/check.h"
 #if defined(KEEL_HAVE_XNNPACK)
@@ -39,8 +41,13 @@ const char* backend_name(BackendKind k) {
 Error backend_supported(BackendKind kind) {
   switch (kind) {
     case BackendKind::Ref:
-    case BackendKind::Dataflow:
     case BackendKind::Auto: return Error();
+    case BackendKind::Dataflow:
+#if defined(KEEL_FREESTANDING)
+      return Error(Status::UnsupportedBackend, "backend 'dataflow' is not in freestanding builds");
+#else
+      return Error();
+#endif
     case BackendKind::Native:
       KEEL_ENSURE(kernels_x86() && vector_kernels_x86() && attention_kernels_x86(), Status::UnsupportedBackend,
                   "backend 'native' needs x86 AVX2+FMA+F16C; this CPU or build lacks it");
@@ -65,8 +72,12 @@ Result<Backend*> make_backend(BackendKind kind, const ThreadPool* pool, BackendS
       return construct<KernelBackend>(storage, kind, pool, *kernels_x86(), *vector_kernels_x86(),
                                       *attention_kernels_x86());
     case BackendKind::Dataflow:
+#if !defined(KEEL_FREESTANDING)
       // The best kernel tables, as `native` uses them, so that outputs compare with it.
       return construct<DataflowBackend>(storage, pool, kernels_best(), vector_kernels_best(), best_attention());
+#else
+      break;
+#endif
     case BackendKind::Xnnpack:
     case BackendKind::Auto:
 #if defined(KEEL_HAVE_XNNPACK)
