@@ -10,6 +10,7 @@
 #include "keel/command.h"
 #include "keel/commands.h"
 #include "keel/generate.h"
+#include "keel/serve/prompt.h"
 #include "keel/session.h"
 
 namespace keel::cli {
@@ -37,21 +38,6 @@ const char kHelp[] =
     "The KV policy and budget default to the model's (keel info shows them): the conversation\n"
     "goes on for any length within the budget. With --kv-policy full it restarts when the budget\n"
     "is reached.\n";
-
-// The system message a ChatML template inserts by default, if it spells one out.
-std::string default_system(const Model& m) {
-  const auto* t = m.meta()->chat_template();
-  if (!t) return "";
-  const std::string s = t->str();
-  const std::string key = "<|im_start|>system\n";
-  const size_t at = s.find(key);
-  if (at == std::string::npos) return "";
-  const size_t end = s.find("<|im_end|>", at);
-  if (end == std::string::npos) return "";
-  const std::string body = s.substr(at + key.size(), end - at - key.size());
-  // A template that interpolates the message ({{ ... }}) has no fixed default.
-  return body.find("{{") == std::string::npos && body.find("{%") == std::string::npos ? body : "";
-}
 
 // The markup of a turn, from the texts of the tokenizer's turn markers.
 struct ChatFormat {
@@ -101,7 +87,7 @@ int cmd_chat(int argc, char** argv) {
   fmt.start = tok->tokens()->Get(uint32_t(tok->im_start_id()))->str();
   fmt.end = tok->tokens()->Get(uint32_t(tok->im_end_id()))->str();
   fmt.gemma = fmt.start == "<start_of_turn>";
-  if (!has_system) system = default_system(model);
+  if (!has_system) system = default_system_message(model);
   if (!session.resolve_policy(nullptr, error)) return usage_error("chat", error);
   const bool full = session.policy() == KvPolicyKind::Full;
   const uint32_t budget = so.kv_budget ? so.kv_budget : session.default_budget();
