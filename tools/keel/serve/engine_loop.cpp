@@ -1,7 +1,5 @@
 #include "keel/serve/engine_loop.h"
 
-#include <algorithm>
-
 #include "kv/kv_policy.h"
 
 namespace keel::cli {
@@ -18,10 +16,14 @@ const char* finish_reason_name(FinishReason r) {
   return "?";
 }
 
-EngineLoop::EngineLoop(Runtime& rt, uint32_t queue_capacity)
-    : rt_(rt), queue_capacity_(queue_capacity), slots_(rt.slots()) {}
+EngineLoop::EngineLoop(Runtime& rt, uint32_t queue_capacity) : rt_(rt), queue_capacity_(queue_capacity) {
+  const Error e = scheduler_.init(rt);
+  if (!e.ok()) init_error_ = std::string(to_string(e.status())) + ": " + e.message();
+  step_events_.resize(rt.slots() + size_t(rt.config().plan.queue_capacity));
+}
 
 std::string EngineLoop::refusal(const LoopRequest& request) const {
+  if (!init_error_.empty()) return "the engine did not start: " + init_error_;
   if (request.prompt.empty()) return "empty prompt: a request needs at least one token";
   if (request.max_tokens == 0) return "max_tokens 0: a request generates at least one token";
   const RuntimeConfig& cfg = rt_.config();
@@ -38,156 +40,132 @@ SubmitResult EngineLoop::submit(LoopRequest request) {
   r.error = refusal(request);
   if (!r.error.empty()) return r;
   // Requests beyond the free slots wait; at most queue_capacity of them.
-  if (queue_.size() >= queue_capacity_ + (slots() - active())) {
+  if (queue_.size() + active() >= size_t(queue_capacity_) + slots()) {
     r.kind = SubmitResult::QueueFull;
     return r;
   }
   r.kind = SubmitResult::Accepted;
   r.id = next_id_++;
-  queue_.push_back(Queued{r.id, std::move(request)});
+  live_.emplace(r.id, Live{std::move(request), 0});
+  queue_.push_back(r.id);
   return r;
 }
 
 uint32_t EngineLoop::active() const {
-  return uint32_t(
-      std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return s.phase != SlotPhase::Free; }));
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < slots(); ++i) {
+    const keel::SlotState st = scheduler_.slot_state(i);
+    n += st.phase != keel::SlotPhase::Free && cancelled_.count(st.request) == 0 ? 1 : 0;
+  }
+  return n;
 }
 
-void EngineLoop::release(uint32_t slot) {
-  Slot& s = slots_[slot];
-  s = Slot{};
-  (void)rt_.reset(slot);
-}
-
-void EngineLoop::fail(uint32_t slot, const Error& e, std::vector<LoopEvent>& events) {
-  LoopEvent ev;
-  ev.id = slots_[slot].id;
-  ev.finish = FinishReason::Failed;
-  ev.error = std::string(to_string(e.status())) + ": " + e.message();
-  events.push_back(std::move(ev));
-  release(slot);
-}
-
-void EngineLoop::admit(std::vector<LoopEvent>& events) {
-  for (uint32_t i = 0; i < slots() && !queue_.empty(); ++i) {
-    if (slots_[i].phase != SlotPhase::Free) continue;
-    Slot& s = slots_[i];
-    s.id = queue_.front().id;
-    s.request = std::move(queue_.front().request);
+void EngineLoop::feed(std::vector<LoopEvent>& events) {
+  while (!queue_.empty()) {
+    const uint64_t id = queue_.front();
+    Live& l = live_.at(id);
+    keel::SchedulerRequest q;
+    q.prompt = Span<const int32_t>(l.request.prompt.data(), l.request.prompt.size());
+    q.sampling = l.request.sampler;
+    q.max_new_tokens = l.request.max_tokens;
+    const Result<uint64_t> s = scheduler_.submit(q);
+    if (!s.ok() && s.error().status() == Status::QueueFull) return;
     queue_.pop_front();
-    s.phase = SlotPhase::Prefill;
-    Error e = rt_.reset(i);
-    if (e.ok()) e = rt_.set_sampler(i, s.request.sampler);
-    if (!e.ok()) fail(i, e, events);
+    if (!s.ok()) {
+      LoopEvent ev;
+      ev.id = id;
+      ev.finish = FinishReason::Failed;
+      ev.error = std::string(to_string(s.error().status())) + ": " + s.error().message();
+      events.push_back(std::move(ev));
+      live_.erase(id);
+      continue;
+    }
+    l.scheduled = s.value();
+    by_scheduled_.emplace(s.value(), id);
   }
 }
 
-void EngineLoop::prefill_one(std::vector<LoopEvent>& events) {
-  const uint32_t n = slots();
-  for (uint32_t k = 0; k < n; ++k) {
-    const uint32_t i = (prefill_cursor_ + k) % n;
-    Slot& s = slots_[i];
-    if (s.phase != SlotPhase::Prefill) continue;
-    prefill_cursor_ = (i + 1) % n;
-    const RuntimeConfig& cfg = rt_.config();
-    const size_t total = s.request.prompt.size(), left = total - s.prefilled;
-    size_t piece = std::min<size_t>(left, cfg.plan.chunk_tokens);
-    // SnapKV policies look at the end of a prompt that overflows the budget before compressing
-    // its chunks (llm/runtime.cpp's lookahead); only a whole-prompt call does that.
-    if (s.prefilled == 0 && kv_policy_uses_snapkv(cfg.kv.kind) && total > cfg.plan.kv_budget_tokens) piece = total;
-    const Error e = rt_.prefill(i, Span<const int32_t>(s.request.prompt.data() + s.prefilled, piece));
-    if (!e.ok()) {
-      fail(i, e, events);
-      return;
-    }
-    s.prefilled += uint32_t(piece);
-    if (s.prefilled == total) {
-      s.phase = SlotPhase::Decode;
-      sample_next(i, events);
-    }
+void EngineLoop::translate(const keel::TokenEvent& e, const std::string& pass_error, std::vector<LoopEvent>& events) {
+  const auto it = by_scheduled_.find(e.request);
+  if (it == by_scheduled_.end()) return;
+  const uint64_t id = it->second;
+  const bool ends = e.finish != keel::FinishReason::None;
+  if (ends) {
+    by_scheduled_.erase(it);
+    live_.erase(id);
+  }
+  if (cancelled_.count(e.request)) {
+    // Cancelled here before this step freed it: already forgotten by the caller.
+    if (ends) cancelled_.erase(e.request);
     return;
   }
-}
-
-void EngineLoop::sample_next(uint32_t slot, std::vector<LoopEvent>& events) {
-  Slot& s = slots_[slot];
-  Result<int32_t> sampled = rt_.sample(slot);
-  if (!sampled.ok()) {
-    fail(slot, sampled.error(), events);
-    return;
-  }
-  const int32_t id = sampled.value();
-  const text::Tokenizer& tok = rt_.tokenizer();
   LoopEvent ev;
-  ev.id = s.id;
-  if (id == tok.eos_id() || id == tok.im_end_id()) {
-    ev.finish = FinishReason::EndToken;
-  } else {
-    ev.token = id;
-    ++s.generated;
-    if (s.generated >= s.request.max_tokens) {
-      ev.finish = FinishReason::MaxTokens;
-    } else if (rt_.config().kv.kind == KvPolicyKind::Full &&
-               rt_.sequence_length(slot) >= rt_.config().plan.kv_budget_tokens) {
-      // The token cannot be fed back: the cache is full.
-      ev.finish = FinishReason::Budget;
-    }
+  ev.id = id;
+  ev.token = e.token;
+  switch (e.finish) {
+    case keel::FinishReason::None: break;
+    case keel::FinishReason::MaxTokens: ev.finish = FinishReason::MaxTokens; break;
+    // Only the tokenizer's end tokens stop a request here; they are the end, not text.
+    case keel::FinishReason::StopToken:
+      ev.token = -1;
+      ev.finish = FinishReason::EndToken;
+      break;
+    case keel::FinishReason::KvFull: ev.finish = FinishReason::Budget; break;
+    case keel::FinishReason::Cancelled: ev.finish = FinishReason::Cancelled; break;
+    case keel::FinishReason::Error:
+      ev.finish = FinishReason::Failed;
+      ev.error = pass_error.empty() ? std::string("the forward pass refused this request") : pass_error;
+      break;
   }
-  events.push_back(ev);
-  if (ev.finish != FinishReason::None)
-    release(slot);
-  else
-    s.pending = id;
+  if (ev.token < 0 && ev.finish == FinishReason::None) return;
+  events.push_back(std::move(ev));
 }
 
 void EngineLoop::step(std::vector<LoopEvent>& events) {
-  admit(events);
-  // Slots that finish their prompt in this step get their first token from prefill_one; the
-  // others that were generating before it advance by one token.
-  std::vector<uint32_t> decoding;
-  for (uint32_t i = 0; i < slots(); ++i) {
-    if (slots_[i].phase == SlotPhase::Decode) decoding.push_back(i);
-  }
-  prefill_one(events);
-  for (uint32_t i : decoding) {
-    Slot& s = slots_[i];
-    const Error e = rt_.decode(i, s.pending);
-    if (!e.ok()) {
-      fail(i, e, events);
-      continue;
-    }
-    sample_next(i, events);
-  }
+  feed(events);
+  size_t n = 0;
+  const Error pass = scheduler_.step(Span<keel::TokenEvent>(step_events_.data(), step_events_.size()), &n);
+  const std::string pass_error = pass.ok() ? "" : std::string(to_string(pass.status())) + ": " + pass.message();
+  for (size_t i = 0; i < n; ++i) translate(step_events_[i], pass_error, events);
+  // Slots this pass freed take waiting requests now, so the next step runs them.
+  feed(events);
 }
 
 bool EngineLoop::cancel(uint64_t id) {
-  for (auto it = queue_.begin(); it != queue_.end(); ++it) {
-    if (it->id == id) {
-      queue_.erase(it);
-      return true;
+  const auto it = live_.find(id);
+  if (it == live_.end()) return false;
+  if (it->second.scheduled == 0) {
+    for (auto q = queue_.begin(); q != queue_.end(); ++q) {
+      if (*q == id) {
+        queue_.erase(q);
+        break;
+      }
     }
+    live_.erase(it);
+    return true;
   }
-  for (uint32_t i = 0; i < slots(); ++i) {
-    if (slots_[i].phase != SlotPhase::Free && slots_[i].id == id) {
-      release(i);
-      return true;
-    }
-  }
-  return false;
+  const uint64_t scheduled = it->second.scheduled;
+  if (cancelled_.count(scheduled)) return false;
+  if (!scheduler_.cancel(scheduled).ok()) return false;
+  cancelled_.insert(scheduled);
+  return true;
 }
 
 void EngineLoop::slot_states(std::vector<SlotState>& out) const {
   out.clear();
   for (uint32_t i = 0; i < slots(); ++i) {
-    const Slot& s = slots_[i];
+    const keel::SlotState s = scheduler_.slot_state(i);
     SlotState st;
-    st.phase = s.phase;
-    st.id = s.id;
-    st.prompt_tokens = uint32_t(s.request.prompt.size());
-    st.prefilled_tokens = s.prefilled;
-    st.generated_tokens = s.generated;
-    st.kv_tokens = rt_.kv_cache(i).visible();
-    st.kv_budget = rt_.config().plan.kv_budget_tokens;
+    st.kv_tokens = s.kv_tokens;
+    st.kv_budget = s.kv_budget;
+    const auto it = by_scheduled_.find(s.request);
+    if (s.phase != keel::SlotPhase::Free && it != by_scheduled_.end() && cancelled_.count(s.request) == 0) {
+      st.phase = s.phase == keel::SlotPhase::Prefilling ? SlotPhase::Prefill : SlotPhase::Decode;
+      st.id = it->second;
+      st.prompt_tokens = uint32_t(s.prompt_tokens);
+      st.prefilled_tokens = uint32_t(s.prompt_done);
+      st.generated_tokens = s.generated;
+    }
     out.push_back(st);
   }
 }

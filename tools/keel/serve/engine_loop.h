@@ -1,31 +1,33 @@
 // The engine loop `keel serve` and `keel batch` drive: requests go into a free slot or a bounded
-// queue, step() advances every active slot by one token, cancel() frees a slot at once.
+// queue, step() is one batched forward pass of keel::Scheduler (llm/scheduler.h) that reads the
+// weights once for the next token of every decoding slot and a prompt chunk of the prefilling
+// ones, cancel() takes a request out at once.
 //
-// This is the one place the tools touch the runtime's generation calls. Today it drives the
-// per-slot Runtime API (prefill / decode / sample on one slot at a time): a step runs at most one
-// prompt chunk (the plan's chunk_tokens) of one prefilling slot, then one decode of every slot
-// that is generating, so a long prompt delays the others by one chunk per step, never by its
-// whole length. When the engine gains a batched scheduler (one pass for the tokens of all
-// slots), only engine_loop.cpp changes: its interface is the scheduler's (submit, step, cancel,
-// slot states), and nothing above it sees how a step is computed.
+// What this adds to the scheduler is what a host tool wants around it: the request owns its
+// prompt (the scheduler borrows it), the queue lives in host memory with its own bound (the
+// plan's queue may be empty), a `full` budget the prompt cannot fit is refused at submit() with
+// both numbers, end tokens are reported as the end rather than as text, and a cancelled
+// request is never heard of again (the scheduler frees its slot at the next step).
 //
 // Admission: first come, first served. A request takes the lowest free slot; with every slot
 // busy it waits in the queue (at most `queue_capacity`); beyond that submit() says QueueFull and
-// the request is not taken. Prefill is round-robin over the prefilling slots, one chunk a step.
-// Under the `full` KV policy a prompt that cannot fit the budget with one generated token is
-// refused at submit() with both numbers; generation stops at the budget (FinishReason::Budget).
-// Under SnapKV policies a prompt longer than the budget is prefilled in one call (the policy
-// reads the prompt's end first to decide what to keep), which is the one step longer than a chunk.
+// the request is not taken. Prefill and decode share each pass as the scheduler decides
+// (decode rows first, then whole prompt chunks oldest first), so a long prompt delays the
+// others by at most one chunk per step. Under the `full` KV policy generation stops when the
+// next token would not fit (FinishReason::Budget, reported by the step after the last token).
 //
 // Not thread-safe: one thread owns the loop and the runtime.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "llm/runtime.h"
+#include "llm/scheduler.h"
 #include "text/sampler.h"
 
 namespace keel::cli {
@@ -80,45 +82,40 @@ class EngineLoop {
   // Why submit() would refuse `request` whatever the load ("" if it would not): an empty prompt,
   // max_tokens 0, a prompt the `full` budget cannot hold.
   std::string refusal(const LoopRequest& request) const;
-  // Admits queued requests into free slots, then one prefill chunk and one token per generating
-  // slot. Appends what happened to `events` (not cleared).
+  // Admits queued requests into free slots, then one batched pass. Appends what happened to
+  // `events` (not cleared).
   void step(std::vector<LoopEvent>& events);
-  // Frees the request's slot (or drops it from the queue). False for an unknown or finished id.
+  // Takes the request out (its slot is free for the next step); no event reports it. False for
+  // an unknown, finished or already cancelled id.
   bool cancel(uint64_t id);
 
   void slot_states(std::vector<SlotState>& out) const;
-  uint32_t slots() const { return uint32_t(slots_.size()); }
+  uint32_t slots() const { return rt_.slots(); }
   uint32_t active() const;
   size_t queued() const { return queue_.size(); }
-  bool idle() const { return queue_.empty() && active() == 0; }
+  // A cancelled request still holds its slot until a step frees it: not idle until then.
+  bool idle() const { return queue_.empty() && scheduler_.active() == 0; }
   uint32_t queue_capacity() const { return queue_capacity_; }
 
  private:
-  struct Slot {
-    SlotPhase phase = SlotPhase::Free;
-    uint64_t id = 0;
-    LoopRequest request;
-    uint32_t prefilled = 0;
-    uint32_t generated = 0;
-    int32_t pending = -1;  // sampled, not yet fed back
+  struct Live {
+    LoopRequest request;     // the scheduler borrows its prompt
+    uint64_t scheduled = 0;  // the scheduler's id once submitted there
   };
-  struct Queued {
-    uint64_t id;
-    LoopRequest request;
-  };
-  void admit(std::vector<LoopEvent>& events);
-  void prefill_one(std::vector<LoopEvent>& events);
-  // Samples the slot's next token and reports it; frees the slot when the request ends.
-  void sample_next(uint32_t slot, std::vector<LoopEvent>& events);
-  void fail(uint32_t slot, const Error& e, std::vector<LoopEvent>& events);
-  void release(uint32_t slot);
+  // Hands queued requests to the scheduler while it has a free slot.
+  void feed(std::vector<LoopEvent>& events);
+  void translate(const keel::TokenEvent& e, const std::string& pass_error, std::vector<LoopEvent>& events);
 
   Runtime& rt_;
   uint32_t queue_capacity_;
-  std::vector<Slot> slots_;
-  std::deque<Queued> queue_;
+  keel::Scheduler scheduler_;
+  std::string init_error_;                     // why the scheduler could not start ("" when it did)
+  std::deque<uint64_t> queue_;                 // ids waiting for the scheduler, oldest first
+  std::map<uint64_t, Live> live_;              // queued or scheduled, by id
+  std::map<uint64_t, uint64_t> by_scheduled_;  // scheduler id -> id
+  std::set<uint64_t> cancelled_;               // scheduler ids cancelled, not yet freed by a step
+  std::vector<keel::TokenEvent> step_events_;
   uint64_t next_id_ = 1;
-  uint32_t prefill_cursor_ = 0;
 };
 
 }  // namespace keel::cli
