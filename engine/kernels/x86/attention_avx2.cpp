@@ -28,13 +28,32 @@ inline __m256 load_half8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
+// Eight keys' 8-lane partial sums to their eight totals, in key order, each added exactly as
+// hsum adds one vector: ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)). A score is then bit
+// for bit the per-key loop's, however many keys are taken together.
+inline __m256 hsum8_in_order(const __m256* a) {
+  __m256 m[4];  // m[r] = [key 2r: lo + hi | key 2r+1: lo + hi]
+  for (int r = 0; r < 4; ++r) {
+    m[r] = _mm256_add_ps(_mm256_permute2f128_ps(a[2 * r], a[2 * r + 1], 0x20),
+                         _mm256_permute2f128_ps(a[2 * r], a[2 * r + 1], 0x31));
+  }
+  // Per 128-bit lane: [k(m0 + m2), k(m1 + m3), k'(m0 + m2), k'(m1 + m3)], keys 0,2 | 1,3 and 4,6 | 5,7.
+  const __m256 p01 = _mm256_add_ps(_mm256_shuffle_ps(m[0], m[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm256_shuffle_ps(m[0], m[1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m256 p23 = _mm256_add_ps(_mm256_shuffle_ps(m[2], m[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm256_shuffle_ps(m[2], m[3], _MM_SHUFFLE(3, 2, 3, 2)));
+  // Totals of keys [0, 2, 4, 6 | 1, 3, 5, 7], then in key order.
+  const __m256 t = _mm256_add_ps(_mm256_shuffle_ps(p01, p23, _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm256_shuffle_ps(p01, p23, _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm256_permutevar8x32_ps(t, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
 void scores_avx2(const float* q, const uint16_t* k, uint32_t n, uint32_t hd, float scale, float* s) {
   const uint32_t hd8 = hd & ~7u;
   uint32_t j = 0;
   if (hd8 == hd && hd <= 16) {
     // Small heads, eight keys at a time: eight independent FMA chains instead of one or two
     // FMAs per key and a horizontal sum each (stories260K's 8-wide heads waited on latency).
-    // Wider heads keep the per-key loop: its chains are long enough to overlap across keys.
     const __m256 sc = _mm256_set1_ps(scale);
     for (; j + 8 <= n; j += 8) {
       const uint16_t* kj = k + uint64_t(j) * hd;
@@ -45,6 +64,21 @@ void scores_avx2(const float* q, const uint16_t* k, uint32_t n, uint32_t hd, flo
         for (uint32_t r = 0; r < 8; ++r) acc[r] = _mm256_fmadd_ps(qv, load_half8(kj + uint64_t(r) * hd + i), acc[r]);
       }
       _mm256_storeu_ps(s + j, _mm256_mul_ps(sum8(acc), sc));
+    }
+  }
+  if (hd8 == hd && hd > 16) {
+    // Wider heads, eight keys at a time: the per-key loop's FMA chains and sums (hsum8_in_order),
+    // eight chains in flight and one shuffle tree for eight keys instead of one per key.
+    const __m256 sc = _mm256_set1_ps(scale);
+    for (; j + 8 <= n; j += 8) {
+      const uint16_t* kj = k + uint64_t(j) * hd;
+      __m256 acc[8];
+      for (uint32_t r = 0; r < 8; ++r) acc[r] = _mm256_setzero_ps();
+      for (uint32_t i = 0; i < hd; i += 8) {
+        const __m256 qv = _mm256_loadu_ps(q + i);
+        for (uint32_t r = 0; r < 8; ++r) acc[r] = _mm256_fmadd_ps(qv, load_half8(kj + uint64_t(r) * hd + i), acc[r]);
+      }
+      _mm256_storeu_ps(s + j, _mm256_mul_ps(hsum8_in_order(acc), sc));
     }
   }
   for (; j < n; ++j) {
