@@ -28,6 +28,7 @@ namespace {
 
 constexpr uint32_t kTileTokens = 8;
 constexpr uint32_t kFloatTileTokens = 4;
+constexpr uint64_t kPrefetchAheadBytes = 1024;
 
 inline int32_t load_i32(const void* p) {
   int32_t v;
@@ -105,6 +106,8 @@ void q8_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* 
       accf[0] = scale_add(accf[0], dw, a.d, _mm512_add_epi32(acc0, acc1));
     } else {
       __m512i acc[T];
+      for (int line = 0; line < 8; ++line)  // as in q4_panel
+        _mm_prefetch(reinterpret_cast<const char*>(qb + 2 * kPrefetchAheadBytes + line * 64), _MM_HINT_T0);
       for (int t = 0; t < T; ++t) acc[t] = _mm512_set1_epi32(-128 * x[uint64_t(t) * nb + b].sum);
       for (int g = 0; g < 8; ++g) {
         const __m512i w = load_quants(qb + g * 64);
@@ -146,6 +149,11 @@ void q4_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* 
       }
       acc[0] = _mm512_add_epi32(acc_lo, acc_hi);
     } else {
+      // Several tokens spend long enough on a block that the hardware prefetcher's lead no longer
+      // hides DRAM latency: ask for the weights a few blocks ahead (past the panel's end that is
+      // the next panel, which follows it in memory).
+      for (int line = 0; line < 4; ++line)
+        _mm_prefetch(reinterpret_cast<const char*>(qb + kPrefetchAheadBytes + line * 64), _MM_HINT_T0);
       for (int t = 0; t < T; ++t)
         acc[t] = kMin ? _mm512_setzero_si512() : _mm512_set1_epi32(-8 * x[uint64_t(t) * nb + b].sum);
       for (int c = 0; c < 4; ++c) {
