@@ -22,6 +22,7 @@
 
 #include "core/check.h"
 #include "llm/plan.h"
+#include "llm/plan_model.h"
 #include "llm/run_config.h"
 #include "llm/runtime.h"
 #include "llm/scheduler.h"
@@ -33,12 +34,39 @@ namespace keel {
 // only for the policies that use them. `Queue` requests may wait for a slot in the scheduler.
 // `KvT` is how the cache stores keys and values (f16, or q8/q4 for about half or a third of the
 // bytes: docs/kv.md, "Quantized cache").
+// A Shape of a model with sliding-window layers also declares local_layers and sliding_window
+// (`keel convert --header` writes them for Gemma 3); without them every layer is global.
+template <typename Shape>
+constexpr uint32_t shape_local_layers() {
+  if constexpr (requires { Shape::local_layers; }) {
+    return Shape::local_layers;
+  } else {
+    return 0;
+  }
+}
+template <typename Shape>
+constexpr uint32_t shape_sliding_window() {
+  if constexpr (requires { Shape::sliding_window; }) {
+    return Shape::sliding_window;
+  } else {
+    return 0;
+  }
+}
+
 template <typename Shape, uint32_t KvBudget, uint32_t Slots = 1, uint32_t Chunk = 16,
           KvPolicyKind Policy = KvPolicyKind::SnapStream, uint32_t Queue = 0, KvType KvT = KvType::F16>
 class Engine {
  public:
-  static constexpr PlanShape kShape{Shape::vocab_size, Shape::dim,      Shape::n_layers, Shape::n_heads,
-                                    Shape::n_kv_heads, Shape::head_dim, Shape::ffn_dim,  Shape::tokenizer_bytes};
+  static constexpr PlanShape kShape{Shape::vocab_size,
+                                    Shape::dim,
+                                    Shape::n_layers,
+                                    Shape::n_heads,
+                                    Shape::n_kv_heads,
+                                    Shape::head_dim,
+                                    Shape::ffn_dim,
+                                    Shape::tokenizer_bytes,
+                                    shape_local_layers<Shape>(),
+                                    shape_sliding_window<Shape>()};
   // The engine's defaults (llm/run_config.h) under the template's policy, budget, slots and
   // chunk; one thread.
   static constexpr RuntimeConfig kRuntimeConfig = resolve_runtime_config(RunDefaults{}, [] {
@@ -70,6 +98,12 @@ class Engine {
                 "model shape (vocab %" PRIu32 ", dim %" PRIu32 ", layers %" PRIu32 ", heads %" PRIu32 "/%" PRIu32
                 ", head dim %" PRIu32 ", ffn %" PRIu32 ") differs from the compiled-in shape",
                 s.vocab_size, s.dim, s.n_layers, s.n_heads, s.n_kv_heads, s.head_dim, s.ffn_dim);
+    const PlanShape ps = plan_shape(model_);
+    KEEL_ENSURE(ps.local_layers == kShape.local_layers && ps.sliding_window == kShape.sliding_window,
+                Status::ModelShapeMismatch,
+                "model has %" PRIu32 " sliding-window layers of window %" PRIu32 "; the compiled-in shape says %" PRIu32
+                " of %" PRIu32,
+                ps.local_layers, ps.sliding_window, kShape.local_layers, kShape.sliding_window);
     RuntimeConfig rc = kRuntimeConfig;
     rc.backend = backend;
     KEEL_TRY(runtime_.init(model_, rc, Span<uint8_t>(persistent_, kPersistentBytes),

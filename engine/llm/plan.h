@@ -25,7 +25,24 @@ struct PlanShape {
   uint32_t head_dim;
   uint32_t ffn_dim;
   uint32_t tokenizer_bytes;  // tokenizer lookup tables (engine/text), from the model file
+  // Layers that attend through a sliding window (Gemma 3's local layers) and that window in
+  // tokens; 0 and 0 for models whose every layer sees the whole sequence.
+  uint32_t local_layers = 0;
+  uint32_t sliding_window = 0;
 };
+
+// Gemma 3's layer pattern: the last layer of every group of `pattern` is global, the others are
+// local (pattern 0: every layer is global).
+constexpr bool layer_is_local(uint32_t layer, uint32_t pattern) { return pattern > 0 && (layer + 1) % pattern != 0; }
+constexpr uint32_t local_layer_count(uint32_t n_layers, uint32_t pattern) {
+  return pattern > 0 ? n_layers - n_layers / pattern : 0;
+}
+// A layer's index within the cache of its kind: global layers are counted among the global
+// ones, local layers among the local ones.
+constexpr uint32_t layer_index_in_kind(uint32_t layer, uint32_t pattern) {
+  if (pattern == 0) return layer;
+  return layer_is_local(layer, pattern) ? layer - layer / pattern : layer / pattern;
+}
 
 struct PlanConfig {
   uint32_t kv_budget_tokens = 1024;
@@ -89,6 +106,8 @@ enum class Region : uint8_t {
   Requests,
   KvKeysValues,
   KvPositions,
+  KvLocalKeysValues,
+  KvLocalPositions,
   KvObservations,
   KvLookahead,
   Logits,  // per slot
@@ -142,13 +161,17 @@ inline constexpr RegionInfo kRegions[kRegionCount] = {
     {Region::Requests, "requests", PlanArena::Persistent, RegionGroup::Logits, false, 1,
      "[slots + queue][256] request records, [slots][64] step entries"},
     {Region::KvKeysValues, "kv_keys_values", PlanArena::Persistent, RegionGroup::Kv, true, 2,
-     "[K,V][layers][kv_heads][capacity][row] f16 rows, or q8/q4 rows with scales (core/kv_type.h)"},
+     "[K,V][global layers][kv_heads][capacity][row] f16 rows, or q8/q4 rows with scales (core/kv_type.h)"},
     {Region::KvPositions, "kv_positions", PlanArena::Persistent, RegionGroup::Kv, true, 4,
-     "[layers][kv_heads][capacity] i32"},
+     "[global layers][kv_heads][capacity] i32"},
+    {Region::KvLocalKeysValues, "kv_local_keys_values", PlanArena::Persistent, RegionGroup::Kv, true, 2,
+     "[K,V][local layers][kv_heads][local capacity][row], rows as kv_keys_values"},
+    {Region::KvLocalPositions, "kv_local_positions", PlanArena::Persistent, RegionGroup::Kv, true, 4,
+     "[local layers][kv_heads][local capacity] i32"},
     {Region::KvObservations, "kv_observations", PlanArena::Persistent, RegionGroup::Kv, true, 4,
-     "[layers][obs_window][n_heads*head_dim] f32"},
+     "[global layers][obs_window][n_heads*head_dim] f32"},
     {Region::KvLookahead, "kv_lookahead", PlanArena::Persistent, RegionGroup::Kv, true, 4,
-     "[layers][obs_window][n_heads*head_dim] f32"},
+     "[global layers][obs_window][n_heads*head_dim] f32"},
     {Region::Logits, "logits", PlanArena::Persistent, RegionGroup::Logits, true, 4, "[vocab] f32"},
     {Region::X, "x", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[rows][dim] f32"},
     {Region::Xb, "xb", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[rows][dim] f32"},
@@ -162,7 +185,8 @@ inline constexpr RegionInfo kRegions[kRegionCount] = {
      "[rows][blocks of the widest matmul input] ActBlock"},
     {Region::RopeCos, "rope_cos", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[rows][head_dim/2] f32"},
     {Region::RopeSin, "rope_sin", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[rows][head_dim/2] f32"},
-    {Region::AttRows, "att_rows", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[threads][capacity] f32"},
+    {Region::AttRows, "att_rows", PlanArena::Scratch, RegionGroup::Attention, false, 4,
+     "[threads][max(capacity, local capacity)] f32"},
     {Region::QRot, "q_rotated", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[threads][head_dim] f32"},
     {Region::ShiftCos, "shift_cos", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[slots][head_dim/2] f32"},
     {Region::ShiftSin, "shift_sin", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[slots][head_dim/2] f32"},
@@ -194,8 +218,18 @@ constexpr uint32_t plan_obs_window(const KvPolicyConfig& kv) {
   return kv_policy_uses_snapkv(kv.kind) ? kv.obs_window : 0;
 }
 
-// Elements of one instance of region `r`.
-constexpr uint64_t region_elements(Region r, const PlanShape& s, const PlanConfig& c, uint32_t obs_window) {
+// Entries a local layer keeps between passes: its window, whatever the policy (a token never
+// attends further back), or the budget where that is smaller under `full`, which never holds
+// more than the budget. The KV policy applies to the global layers only (docs/kv.md).
+constexpr uint32_t plan_local_budget(const PlanShape& s, const PlanConfig& c, const KvPolicyConfig& kv) {
+  if (s.local_layers == 0) return 0;
+  if (kv.kind == KvPolicyKind::Full && c.kv_budget_tokens < s.sliding_window) return c.kv_budget_tokens;
+  return s.sliding_window;
+}
+
+// Elements of one instance of region `r`. `local_budget`: plan_local_budget.
+constexpr uint64_t region_elements(Region r, const PlanShape& s, const PlanConfig& c, uint32_t obs_window,
+                                   uint32_t local_budget) {
   const uint64_t chunk = c.chunk_tokens ? c.chunk_tokens : 1;
   const uint64_t threads = c.threads ? c.threads : 1;
   const uint64_t slots = c.slots ? c.slots : 1;
@@ -203,8 +237,11 @@ constexpr uint64_t region_elements(Region r, const PlanShape& s, const PlanConfi
   const uint64_t rows = plan_step_rows(c.chunk_tokens, c.slots);  // of one forward pass
   const uint64_t q_dim = uint64_t(s.n_heads) * s.head_dim;
   const uint64_t kv_dim = uint64_t(s.n_kv_heads) * s.head_dim;
-  const uint64_t heads = uint64_t(s.n_layers) * s.n_kv_heads;
+  const uint64_t global_layers = uint64_t(s.n_layers) - s.local_layers;
+  const uint64_t heads = global_layers * s.n_kv_heads;
+  const uint64_t local_heads = uint64_t(s.local_layers) * s.n_kv_heads;
   const uint64_t cap = uint64_t(c.kv_budget_tokens) + chunk;  // budget + one chunk of staging
+  const uint64_t local_cap = s.local_layers > 0 ? uint64_t(local_budget) + chunk : 0;
   const uint64_t pairs = s.head_dim / 2;
   const uint64_t snap = obs_window > 0 ? 1 : 0;  // SnapKV's buffers exist only for its policies
   switch (r) {
@@ -215,8 +252,10 @@ constexpr uint64_t region_elements(Region r, const PlanShape& s, const PlanConfi
     case Region::Requests: return (slots + c.queue_capacity) * kRequestRecordBytes + slots * kStepEntryBytes;
     case Region::KvKeysValues: return 2 * heads * cap * kv_row_halves(c.kv_type, s.head_dim);
     case Region::KvPositions: return heads * cap;
+    case Region::KvLocalKeysValues: return 2 * local_heads * local_cap * kv_row_halves(c.kv_type, s.head_dim);
+    case Region::KvLocalPositions: return local_heads * local_cap;
     case Region::KvObservations:
-    case Region::KvLookahead: return uint64_t(s.n_layers) * obs_window * q_dim;
+    case Region::KvLookahead: return global_layers * obs_window * q_dim;
     case Region::Logits: return s.vocab_size;
     case Region::X:
     case Region::Xb: return rows * s.dim;
@@ -229,7 +268,7 @@ constexpr uint64_t region_elements(Region r, const PlanShape& s, const PlanConfi
     case Region::Xq: return rows * act_block_count(max_u64(max_u64(s.dim, q_dim), s.ffn_dim));
     case Region::RopeCos:
     case Region::RopeSin: return rows * pairs;
-    case Region::AttRows: return threads * cap;
+    case Region::AttRows: return threads * max_u64(cap, local_cap);
     case Region::QRot: return threads * s.head_dim;
     case Region::ShiftCos:
     case Region::ShiftSin: return slots * pairs;
@@ -260,12 +299,18 @@ struct MemoryPlan {
   uint32_t slots = 1;
   uint64_t slot_stride_bytes = 0;   // one slot's block of per-slot regions
   uint64_t kv_capacity_tokens = 0;  // per slot: budget + one prefill chunk before compression
-  uint32_t obs_window = 0;          // SnapKV observation queries kept (0: the policy uses none)
+  // Local (sliding-window) layers' ring per slot: entries kept, and with a chunk of staging; 0
+  // when the model has none.
+  uint32_t kv_local_budget_tokens = 0;
+  uint64_t kv_local_capacity_tokens = 0;
+  uint32_t obs_window = 0;  // SnapKV observation queries kept (0: the policy uses none)
   uint64_t persistent_bytes = 0;
   uint64_t scratch_bytes = 0;
   // Sums by RegionGroup. Persistent: KV caches of all slots; logits and slot records;
   // tokenizer tables; RoPE frequencies; backend state.
   uint64_t kv_bytes = 0, logits_bytes = 0, tokenizer_bytes = 0, rope_bytes = 0, backend_bytes = 0;
+  // Of kv_bytes, the local layers' rings (the rest is the global layers').
+  uint64_t kv_local_bytes = 0;
   // Scratch: one chunk's activations; attention rows (and SnapKV's); logit rows; sampler; text.
   uint64_t activation_bytes = 0, attention_bytes = 0, logit_rows_bytes = 0, sampler_bytes = 0, text_bytes = 0;
 
@@ -287,9 +332,12 @@ constexpr MemoryPlan plan_memory(const PlanShape& s, const PlanConfig& c, const 
   p.slots = c.slots ? c.slots : 1;
   p.obs_window = obs;
   p.kv_capacity_tokens = uint64_t(c.kv_budget_tokens) + (c.chunk_tokens ? c.chunk_tokens : 1);
+  p.kv_local_budget_tokens = plan_local_budget(s, c, kv);
+  p.kv_local_capacity_tokens =
+      s.local_layers > 0 ? p.kv_local_budget_tokens + (c.chunk_tokens ? c.chunk_tokens : 1) : 0;
   for (const RegionInfo& r : kRegions) {
     RegionPlan& rp = p.regions[uint32_t(r.id)];
-    rp.elements = region_elements(r.id, s, c, obs);
+    rp.elements = region_elements(r.id, s, c, obs, p.kv_local_budget_tokens);
     rp.bytes = plan_align(rp.elements * r.elem_bytes);
   }
   // Persistent: globals first, then one block per slot.
@@ -329,6 +377,7 @@ constexpr MemoryPlan plan_memory(const PlanShape& s, const PlanConfig& c, const 
       case RegionGroup::Text: p.text_bytes += b; break;
     }
   }
+  p.kv_local_bytes = p.region_bytes(Region::KvLocalKeysValues) + p.region_bytes(Region::KvLocalPositions);
   return p;
 }
 

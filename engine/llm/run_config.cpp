@@ -54,13 +54,6 @@ Error make_runtime_config(const Model& model, const RunOverrides& o, RuntimeConf
   KEEL_ENSURE(uint32_t(d.policy) < kRunPolicyMax, Status::InvalidArgument,
               "the model's kv_defaults name policy %u; expected 0..%" PRIu32, unsigned(d.policy), kRunPolicyMax - 1);
   *out = resolve_runtime_config(d, o);
-  // Policies that move keys (sinks pinned at their cache index, SnapKV compaction) re-rotate them
-  // with one RoPE base; Gemma 3's local and global layers have two.
-  KEEL_ENSURE(model.meta()->arch()->family() != fb::ArchFamily::Gemma3 || out->kv.kind == KvPolicyKind::Full ||
-                  out->kv.kind == KvPolicyKind::Window,
-              Status::UnsupportedArch,
-              "KV policy %s with a Gemma 3 model; this engine runs Gemma 3 with full or window",
-              kv_policy_name(out->kv.kind));
   return validate_kv_policy(out->kv, out->plan.kv_budget_tokens, out->plan.chunk_tokens);
 }
 

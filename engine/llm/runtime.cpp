@@ -67,10 +67,21 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
   sampler_mem_ = regions.get<uint8_t>(Region::Sampler);
   text_mem_ = regions.get<uint8_t>(Region::Text);
 
-  const KvShape kvs{model.shape().n_layers, model.shape().n_kv_heads,
-                    model.shape().head_dim, uint32_t(p.kv_capacity_tokens),
-                    pc.kv_budget_tokens,    model.shape().n_heads * model.shape().head_dim,
-                    p.obs_window,           pc.kv_type};
+  const PlanShape ps = plan_shape(model);
+  const uint32_t global_layers = ps.n_layers - ps.local_layers;
+  const KvShape kvs{global_layers,       ps.n_kv_heads,
+                    ps.head_dim,         uint32_t(p.kv_capacity_tokens),
+                    pc.kv_budget_tokens, ps.n_heads * ps.head_dim,
+                    p.obs_window,        pc.kv_type};
+  // Local layers keep no observation queries: SnapKV scores the global layers only.
+  const KvShape local_kvs{ps.local_layers,
+                          ps.n_kv_heads,
+                          ps.head_dim,
+                          uint32_t(p.kv_local_capacity_tokens),
+                          p.kv_local_budget_tokens,
+                          ps.n_heads * ps.head_dim,
+                          0,
+                          pc.kv_type};
   static_assert(sizeof(Slot) <= kSlotStateBytes, "slot record exceeds its planned bytes");
   slots_ = regions.get<uint8_t>(Region::SlotRecords);
   for (uint32_t i = 0; i < pc.slots; ++i) {
@@ -81,6 +92,12 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
     kb.observations = regions.get<float>(Region::KvObservations, i);
     kb.lookahead = regions.get<float>(Region::KvLookahead, i);
     KEEL_TRY(s->kv.init(kvs, kb));
+    if (ps.local_layers > 0) {
+      KvBuffers lb;
+      lb.keys_values = regions.get<uint16_t>(Region::KvLocalKeysValues, i);
+      lb.positions = regions.get<int32_t>(Region::KvLocalPositions, i);
+      KEEL_TRY(s->local_kv.init(local_kvs, lb));
+    }
     s->logits = regions.get<float>(Region::Logits, i);
     Arena sampler_arena(sampler_mem_, p.sampler_bytes);
     KEEL_TRY(s->sampler.init(text::SamplerConfig{}, model.shape().vocab_size, sampler_arena));
@@ -185,7 +202,8 @@ Error Runtime::run(SlotWork* work, uint32_t count) {
     if (w.status != Status::Ok) continue;
     Slot& s = slot_at(w.slot);
     const bool logits = !w.prompt || w.prompt_end;
-    segments_[n_segments++] = ForwardSegment{&s.kv, w.tokens, w.n, logits ? s.logits : nullptr, logits ? 1u : 0u};
+    segments_[n_segments++] =
+        ForwardSegment{&s.kv, w.tokens, w.n, logits ? s.logits : nullptr, logits ? 1u : 0u, local_cache(s)};
   }
   if (n_segments == 0) return Error();
   const Error pass = transformer_.forward(segments_, n_segments);
@@ -196,6 +214,7 @@ Error Runtime::run(SlotWork* work, uint32_t count) {
     // The last chunk holds the real end of the prompt: its own queries are the lookahead.
     Error e = pass;
     if (e.ok()) e = kv_.settle(s.kv, w.n, w.prompt, w.prompt && s.lookahead && !w.prompt_end);
+    if (e.ok()) settle_local(s, w.n);
     if (!e.ok()) {
       w.status = e.status();
       // A prompt refused half-way leaves no half of it behind: the slot starts over.
@@ -218,10 +237,23 @@ Error Runtime::run(SlotWork* work, uint32_t count) {
 }
 
 Error Runtime::capture_lookahead(Slot& s, Span<const int32_t> tokens, uint32_t n) {
+  // The local ring takes part in the pass and is left as it was too: its staged entries are
+  // dropped and its position rewound.
+  KvCache* local = local_cache(s);
   s.kv.begin_lookahead();
-  const Error e = transformer_.forward(s.kv, tokens.data() + (tokens.size() - n), n, nullptr, 0);
+  if (local) local->begin_lookahead();
+  const ForwardSegment seg{&s.kv, tokens.data() + (tokens.size() - n), n, nullptr, 0, local};
+  const Error e = transformer_.forward(&seg, 1);
   s.kv.end_lookahead(e.ok() ? n : 0);
+  if (local) local->end_lookahead(0);
   return e;
+}
+
+KvCache* Runtime::local_cache(Slot& s) const { return plan_.kv_local_capacity_tokens > 0 ? &s.local_kv : nullptr; }
+
+void Runtime::settle_local(Slot& s, uint32_t n) {
+  // Whatever the policy, a local layer keeps its window: the newest entries of a ring.
+  if (KvCache* local = local_cache(s)) local->append_ring(n);
 }
 
 Error Runtime::decode(uint32_t slot, int32_t token) {
@@ -249,8 +281,10 @@ Error Runtime::score(uint32_t slot, Span<const int32_t> tokens, void (*fn)(void*
   float* rows = transformer_.logit_rows();
   for (size_t done = 0; done < tokens.size();) {
     const uint32_t n = uint32_t(tokens.size() - done < step ? tokens.size() - done : step);
-    KEEL_TRY(transformer_.forward(s.kv, tokens.data() + done, n, rows, n));
+    const ForwardSegment seg{&s.kv, tokens.data() + done, n, rows, n, local_cache(s)};
+    KEEL_TRY(transformer_.forward(&seg, 1));
     KEEL_TRY(kv_.settle(s.kv, n, true, false));
+    settle_local(s, n);
     for (uint32_t t = 0; t < n; ++t) fn(ctx, done + t, rows + uint64_t(t) * vocab);
     done += n;
   }
@@ -305,6 +339,7 @@ Error Runtime::reset(uint32_t slot) {
 
 void Runtime::clear_slot(Slot& s) {
   s.kv.clear();
+  s.local_kv.clear();
   s.prompt_left = 0;
   s.lookahead = false;
   s.prefilled = 0;

@@ -93,7 +93,10 @@ class Runtime {
   // Picks the next token from the slot's current logits (the repetition penalty sees the
   // slot's recent tokens and changes the logits in place).
   Result<int32_t> sample(uint32_t slot);
+  // The slot's cache of the global layers (every layer's, for models without local layers),
+  // which the KV policy governs; and the local layers' ring (empty shape when there are none).
   const KvCache& kv_cache(uint32_t slot) const { return slot_at(slot).kv; }
+  const KvCache& local_kv_cache(uint32_t slot) const { return slot_at(slot).local_kv; }
   // Forgets the slot's sequence.
   Error reset(uint32_t slot);
   uint64_t sequence_length(uint32_t slot) const;
@@ -112,6 +115,7 @@ class Runtime {
   static constexpr uint32_t kRecentTokens = 64;  // history the repetition penalty sees
   struct Slot {
     KvCache kv;
+    KvCache local_kv;  // Gemma 3's local layers: a ring of their window, outside the policy
     float* logits = nullptr;
     uint64_t prefilled = 0;
     uint64_t decoded = 0;
@@ -130,6 +134,10 @@ class Runtime {
   Error capture_lookahead(Slot& s, Span<const int32_t> tokens, uint32_t n);
   // Empties a slot: cache, counters, recent tokens (reset, and a prefill refused half-way).
   void clear_slot(Slot& s);
+  // The slot's local-layer ring, or null when the model has no local layers.
+  KvCache* local_cache(Slot& s) const;
+  // After a pass staged `n` entries: they join the local ring.
+  void settle_local(Slot& s, uint32_t n);
   Slot& slot_at(uint32_t i) const;
 
   const Model* model_ = nullptr;

@@ -71,10 +71,12 @@ Error Transformer::init(const Model& model, Backend& backend, const PlanConfig& 
   query_scale_ = gemma3_ ? h->query_scale() : 0.0f;
   sliding_window_ = gemma3_ ? h->sliding_window() : 0;
   sliding_window_pattern_ = gemma3_ ? h->sliding_window_pattern() : 0;
+  local_layers_ = local_layer_count(shape_.n_layers, sliding_window_pattern_);
   token_embd_ = model.tensor(TensorRole::TokenEmbedding);
   output_norm_ = model.tensor(TensorRole::OutputNorm);
   output_ = model.meta()->arch()->tied_output() ? token_embd_ : model.tensor(TensorRole::Output);
-  capacity_ = config.kv_budget_tokens + config.chunk_tokens;
+  // Score rows span the larger of the two caches (att_rows is planned so).
+  capacity_ = uint32_t(regions.bytes(Region::AttRows) / sizeof(float) / config.threads);
   step_rows_ = uint32_t(plan_step_rows(config.chunk_tokens, config.slots));
 
   inv_freq_ = regions.get<double>(Region::RopeInvFreq);
@@ -124,10 +126,6 @@ void Transformer::segment_rope_tables(const ForwardSegment* segs, uint32_t count
     rope_tables(segs[i].kv->next_position(), segs[i].n, row0, local);
 }
 
-bool Transformer::layer_is_local(uint32_t layer) const {
-  return sliding_window_pattern_ > 0 && (layer + 1) % sliding_window_pattern_ != 0;
-}
-
 void Transformer::norm_heads(float* rows, uint32_t n, uint32_t n_heads, uint32_t row_stride, const TensorView& w) {
   const uint32_t hd = shape_.head_dim;
   const float* weight = reinterpret_cast<const float*>(w.data);
@@ -154,7 +152,7 @@ void Transformer::attention(KvCache& kv, uint32_t layer, uint32_t row0, uint32_t
   AttentionArgs a{};
   a.q = q_ + row0 * q_dim;
   a.out = att_ + row0 * q_dim;
-  a.keys = kv.keys(layer, 0);
+  a.keys = kv.keys(layer, 0);  // `layer` is the index in kv (cache_layer)
   a.values = kv.values(layer, 0);
   a.head_stride = uint64_t(kv.shape().capacity) * kv.row_halves();
   a.kv_type = config_.kv_type;
@@ -224,6 +222,16 @@ Error Transformer::check_segments(const ForwardSegment* segs, uint32_t count, ui
     KEEL_ENSURE(g.kv->visible() + g.n <= g.kv->shape().capacity, Status::KvFull,
                 "KV cache shows %" PRIu32 " of %" PRIu32 " entries; %" PRIu32 " more do not fit", g.kv->visible(),
                 g.kv->shape().capacity, g.n);
+    KEEL_ENSURE(local_layers_ == 0 || (g.local_kv != nullptr && g.local_kv->shape().n_layers == local_layers_ &&
+                                       g.local_kv->next_position() == g.kv->next_position()),
+                Status::InvalidArgument, "segment %" PRIu32 " lacks the ring of the model's %" PRIu32 " local layers",
+                i, local_layers_);
+    KEEL_ENSURE(g.kv->shape().n_layers == shape_.n_layers - local_layers_, Status::InvalidArgument,
+                "segment %" PRIu32 " has a cache of %" PRIu32 " layers; the model has %" PRIu32 " global layers", i,
+                g.kv->shape().n_layers, shape_.n_layers - local_layers_);
+    KEEL_ENSURE(local_layers_ == 0 || g.local_kv->visible() + g.n <= g.local_kv->shape().capacity, Status::KvFull,
+                "local KV ring shows %" PRIu32 " of %" PRIu32 " entries; %" PRIu32 " more do not fit",
+                g.local_kv->visible(), g.local_kv->shape().capacity, g.n);
     KEEL_ENSURE(g.n_logits <= g.n && g.n_logits <= config_.logit_rows && (g.n_logits == 0 || g.logits),
                 Status::InvalidArgument, "%" PRIu32 " logit rows requested; expected <= %" PRIu32, g.n_logits,
                 config_.logit_rows);
@@ -297,12 +305,14 @@ Error Transformer::forward(const ForwardSegment* segs, uint32_t count) {
       norm_heads(q_, rows, shape_.n_heads, q_dim, w.q_norm);
       norm_heads(k_, rows, shape_.n_kv_heads, kv_dim, w.k_norm);
     }
-    // SnapKV scores a slot's cache with its last queries, kept unrotated.
+    // SnapKV scores a slot's cache with its last queries, kept unrotated (global layers only:
+    // the local ring has no observation window).
+    const uint32_t cl = cache_layer(l);
     for (uint32_t i = 0, row0 = 0; i < count; row0 += segs[i].n, ++i) {
-      KvCache& kv = *segs[i].kv;
+      KvCache& kv = layer_cache(segs[i], l);
       const uint32_t n = segs[i].n, obs_window = kv.shape().obs_window;
       for (uint32_t t = (n > obs_window ? n - obs_window : 0); obs_window > 0 && t < n; ++t) {
-        memcpy(kv.observation(l, kv.next_position() + t), q_ + uint64_t(row0 + t) * q_dim, uint64_t(q_dim) * 4);
+        memcpy(kv.observation(cl, kv.next_position() + t), q_ + uint64_t(row0 + t) * q_dim, uint64_t(q_dim) * 4);
       }
     }
     apply_rope(q_, rows, shape_.n_heads, q_dim);
@@ -310,13 +320,13 @@ Error Transformer::forward(const ForwardSegment* segs, uint32_t count) {
     // Each segment's keys and values (rows of the cache's type) and positions go behind its
     // cache's visible entries.
     for (uint32_t i = 0, row0 = 0; i < count; row0 += segs[i].n, ++i) {
-      KvCache& kv = *segs[i].kv;
+      KvCache& kv = layer_cache(segs[i], l);
       const uint32_t n = segs[i].n, size_before = kv.visible();
       const int64_t pos0 = kv.next_position();
       for (uint32_t h = 0; h < shape_.n_kv_heads; ++h) {
-        uint16_t* kc = kv.keys(l, h);
-        uint16_t* vc = kv.values(l, h);
-        int32_t* pc = kv.positions(l, h);
+        uint16_t* kc = kv.keys(cl, h);
+        uint16_t* vc = kv.values(cl, h);
+        int32_t* pc = kv.positions(cl, h);
         for (uint32_t t = 0; t < n; ++t) {
           const uint64_t at = uint64_t(size_before + t) * kv.row_halves();
           const uint64_t row = uint64_t(row0 + t) * kv_dim + uint64_t(h) * hd;
@@ -330,7 +340,7 @@ Error Transformer::forward(const ForwardSegment* segs, uint32_t count) {
           pc[size_before + t] = int32_t(pos0 + t);
         }
       }
-      attention(kv, l, row0, n, i, local);  // att [R][q_dim]
+      attention(kv, cl, row0, n, i, local);  // att [R][q_dim]
     }
     be.matmul(w.wo, att_, q_dim, xq_, false, rows, xb_, dim);
     if (gemma3_) {
@@ -369,7 +379,10 @@ Error Transformer::forward(const ForwardSegment* segs, uint32_t count) {
     for (uint32_t t = 0; t < rows; ++t)
       be.add(x_ + uint64_t(t) * dim, xb_ + uint64_t(t) * dim, dim, x_ + uint64_t(t) * dim);
   }
-  for (uint32_t i = 0; i < count; ++i) segs[i].kv->advance(segs[i].n);
+  for (uint32_t i = 0; i < count; ++i) {
+    segs[i].kv->advance(segs[i].n);
+    if (local_layers_ > 0) segs[i].local_kv->advance(segs[i].n);
+  }
   logits(segs, count);
   return Error();
 }

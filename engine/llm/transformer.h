@@ -31,11 +31,13 @@ struct LayerWeights {
 
 // One slot's rows of a forward pass.
 struct ForwardSegment {
-  KvCache* kv = nullptr;            // the slot's cache; the caller made room for n more entries
+  KvCache* kv = nullptr;            // the slot's cache of global layers; room made for n more entries
   const int32_t* tokens = nullptr;  // [n], at positions kv->next_position() + t
   uint32_t n = 0;                   // 1..chunk_tokens (the cache stages one chunk)
   float* logits = nullptr;          // [n_logits][vocab]: the logits of the last n_logits tokens
   uint32_t n_logits = 0;            // or 0 (and logits null) for none
+  // The slot's ring of local layers (Gemma 3), at the same position as kv; null without them.
+  KvCache* local_kv = nullptr;
 };
 
 class Transformer final : public KvModelHooks {
@@ -48,11 +50,6 @@ class Transformer final : public KvModelHooks {
   // its positions. Logits: one segment may ask for up to logit_rows of them; several segments
   // for one each. A row's result does not depend on the other rows of the pass.
   Error forward(const ForwardSegment* segments, uint32_t count);
-  // The single-slot pass: tokens[0..n) of one cache, the logits of the last n_logits tokens.
-  Error forward(KvCache& kv, const int32_t* tokens, uint32_t n, float* logits, uint32_t n_logits) {
-    const ForwardSegment one{&kv, tokens, n, logits, logits ? n_logits : 0};
-    return forward(&one, 1);
-  }
 
   // KvModelHooks: what the KV policy asks of the model.
   uint32_t rope_pairs() const override { return rope_dim_ / 2; }
@@ -73,7 +70,12 @@ class Transformer final : public KvModelHooks {
   // local RoPE base; segment_rope_tables: every segment's rows.
   void rope_tables(int64_t pos0, uint32_t n, uint32_t row0, bool local);
   void segment_rope_tables(const ForwardSegment* segments, uint32_t count, bool local);
-  bool layer_is_local(uint32_t layer) const;
+  bool layer_is_local(uint32_t layer) const { return keel::layer_is_local(layer, sliding_window_pattern_); }
+  // The cache that holds `layer` for segment `g`, and the layer's index in it.
+  KvCache& layer_cache(const ForwardSegment& g, uint32_t layer) const {
+    return layer_is_local(layer) ? *g.local_kv : *g.kv;
+  }
+  uint32_t cache_layer(uint32_t layer) const { return layer_index_in_kind(layer, sliding_window_pattern_); }
   // Gemma 3: RMSNorm of each of `n_heads` heads of every row, in place.
   void norm_heads(float* rows, uint32_t n, uint32_t n_heads, uint32_t row_stride, const TensorView& w);
   void apply_rope(float* rows, uint32_t n, uint32_t n_heads, uint32_t row_stride);
@@ -91,6 +93,7 @@ class Transformer final : public KvModelHooks {
   bool gemma3_ = false;
   float query_scale_ = 0.0f;  // 0 = 1/sqrt(head_dim)
   uint32_t sliding_window_ = 0, sliding_window_pattern_ = 0;
+  uint32_t local_layers_ = 0;  // layers whose keys go to a segment's local_kv
   TensorView token_embd_, output_norm_, output_;
   const Model* model_ = nullptr;
   uint32_t capacity_ = 0;

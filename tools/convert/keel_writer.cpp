@@ -303,9 +303,13 @@ uint64_t tokenizer_table_bytes(const SourceTokenizer& tok) {
 
 keel::PlanShape plan_shape(const SourceModel& m) {
   const SourceHyper& h = m.hyper;
-  return keel::PlanShape{
-      h.vocab_size, h.dim,      h.n_layers, h.n_heads,
-      h.n_kv_heads, h.head_dim, h.ffn_dim,  static_cast<uint32_t>(tokenizer_table_bytes(m.tokenizer))};
+  keel::PlanShape p{h.vocab_size, h.dim,      h.n_layers, h.n_heads,
+                    h.n_kv_heads, h.head_dim, h.ffn_dim,  static_cast<uint32_t>(tokenizer_table_bytes(m.tokenizer))};
+  if (h.family == ArchFamily::Gemma3) {
+    p.local_layers = keel::local_layer_count(h.n_layers, h.sliding_window_pattern);
+    p.sliding_window = h.sliding_window;
+  }
+  return p;
 }
 
 keel::RunDefaults run_defaults(const WriteOptions& opts) {

@@ -36,8 +36,8 @@ const char kHelp[] =
     "                           q4: block matrices Q4 (Q4M from Q4_1), embedding and output Q8\n"
     "  --tokenizer FILE       llama2.c tokenizer .bin (default: the only tok*.bin beside IN)\n"
     "  --kv-policy P          default KV policy stored in the file: full | window | streaming |\n"
-    "                           snapkv | snapstream (default snapstream; Gemma 3, which runs\n"
-    "                           under full or window only: full)\n"
+    "                           snapkv | snapstream (default snapstream; on a model with\n"
+    "                           sliding-window layers it governs the global layers only)\n"
     "  --kv-budget N          default KV budget in tokens (default 1024)\n"
     "  --sinks N              attention sinks (default 4)\n"
     "  --window N             snapstream's recent window (default 0: a quarter of the budget)\n"
@@ -94,7 +94,7 @@ int cmd_convert(int argc, char** argv) {
   args.value("--output", "-o", out_path);
   args.value("--quant", nullptr, quant);
   args.value("--tokenizer", nullptr, tokenizer);
-  const bool has_policy = args.value("--kv-policy", nullptr, policy);
+  args.value("--kv-policy", nullptr, policy);
   args.u32("--kv-budget", nullptr, opts.kv.budget_tokens);
   args.u32("--sinks", nullptr, opts.kv.sinks);
   args.u32("--window", nullptr, opts.kv.window);
@@ -154,13 +154,6 @@ int cmd_convert(int argc, char** argv) {
     model = convert::read_llama2c(in, tokenizer, error);
   }
   if (!model) return fail("convert", error);
-  if (model->hyper.family == convert::ArchFamily::Gemma3) {
-    // Policies that move keys re-rotate them with one RoPE base; Gemma 3 has two (docs/format.md).
-    if (!has_policy) opts.kv.policy = fb::KvPolicy::Full;
-    if (opts.kv.policy != fb::KvPolicy::Full && opts.kv.policy != fb::KvPolicy::Window) {
-      return usage_error("convert", "--kv-policy " + policy + ": Gemma 3 runs under full or window only");
-    }
-  }
 
   ProgressBar bar(!quiet && isatty(STDERR_FILENO));
   opts.progress = [&](size_t done, size_t total, uint64_t bytes) { bar.update(done, total, bytes); };

@@ -17,16 +17,20 @@ namespace keel::cli {
 namespace {
 
 const char kHelp[] =
-    "usage: keel info MODEL.keel [--json] [--kv-budget N] [--kv-type T] [--slots N] [--chunk N]\n"
-    "                 [--threads N]\n"
+    "usage: keel info MODEL.keel [--json] [--kv-policy P] [--kv-budget N] [--kv-type T] [--slots N]\n"
+    "                 [--chunk N] [--threads N]\n"
     "\n"
     "Verifies a .keel file and prints its hyper-parameters, tensor summary, tokenizer summary,\n"
     "what a run uses when given no options (\"run\": KV policy, budget, sinks, window,\n"
     "observation window, kernel and chunk, from the file's KV defaults, else the engine's) and\n"
     "the memory plan: weights (mapped, read-only), persistent arena (KV cache, tokenizer tables,\n"
-    "logits) and scratch arena (one prefill chunk), in bytes.\n"
+    "logits) and scratch arena (one prefill chunk), in bytes. For a model with sliding-window\n"
+    "layers (Gemma 3) the KV cache is shown by layer kind: global layers hold the policy's budget,\n"
+    "local layers a ring of their window, beside what one budget for every layer would take.\n"
     "\n"
     "options:\n"
+    "  --kv-policy P   full | window | streaming | snapkv | snapstream: the policy planned for\n"
+    "                  (default: the run default)\n"
     "  --kv-budget N   KV budget in tokens for the plan (default: the run default)\n"
     "  --kv-type T     f16 | q8 | q4: how the plan's KV cache stores keys and values (default f16)\n"
     "  --slots N       concurrent sequences (default: the file's plan, usually 1)\n"
@@ -56,7 +60,8 @@ int cmd_info(int argc, char** argv) {
   const bool has_slots = args.u32("--slots", nullptr, slots);
   const bool has_chunk = args.u32("--chunk", nullptr, chunk);
   args.u32("--threads", "-t", threads);
-  std::string kv_type_name_arg = "f16";
+  std::string kv_type_name_arg = "f16", policy_arg;
+  const bool has_policy = args.value("--kv-policy", nullptr, policy_arg);
   args.value("--kv-type", nullptr, kv_type_name_arg);
   if (!cl.finish(1, "one MODEL.keel")) return 2;
   const std::vector<std::string>& pos = cl.positionals;
@@ -67,6 +72,12 @@ int cmd_info(int argc, char** argv) {
   KvType kv_type = KvType::F16;
   if (!parse_kv_type(kv_type_name_arg.c_str(), kv_type)) {
     return usage_error("info", "--kv-type expects f16, q8 or q4, got '" + kv_type_name_arg + "'");
+  }
+
+  KvPolicyKind policy_kind = KvPolicyKind::Full;
+  if (has_policy && !parse_kv_policy(policy_arg.c_str(), policy_kind)) {
+    return usage_error("info",
+                       "--kv-policy expects full, window, streaming, snapkv or snapstream, got '" + policy_arg + "'");
   }
 
   port::MappedFile file;
@@ -92,9 +103,18 @@ int cmd_info(int argc, char** argv) {
   o.chunk_tokens = has_chunk ? chunk : 0;
   o.threads = threads;
   o.kv_type = uint32_t(kv_type);
+  o.kv_policy = has_policy ? run_policy(policy_kind) : 0;
   const RuntimeConfig planned = resolve_runtime_config(model_run_defaults(model), o);
   const PlanConfig& pc = planned.plan;
-  const MemoryPlan plan = plan_memory(plan_shape(model), pc, planned.kv);
+  const PlanShape shape = plan_shape(model);
+  const MemoryPlan plan = plan_memory(shape, pc, planned.kv);
+  // By layer kind (models with sliding-window layers), and the cache one budget for every layer
+  // would take (what the plan gave Gemma 3 before local layers had rings of their own).
+  const uint32_t local_layers = shape.local_layers, global_layers = shape.n_layers - shape.local_layers;
+  const uint64_t kv_local_bytes = plan.kv_local_bytes, kv_global_bytes = plan.kv_bytes - plan.kv_local_bytes;
+  PlanShape uniform_shape = shape;
+  uniform_shape.local_layers = 0;
+  const uint64_t kv_uniform_bytes = plan_memory(uniform_shape, pc, planned.kv).kv_bytes;
   const uint32_t run_budget = run.plan.kv_budget_tokens;
   const uint32_t run_window = snapstream_window(run.kv, run_budget);
 
@@ -146,12 +166,21 @@ int cmd_info(int argc, char** argv) {
     printf(
         "\"memory\":{\"kv_budget_tokens\":%u,\"kv_type\":\"%s\",\"slots\":%u,\"chunk_tokens\":%u,\"threads\":%u,"
         "\"weights_bytes\":%llu,\"persistent_bytes\":%llu,\"scratch_bytes\":%llu,\"kv_capacity_tokens\":%llu,"
-        "\"kv_bytes\":%llu,\"tokenizer_bytes\":%llu,\"total_bytes\":%llu,\"regions\":[",
+        "\"kv_bytes\":%llu,\"tokenizer_bytes\":%llu,\"total_bytes\":%llu,\"kv_policy\":\"%s\",",
         pc.kv_budget_tokens, kv_type_name(pc.kv_type), pc.slots, pc.chunk_tokens, pc.threads,
         (unsigned long long)model.weights_bytes(), (unsigned long long)plan.persistent_bytes,
         (unsigned long long)plan.scratch_bytes, (unsigned long long)plan.kv_capacity_tokens,
         (unsigned long long)plan.kv_bytes, (unsigned long long)plan.tokenizer_bytes,
-        (unsigned long long)(model.weights_bytes() + plan.persistent_bytes + plan.scratch_bytes));
+        (unsigned long long)(model.weights_bytes() + plan.persistent_bytes + plan.scratch_bytes),
+        kv_policy_name(planned.kv.kind));
+    printf("\"kv_layers\":{\"global\":{\"layers\":%u,\"capacity_tokens\":%llu,\"bytes\":%llu}", global_layers,
+           (unsigned long long)plan.kv_capacity_tokens, (unsigned long long)kv_global_bytes);
+    if (local_layers > 0) {
+      printf(",\"local\":{\"layers\":%u,\"window\":%u,\"ring_tokens\":%u,\"capacity_tokens\":%llu,\"bytes\":%llu}",
+             local_layers, shape.sliding_window, plan.kv_local_budget_tokens,
+             (unsigned long long)plan.kv_local_capacity_tokens, (unsigned long long)kv_local_bytes);
+    }
+    printf(",\"uniform_bytes\":%llu},\"regions\":[", (unsigned long long)kv_uniform_bytes);
     // The plan's own table: every region with its bytes (all slots), summing to the arenas.
     for (uint32_t i = 0; i < kRegionCount; ++i) {
       const RegionInfo& r = kRegions[i];
@@ -209,6 +238,18 @@ int cmd_info(int argc, char** argv) {
          (unsigned long long)plan.persistent_bytes, human_bytes(plan.persistent_bytes).c_str(),
          human_bytes(plan.kv_bytes).c_str(), kv_type_name(pc.kv_type), (unsigned long long)plan.kv_capacity_tokens,
          human_bytes(plan.tokenizer_bytes).c_str());
+  if (local_layers > 0) {
+    printf("  KV global   %14llu bytes  (%s: %u layers x %llu tokens, policy %s)\n",
+           (unsigned long long)kv_global_bytes, human_bytes(kv_global_bytes).c_str(), global_layers,
+           (unsigned long long)plan.kv_capacity_tokens, kv_policy_name(planned.kv.kind));
+    printf("  KV local    %14llu bytes  (%s: %u layers x %llu-token ring, window %u)\n",
+           (unsigned long long)kv_local_bytes, human_bytes(kv_local_bytes).c_str(), local_layers,
+           (unsigned long long)plan.kv_local_capacity_tokens, shape.sliding_window);
+    printf("  KV uniform  %14llu bytes  (%s: all %u layers x %llu tokens, %.1fx the above)\n",
+           (unsigned long long)kv_uniform_bytes, human_bytes(kv_uniform_bytes).c_str(), shape.n_layers,
+           (unsigned long long)plan.kv_capacity_tokens,
+           plan.kv_bytes ? double(kv_uniform_bytes) / double(plan.kv_bytes) : 0.0);
+  }
   printf("  scratch     %14llu bytes  (%s)\n", (unsigned long long)plan.scratch_bytes,
          human_bytes(plan.scratch_bytes).c_str());
   return 0;

@@ -91,7 +91,11 @@ int cmd_passkey(int argc, char** argv) {
   std::string text;
   if (!read_text(haystack, text)) return fail("passkey", "cannot read the haystack " + haystack);
   const Model& model = session.model();
-  const bool chat = model.meta()->tokenizer()->im_start_id() >= 0;
+  // ChatML's markers only: Gemma's turn markers also fill im_start_id, and its prompt here is
+  // plain text completed by the base model.
+  const fb::Tokenizer* tok = model.meta()->tokenizer();
+  const bool chat =
+      tok->im_start_id() >= 0 && tok->tokens()->Get(uint32_t(tok->im_start_id()))->str() == "<|im_start|>";
   const std::string intro = "There is a pass key hidden inside a lot of irrelevant text. Find it and remember it.\n\n";
   const std::string question = "\n\nWhat is the pass key? The pass key is";
   std::vector<int32_t> hay, head, tail;

@@ -1,6 +1,7 @@
 #include "keel/header_writer.h"
 
 #include <cstdio>
+#include <string>
 
 #include "llm/plan.h"
 
@@ -13,6 +14,12 @@ bool write_model_header(const convert::SourceModel& model, const convert::WriteO
   const PlanConfig& c = rc.plan;
   const MemoryPlan p = plan_memory(s, c, rc.kv);
 
+  // Sliding-window layers plan a ring of their own (llm/plan.h); Engine<> reads these when present.
+  std::string local;
+  if (s.local_layers > 0) {
+    local = "  static constexpr uint32_t local_layers = " + std::to_string(s.local_layers) +
+            ";\n  static constexpr uint32_t sliding_window = " + std::to_string(s.sliding_window) + ";\n";
+  }
   FILE* f = fopen(path.c_str(), "w");
   if (!f) {
     error = "cannot create " + path;
@@ -33,6 +40,7 @@ bool write_model_header(const convert::SourceModel& model, const convert::WriteO
           "  static constexpr uint32_t ffn_dim = %u;\n"
           "  static constexpr uint32_t context_length = %u;\n"
           "  static constexpr uint32_t tokenizer_bytes = %u;\n"
+          "%s"
           "};\n\n"
           "inline constexpr uint32_t kKvBudgetTokens = %u;\n"
           "inline constexpr uint32_t kSlots = %u;\n"
@@ -44,9 +52,9 @@ bool write_model_header(const convert::SourceModel& model, const convert::WriteO
           "}  // namespace %s\n",
           model.source_description.c_str(), c.kv_budget_tokens, c.slots, c.chunk_tokens, ns.c_str(), s.vocab_size,
           s.dim, s.n_layers, s.n_heads, s.n_kv_heads, s.head_dim, s.ffn_dim, model.hyper.context_length,
-          s.tokenizer_bytes, c.kv_budget_tokens, c.slots, c.chunk_tokens, (unsigned long long)p.kv_capacity_tokens,
-          (unsigned long long)p.kv_bytes, (unsigned long long)p.persistent_bytes, (unsigned long long)p.scratch_bytes,
-          ns.c_str());
+          s.tokenizer_bytes, local.c_str(), c.kv_budget_tokens, c.slots, c.chunk_tokens,
+          (unsigned long long)p.kv_capacity_tokens, (unsigned long long)p.kv_bytes,
+          (unsigned long long)p.persistent_bytes, (unsigned long long)p.scratch_bytes, ns.c_str());
   const bool ok = fclose(f) == 0;
   if (!ok) error = "cannot write " + path;
   return ok;

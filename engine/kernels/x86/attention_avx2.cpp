@@ -1,6 +1,9 @@
-// AVX2 + F16C + FMA attention over the f16 cache. head_dim is a multiple of 8 for every model
-// we run (64 for SmolLM2, 8 for stories260K); other sizes take a scalar tail.
+// AVX2 + F16C + FMA attention over the cache: f16 rows, then the quantized rows (one template
+// per operation, the q8 and q4 row formats as small policy structs). head_dim is a multiple of 8
+// for every model we run (64 for SmolLM2, 8 for stories260K); other sizes take a scalar tail.
 #include <immintrin.h>
+
+#include <cmath>
 
 #include "core/f16.h"
 #include "kernels/attention.h"
@@ -166,109 +169,211 @@ void to_half_avx2(const float* x, uint32_t n, uint16_t* out) {
   for (; i < n; ++i) out[i] = f32_to_f16(x[i]);
 }
 
-// Quantized rows (core/kv_type.h) with 32-number groups; other group sizes take the ref kernels.
-inline __m256 load_i8x8(const int8_t* p) {
-  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-}
-inline __m256 load_u8x8(__m128i bytes) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)); }
+// Quantized rows (core/kv_type.h) with 32-number groups, at most kMaxGroups per row; other
+// shapes take the ref kernels.
+//
+// Scores are integer dot products: the query is quantized per step to int8 per group (scale
+// max|q|/127, kept in f32), each key group's 32 products are summed exactly in int32, and the
+// two scales are applied once per group. Eight keys go through together so the horizontal
+// sums, the scale loads and the conversions are shared by a vector of eight keys.
+constexpr uint32_t kMaxGroups = 8;
 
-void scores_q8_avx2(const float* q, const uint16_t* k, uint32_t n, uint32_t hd, float scale, float* s) {
-  if (kv_group(hd) != 32) return attention_kernels_ref().scores_q8(q, k, n, hd, scale, s);
-  const uint32_t groups = hd / 32, row = kv_row_halves(KvType::Q8, hd);
-  for (uint32_t j = 0; j < n; ++j) {
-    const uint16_t* kj = k + uint64_t(j) * row;
-    const int8_t* qk = reinterpret_cast<const int8_t*>(kj + groups);
-    __m256 acc = _mm256_setzero_ps();
-    for (uint32_t b = 0; b < groups; ++b) {
-      const float* qb = q + b * 32;
-      const int8_t* kb = qk + b * 32;
-      __m256 p0 = _mm256_mul_ps(_mm256_loadu_ps(qb), load_i8x8(kb));
-      __m256 p1 = _mm256_mul_ps(_mm256_loadu_ps(qb + 8), load_i8x8(kb + 8));
-      p0 = _mm256_fmadd_ps(_mm256_loadu_ps(qb + 16), load_i8x8(kb + 16), p0);
-      p1 = _mm256_fmadd_ps(_mm256_loadu_ps(qb + 24), load_i8x8(kb + 24), p1);
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(kj[b])), _mm256_add_ps(p0, p1), acc);
-    }
-    s[j] = hsum(acc) * scale;
-  }
-}
+struct QueryQ8 {
+  alignas(32) int8_t q[32 * kMaxGroups];
+  float d[kMaxGroups];    // q[i] ~ d * int8
+  float sum[kMaxGroups];  // the f32 query's sum per group (q4's minimum term)
+};
 
-void weighted_sum_q8_avx2(const float* p, const uint16_t* v, uint32_t n, uint32_t hd, float* out) {
-  if (kv_group(hd) != 32 || hd > 128) return attention_kernels_ref().weighted_sum_q8(p, v, n, hd, out);
-  const uint32_t groups = hd / 32, row = kv_row_halves(KvType::Q8, hd);
-  __m256 acc[16];
-  for (uint32_t b = 0; b < 4 * groups; ++b) acc[b] = _mm256_setzero_ps();
-  for (uint32_t j = 0; j < n; ++j) {
-    const uint16_t* vj = v + uint64_t(j) * row;
-    const int8_t* qv = reinterpret_cast<const int8_t*>(vj + groups);
-    for (uint32_t b = 0; b < groups; ++b) {
-      const __m256 c = _mm256_set1_ps(p[j] * f16_to_f32(vj[b]));
-      const int8_t* vb = qv + b * 32;
-      __m256* a = acc + 4 * b;
-      a[0] = _mm256_fmadd_ps(c, load_i8x8(vb), a[0]);
-      a[1] = _mm256_fmadd_ps(c, load_i8x8(vb + 8), a[1]);
-      a[2] = _mm256_fmadd_ps(c, load_i8x8(vb + 16), a[2]);
-      a[3] = _mm256_fmadd_ps(c, load_i8x8(vb + 24), a[3]);
-    }
-  }
-  for (uint32_t b = 0; b < 4 * groups; ++b) _mm256_storeu_ps(out + 8 * b, acc[b]);
-}
-
-void scores_q4_avx2(const float* q, const uint16_t* k, uint32_t n, uint32_t hd, float scale, float* s) {
-  if (kv_group(hd) != 32 || hd > 512) return attention_kernels_ref().scores_q4(q, k, n, hd, scale, s);
-  const uint32_t groups = hd / 32, row = kv_row_halves(KvType::Q4, hd);
-  // x = d * nibble + m, so q.x = d * (q . nibbles) + m * sum(q) per group.
-  float qsum[16];
+void quantize_query(const float* x, uint32_t groups, QueryQ8& out) {
   for (uint32_t b = 0; b < groups; ++b) {
-    float t = 0.0f;
-    for (uint32_t i = 0; i < 32; ++i) t += q[b * 32 + i];
-    qsum[b] = t;
-  }
-  const __m128i low4 = _mm_set1_epi8(15);
-  for (uint32_t j = 0; j < n; ++j) {
-    const uint16_t* kj = k + uint64_t(j) * row;
-    const uint8_t* qk = reinterpret_cast<const uint8_t*>(kj + 2 * groups);
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0.0f;
-    for (uint32_t b = 0; b < groups; ++b) {
-      const float* qb = q + b * 32;
-      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qk + b * 16));
-      const __m128i lo = _mm_and_si128(x, low4), hi = _mm_and_si128(_mm_srli_epi16(x, 4), low4);
-      __m256 p0 = _mm256_mul_ps(_mm256_loadu_ps(qb), load_u8x8(lo));
-      __m256 p1 = _mm256_mul_ps(_mm256_loadu_ps(qb + 8), load_u8x8(_mm_srli_si128(lo, 8)));
-      p0 = _mm256_fmadd_ps(_mm256_loadu_ps(qb + 16), load_u8x8(hi), p0);
-      p1 = _mm256_fmadd_ps(_mm256_loadu_ps(qb + 24), load_u8x8(_mm_srli_si128(hi, 8)), p1);
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(kj[b])), _mm256_add_ps(p0, p1), acc);
-      mins += f16_to_f32(kj[groups + b]) * qsum[b];
+    const float* xb = x + 32 * b;
+    float amax = 0.0f, sum = 0.0f;
+    for (uint32_t i = 0; i < 32; ++i) {
+      amax = std::fmax(amax, std::fabs(xb[i]));
+      sum += xb[i];
     }
-    s[j] = (hsum(acc) + mins) * scale;
+    const float d = amax / 127.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
+    for (uint32_t i = 0; i < 32; ++i) out.q[32 * b + i] = int8_t(std::nearbyint(xb[i] * inv));
+    out.d[b] = d;
+    out.sum[b] = sum;
   }
 }
 
-void weighted_sum_q4_avx2(const float* p, const uint16_t* v, uint32_t n, uint32_t hd, float* out) {
-  if (kv_group(hd) != 32 || hd > 128) return attention_kernels_ref().weighted_sum_q4(p, v, n, hd, out);
-  const uint32_t groups = hd / 32, row = kv_row_halves(KvType::Q4, hd);
-  const __m128i low4 = _mm_set1_epi8(15);
-  __m256 acc[16];
-  float mins[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (uint32_t b = 0; b < 4 * groups; ++b) acc[b] = _mm256_setzero_ps();
-  for (uint32_t j = 0; j < n; ++j) {
-    const uint16_t* vj = v + uint64_t(j) * row;
-    const uint8_t* qv = reinterpret_cast<const uint8_t*>(vj + 2 * groups);
+// Eight int32 8-lane sums to one vector of eight totals, as sum8 does for floats.
+inline __m256i sum8_epi32(const __m256i* a) {
+  const __m256i h01 = _mm256_hadd_epi32(a[0], a[1]), h23 = _mm256_hadd_epi32(a[2], a[3]);
+  const __m256i h45 = _mm256_hadd_epi32(a[4], a[5]), h67 = _mm256_hadd_epi32(a[6], a[7]);
+  const __m256i h03 = _mm256_hadd_epi32(h01, h23), h47 = _mm256_hadd_epi32(h45, h67);
+  return _mm256_add_epi32(_mm256_permute2x128_si256(h03, h47, 0x20), _mm256_permute2x128_si256(h03, h47, 0x31));
+}
+
+inline int32_t hsum_epi32(__m256i v) {
+  __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0x4e));
+  x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0xb1));
+  return _mm_cvtsi128_si32(x);
+}
+
+// The half at `first` + `stride` * r (in 16-bit units) for r = 0..7, as f32: one scale or
+// minimum of eight consecutive rows.
+inline __m256 load_halves_strided(const uint16_t* first, uint32_t stride) {
+  return _mm256_cvtph_ps(_mm_setr_epi16(short(first[0]), short(first[stride]), short(first[2 * stride]),
+                                        short(first[3 * stride]), short(first[4 * stride]), short(first[5 * stride]),
+                                        short(first[6 * stride]), short(first[7 * stride])));
+}
+
+// Exact int32 dot product of 32 int8 query numbers with one group of a stored row.
+struct Q8Rows {
+  static constexpr KvType kType = KvType::Q8;
+  static constexpr bool kHasMin = false;
+  static const uint8_t* numbers(const uint16_t* row, uint32_t groups) {
+    return reinterpret_cast<const uint8_t*>(row + groups);
+  }
+  static __m256i dot(__m256i qv, const uint8_t* group) {
+    const __m256i kv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group));
+    // maddubs multiplies unsigned by signed bytes: |k| times q with k's sign (both within
+    // +-127, so the pair sums stay inside int16).
+    const __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(kv), _mm256_sign_epi8(qv, kv));
+    return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+  }
+  static constexpr uint32_t kGroupBytes = 32;
+  // Values as f32, eight at a time: part 0..3 of a group.
+  static __m256 load8(const uint8_t* group, uint32_t part) {
+    return _mm256_cvtepi32_ps(
+        _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(group + 8 * part))));
+  }
+};
+
+// A q4 group is 16 bytes: numbers 0..15 in the low nibbles, 16..31 in the high ones.
+struct Q4Rows {
+  static constexpr KvType kType = KvType::Q4;
+  static constexpr bool kHasMin = true;
+  static const uint8_t* numbers(const uint16_t* row, uint32_t groups) {
+    return reinterpret_cast<const uint8_t*>(row + 2 * groups);
+  }
+  static __m256i nibbles(const uint8_t* group) {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(group));
+    const __m128i low4 = _mm_set1_epi8(15);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), low4), _mm_and_si128(x, low4));
+  }
+  static __m256i dot(__m256i qv, const uint8_t* group) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(nibbles(group), qv), _mm256_set1_epi16(1));
+  }
+  static constexpr uint32_t kGroupBytes = 16;
+  static __m256 load8(const uint8_t* group, uint32_t part) {
+    const __m128i x = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(group + 8 * (part & 1)));
+    const __m128i n = part < 2 ? x : _mm_srli_epi16(x, 4);
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_and_si128(n, _mm_set1_epi8(15))));
+  }
+};
+
+template <class Rows>
+void scores_quant(const float* q, const uint16_t* k, uint32_t n, uint32_t hd, float scale, float* s) {
+  const uint32_t groups = hd / 32, row = kv_row_halves(Rows::kType, hd);
+  QueryQ8 qq;
+  quantize_query(q, groups, qq);
+  uint32_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const uint16_t* kj = k + uint64_t(j) * row;
+    __m256 acc = _mm256_setzero_ps();
     for (uint32_t b = 0; b < groups; ++b) {
-      const __m256 c = _mm256_set1_ps(p[j] * f16_to_f32(vj[b]));
-      mins[b] += p[j] * f16_to_f32(vj[groups + b]);
-      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qv + b * 16));
-      const __m128i lo = _mm_and_si128(x, low4), hi = _mm_and_si128(_mm_srli_epi16(x, 4), low4);
-      __m256* a = acc + 4 * b;
-      a[0] = _mm256_fmadd_ps(c, load_u8x8(lo), a[0]);
-      a[1] = _mm256_fmadd_ps(c, load_u8x8(_mm_srli_si128(lo, 8)), a[1]);
-      a[2] = _mm256_fmadd_ps(c, load_u8x8(hi), a[2]);
-      a[3] = _mm256_fmadd_ps(c, load_u8x8(_mm_srli_si128(hi, 8)), a[3]);
+      const __m256i qv = _mm256_load_si256(reinterpret_cast<const __m256i*>(qq.q + 32 * b));
+      __m256i dots[8];
+      for (uint32_t r = 0; r < 8; ++r) {
+        const uint16_t* kr = kj + uint64_t(r) * row;
+        dots[r] = Rows::dot(qv, Rows::numbers(kr, groups) + b * Rows::kGroupBytes);
+      }
+      const __m256 d = _mm256_mul_ps(load_halves_strided(kj + b, row), _mm256_set1_ps(qq.d[b]));
+      acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sum8_epi32(dots)), acc);
+      if (Rows::kHasMin)
+        acc = _mm256_fmadd_ps(load_halves_strided(kj + groups + b, row), _mm256_set1_ps(qq.sum[b]), acc);
+    }
+    _mm256_storeu_ps(s + j, _mm256_mul_ps(acc, _mm256_set1_ps(scale)));
+  }
+  for (; j < n; ++j) {
+    const uint16_t* kj = k + uint64_t(j) * row;
+    float acc = 0.0f;
+    for (uint32_t b = 0; b < groups; ++b) {
+      const __m256i qv = _mm256_load_si256(reinterpret_cast<const __m256i*>(qq.q + 32 * b));
+      const int32_t dot = hsum_epi32(Rows::dot(qv, Rows::numbers(kj, groups) + b * Rows::kGroupBytes));
+      acc += f16_to_f32(kj[b]) * qq.d[b] * float(dot);
+      if (Rows::kHasMin) acc += f16_to_f32(kj[groups + b]) * qq.sum[b];
+    }
+    s[j] = acc * scale;
+  }
+}
+
+// out = sum_j p[j] * (d_j * v_j + m_j), the minimum term for q4 only. The whole output row
+// stays in registers; the coefficients p[j] * d_j of eight rows are computed as one vector and
+// read back as broadcasts. (Summing the values in integers with int16 coefficients was tried:
+// widening and interleaving the bytes costs as many shuffle-port operations as the f32 path's
+// conversions, and it was no faster on AVX2.)
+template <class Rows>
+void weighted_sum_quant(const float* p, const uint16_t* v, uint32_t n, uint32_t hd, float* out) {
+  const uint32_t groups = hd / 32, row = kv_row_halves(Rows::kType, hd);
+  __m256 acc[4 * kMaxGroups];
+  __m256 mins[kMaxGroups];
+  for (uint32_t b = 0; b < 4 * groups; ++b) acc[b] = _mm256_setzero_ps();
+  for (uint32_t b = 0; b < groups; ++b) mins[b] = _mm256_setzero_ps();
+  alignas(32) float coef[kMaxGroups][8];
+  for (uint32_t j0 = 0; j0 < n; j0 += 8) {
+    const uint16_t* vj0 = v + uint64_t(j0) * row;
+    const uint32_t rows = n - j0 < 8 ? n - j0 : 8;
+    if (rows == 8) {
+      const __m256 pj = _mm256_loadu_ps(p + j0);
+      for (uint32_t b = 0; b < groups; ++b) {
+        _mm256_store_ps(coef[b], _mm256_mul_ps(pj, load_halves_strided(vj0 + b, row)));
+        if (Rows::kHasMin) mins[b] = _mm256_fmadd_ps(pj, load_halves_strided(vj0 + groups + b, row), mins[b]);
+      }
+    } else {
+      for (uint32_t r = 0; r < rows; ++r) {
+        const uint16_t* vr = vj0 + uint64_t(r) * row;
+        for (uint32_t b = 0; b < groups; ++b) {
+          coef[b][r] = p[j0 + r] * f16_to_f32(vr[b]);
+          // The tail's minima go to lane 0; the lanes are summed at the end.
+          if (Rows::kHasMin) {
+            mins[b] =
+                _mm256_add_ps(mins[b], _mm256_setr_ps(p[j0 + r] * f16_to_f32(vr[groups + b]), 0, 0, 0, 0, 0, 0, 0));
+          }
+        }
+      }
+    }
+    for (uint32_t r = 0; r < rows; ++r) {
+      const uint8_t* vn = Rows::numbers(vj0 + uint64_t(r) * row, groups);
+      for (uint32_t b = 0; b < groups; ++b) {
+        const __m256 c = _mm256_broadcast_ss(&coef[b][r]);
+        const uint8_t* vb = vn + b * Rows::kGroupBytes;
+        __m256* a = acc + 4 * b;
+        for (uint32_t h = 0; h < 4; ++h) a[h] = _mm256_fmadd_ps(c, Rows::load8(vb, h), a[h]);
+      }
     }
   }
   for (uint32_t b = 0; b < 4 * groups; ++b) {
-    _mm256_storeu_ps(out + 8 * b, _mm256_add_ps(acc[b], _mm256_set1_ps(mins[b / 4])));
+    const __m256 m = Rows::kHasMin ? _mm256_set1_ps(hsum(mins[b / 4])) : _mm256_setzero_ps();
+    _mm256_storeu_ps(out + 8 * b, _mm256_add_ps(acc[b], m));
   }
+}
+
+bool quant_fast_path(uint32_t hd) { return kv_group(hd) == 32 && hd / 32 <= kMaxGroups; }
+
+void scores_q8_avx2(const float* q, const uint16_t* k, uint32_t n, uint32_t hd, float scale, float* s) {
+  if (!quant_fast_path(hd)) return attention_kernels_ref().scores_q8(q, k, n, hd, scale, s);
+  scores_quant<Q8Rows>(q, k, n, hd, scale, s);
+}
+
+void weighted_sum_q8_avx2(const float* p, const uint16_t* v, uint32_t n, uint32_t hd, float* out) {
+  if (!quant_fast_path(hd)) return attention_kernels_ref().weighted_sum_q8(p, v, n, hd, out);
+  weighted_sum_quant<Q8Rows>(p, v, n, hd, out);
+}
+
+void scores_q4_avx2(const float* q, const uint16_t* k, uint32_t n, uint32_t hd, float scale, float* s) {
+  if (!quant_fast_path(hd)) return attention_kernels_ref().scores_q4(q, k, n, hd, scale, s);
+  scores_quant<Q4Rows>(q, k, n, hd, scale, s);
+}
+
+void weighted_sum_q4_avx2(const float* p, const uint16_t* v, uint32_t n, uint32_t hd, float* out) {
+  if (!quant_fast_path(hd)) return attention_kernels_ref().weighted_sum_q4(p, v, n, hd, out);
+  weighted_sum_quant<Q4Rows>(p, v, n, hd, out);
 }
 
 }  // namespace

@@ -5,9 +5,13 @@
 //                                          plus the half rounding of d that may push the largest
 //                                          number just past 127 steps)
 //   q4: |x - x~| <= d/2 + 2^-10 (|x| + |m|) (d = half((max - min) / 15), m = half(min))
-// The kernels must compute exactly the dot products and sums of the dequantized rows, up to f32
-// rounding: within (terms + 3) u S, u = 2^-24, S = sum of |products|. Against the f32 inputs the
-// scores are then within scale * sum_i |q_i| e_i of exact, e_i the bound above.
+// The weighted sums must compute exactly the sums of the dequantized rows, up to f32 rounding:
+// within (terms + 3) u S, u = 2^-24, S = sum of |products|. The ref scores too; the x86 scores
+// quantize the query per call to int8 per group of 32 (scale dq = max|q|/127, an integer dot
+// product per group), which adds at most dq/2 * |k~_i| per number (|k~_i - m| for q4, whose
+// minimum meets the f32 query): scale * sum_i dq/2 |k~_i|.
+// Against the f32 inputs the scores are then within scale * sum_i |q_i| e_i more, e_i the bound
+// above.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -110,9 +114,9 @@ TEST(KvQuant, ScoresReadRowsDirectly) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (const AttentionKernels* k : tables()) {
     for (KvType t : {KvType::Q8, KvType::Q4}) {
-      for (uint32_t hd : {8u, 24u, 64u, 128u, 130u, 256u}) {
+      for (uint32_t hd : {8u, 24u, 32u, 64u, 96u, 128u, 130u, 256u, 320u}) {
         if (!kv_type_fits(t, hd)) continue;
-        for (uint32_t n : {0u, 1u, 9u, 33u}) {
+        for (uint32_t n : {0u, 1u, 8u, 9u, 33u}) {
           const Rows r = make_rows(t, n, hd, rng);
           std::vector<float> q(hd);
           for (float& x : q) x = nd(rng);
@@ -120,19 +124,32 @@ TEST(KvQuant, ScoresReadRowsDirectly) {
           std::vector<float> got(n + 1, -7.0f);
           k->scores_of(t)(q.data(), r.q.data(), n, hd, scale, got.data());
           const uint32_t row = kv_row_halves(t, hd);
+          // The query's quantization step per number (x86 kernels, groups of 32 only).
+          std::vector<double> q_step(hd, 0.0);
+          if (k != &attention_kernels_ref() && kv_group(hd) == 32) {
+            for (uint32_t b = 0; b < hd / 32; ++b) {
+              double amax = 0;
+              for (uint32_t i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(q[b * 32 + i]));
+              for (uint32_t i = 0; i < 32; ++i) q_step[b * 32 + i] = amax / 127;
+            }
+          }
           for (uint32_t j = 0; j < n; ++j) {
-            double on_rows = 0, mag = 0, on_f32 = 0, bound = 0;
+            double on_rows = 0, mag = 0, on_f32 = 0, bound = 0, q_err = 0;
             const std::vector<double> e = error_bounds(t, &r.x[uint64_t(j) * hd], &r.q[uint64_t(j) * row], hd);
             for (uint32_t i = 0; i < hd; ++i) {
               on_rows += double(q[i]) * r.deq[uint64_t(j) * hd + i];
               mag += std::fabs(double(q[i]) * r.deq[uint64_t(j) * hd + i]);
               on_f32 += double(q[i]) * r.x[uint64_t(j) * hd + i];
               bound += std::fabs(q[i]) * e[i];
+              // q4's minimum is applied with the f32 query's sum: only d * nibble meets the
+              // quantized query.
+              const double m = t == KvType::Q4 ? f16_to_f32(r.q[uint64_t(j) * row + hd / 32 + i / 32]) : 0.0;
+              q_err += q_step[i] / 2 * std::fabs(r.deq[uint64_t(j) * hd + i] - m);
             }
             // q4 folds the minimum in as m * sum(q): its terms count twice.
-            EXPECT_NEAR(got[j], on_rows * scale, (2 * hd + 6) * kU * mag * scale + 1e-6 * scale)
+            EXPECT_NEAR(got[j], on_rows * scale, (q_err + (2 * hd + 6) * kU * mag) * scale + 1e-6 * scale)
                 << k->name << " " << kv_type_name(t) << " hd " << hd << " key " << j;
-            EXPECT_NEAR(got[j], on_f32 * scale, bound * scale + (2 * hd + 6) * kU * mag * scale + 1e-6)
+            EXPECT_NEAR(got[j], on_f32 * scale, (bound + q_err + (2 * hd + 6) * kU * mag) * scale + 1e-6)
                 << k->name << " " << kv_type_name(t) << " hd " << hd << " key " << j;
           }
           EXPECT_EQ(got[n], -7.0f) << k->name << " wrote past " << n << " scores";
@@ -147,9 +164,9 @@ TEST(KvQuant, WeightedSumsReadRowsDirectly) {
   std::uniform_real_distribution<float> ud(0.0f, 1.0f);
   for (const AttentionKernels* k : tables()) {
     for (KvType t : {KvType::Q8, KvType::Q4}) {
-      for (uint32_t hd : {8u, 24u, 64u, 128u, 130u, 256u}) {
+      for (uint32_t hd : {8u, 24u, 32u, 64u, 96u, 128u, 130u, 256u, 320u}) {
         if (!kv_type_fits(t, hd)) continue;
-        for (uint32_t n : {0u, 1u, 5u, 41u}) {
+        for (uint32_t n : {0u, 1u, 5u, 8u, 41u}) {
           const Rows r = make_rows(t, n, hd, rng);
           std::vector<float> p(n);
           float total = 0;

@@ -25,12 +25,16 @@ struct Loaded {
   Model model;
 };
 
-std::unique_ptr<Loaded> convert_load(const std::string& name, bool smollm2, convert::QuantMode q) {
+enum class Source { Stories, SmolLM2, Gemma3 };
+
+std::unique_ptr<Loaded> convert_load(const std::string& name, Source source, convert::QuantMode q) {
   std::string err;
   std::optional<convert::SourceModel> src =
-      smollm2 ? convert::read_gguf(test::require_file(test::smollm2_gguf()), err)
-              : convert::read_llama2c(test::require_file(test::shared_path("models/stories260K/stories260K.bin")),
-                                      test::require_file(test::shared_path("models/stories260K/tok512.bin")), err);
+      source == Source::SmolLM2 ? convert::read_gguf(test::require_file(test::smollm2_gguf()), err)
+      : source == Source::Gemma3
+          ? convert::read_gguf(test::require_file(test::gemma3_gguf()), err)
+          : convert::read_llama2c(test::require_file(test::shared_path("models/stories260K/stories260K.bin")),
+                                  test::require_file(test::shared_path("models/stories260K/tok512.bin")), err);
   EXPECT_TRUE(src.has_value()) << err;
   auto l = std::make_unique<Loaded>();
   if (!src) return l;
@@ -47,7 +51,7 @@ std::unique_ptr<Loaded> convert_load(const std::string& name, bool smollm2, conv
 
 struct Case {
   const char* name;
-  bool smollm2;
+  Source source;
   convert::QuantMode quant;
   BackendKind backend;
   uint32_t threads;
@@ -59,7 +63,7 @@ struct Case {
 
 void run_case(const Case& c) {
   SCOPED_TRACE(c.name);
-  auto l = convert_load(std::string(c.name) + ".keel", c.smollm2, c.quant);
+  auto l = convert_load(std::string(c.name) + ".keel", c.source, c.quant);
   ASSERT_TRUE(l->model.loaded());
   RuntimeConfig rc;
   rc.backend = c.backend;
@@ -160,46 +164,56 @@ TEST(RuntimeNoAlloc, CounterSeesAllocations) {
 }
 
 TEST(RuntimeNoAlloc, StoriesF32Ref) {
-  run_case({"na_st_f32_ref", false, convert::QuantMode::Keep, BackendKind::Ref, 1, 1000});
+  run_case({"na_st_f32_ref", Source::Stories, convert::QuantMode::Keep, BackendKind::Ref, 1, 1000});
 }
 TEST(RuntimeNoAlloc, StoriesF32Native) {
-  run_case({"na_st_f32_nat", false, convert::QuantMode::Keep, BackendKind::Native, 2, 1000});
+  run_case({"na_st_f32_nat", Source::Stories, convert::QuantMode::Keep, BackendKind::Native, 2, 1000});
 }
 TEST(RuntimeNoAlloc, StoriesQ8Ref) {
-  run_case({"na_st_q8_ref", false, convert::QuantMode::Q8, BackendKind::Ref, 1, 1000});
+  run_case({"na_st_q8_ref", Source::Stories, convert::QuantMode::Q8, BackendKind::Ref, 1, 1000});
 }
 TEST(RuntimeNoAlloc, StoriesQ8Native) {
-  run_case({"na_st_q8_nat", false, convert::QuantMode::Q8, BackendKind::Native, 2, 1000});
+  run_case({"na_st_q8_nat", Source::Stories, convert::QuantMode::Q8, BackendKind::Native, 2, 1000});
 }
 TEST(RuntimeNoAlloc, StoriesQ4Native) {
-  run_case({"na_st_q4_nat", false, convert::QuantMode::Q4, BackendKind::Native, 2, 1000});
+  run_case({"na_st_q4_nat", Source::Stories, convert::QuantMode::Q4, BackendKind::Native, 2, 1000});
 }
 // Small budgets: eviction and SnapKV compaction run many times within the 1000 steps.
 TEST(RuntimeNoAlloc, StoriesStreamingEvicts) {
-  run_case({"na_st_stream", false, convert::QuantMode::Q8, BackendKind::Native, 2, 1000, KvPolicyKind::Streaming, 128});
+  run_case({"na_st_stream", Source::Stories, convert::QuantMode::Q8, BackendKind::Native, 2, 1000,
+            KvPolicyKind::Streaming, 128});
 }
 TEST(RuntimeNoAlloc, StoriesSnapKvCompresses) {
-  run_case({"na_st_snapkv", false, convert::QuantMode::Q8, BackendKind::Native, 2, 1000, KvPolicyKind::SnapKV, 128});
+  run_case({"na_st_snapkv", Source::Stories, convert::QuantMode::Q8, BackendKind::Native, 2, 1000, KvPolicyKind::SnapKV,
+            128});
 }
 // Quantized KV rows: appended, evicted and re-rotated by SnapKV's compaction.
 TEST(RuntimeNoAlloc, StoriesKvQ8SnapKv) {
-  run_case({"na_st_kvq8", false, convert::QuantMode::Q8, BackendKind::Native, 2, 1000, KvPolicyKind::SnapKV, 128,
-            KvType::Q8});
+  run_case({"na_st_kvq8", Source::Stories, convert::QuantMode::Q8, BackendKind::Native, 2, 1000, KvPolicyKind::SnapKV,
+            128, KvType::Q8});
 }
 TEST(RuntimeNoAlloc, StoriesKvQ4Streaming) {
-  run_case({"na_st_kvq4", false, convert::QuantMode::Q8, BackendKind::Ref, 1, 1000, KvPolicyKind::Streaming, 128,
-            KvType::Q4});
+  run_case({"na_st_kvq4", Source::Stories, convert::QuantMode::Q8, BackendKind::Ref, 1, 1000, KvPolicyKind::Streaming,
+            128, KvType::Q4});
 }
 TEST(RuntimeNoAlloc, StoriesF32Xnnpack) {
-  run_case({"na_st_f32_xnn", false, convert::QuantMode::Keep, BackendKind::Xnnpack, 2, 1000});
+  run_case({"na_st_f32_xnn", Source::Stories, convert::QuantMode::Keep, BackendKind::Xnnpack, 2, 1000});
 }
 // One thread: the stories cases cover the thread pool; a 2-thread SmolLM2 run takes minutes
 // whenever the shared host holds a core.
 TEST(RuntimeNoAlloc, SmolLM2Native) {
-  run_case({"na_sm_nat", true, convert::QuantMode::Keep, BackendKind::Native, 1, 1000});
+  run_case({"na_sm_nat", Source::SmolLM2, convert::QuantMode::Keep, BackendKind::Native, 1, 1000});
 }
 TEST(RuntimeNoAlloc, SmolLM2SnapStream) {
-  run_case({"na_sm_snap", true, convert::QuantMode::Keep, BackendKind::Native, 1, 1000, KvPolicyKind::SnapStream, 256});
+  run_case({"na_sm_snap", Source::SmolLM2, convert::QuantMode::Keep, BackendKind::Native, 1, 1000,
+            KvPolicyKind::SnapStream, 256});
+}
+// Gemma 3: past its 512-token window the local layers' rings wrap while snapstream compresses
+// the global layers' cache (per-layer KV budgets, docs/kv.md). 560 steps: the window is the
+// model's, so fewer would not wrap.
+TEST(RuntimeNoAlloc, Gemma3SnapStreamLocalRings) {
+  run_case({"na_g3_snap", Source::Gemma3, convert::QuantMode::Keep, BackendKind::Native, 1, 560,
+            KvPolicyKind::SnapStream, 96});
 }
 
 }  // namespace

@@ -1,0 +1,111 @@
+// The attention a decode step of SmolLM2-135M does at one depth, per KV row format: 30 layers x 9
+// query heads (3 KV heads) of 64, scores against `depth` cached keys and the weighted sum of as
+// many values, with the x86 kernels (kernels/attention.h). Keys and values are random normal
+// numbers stored as f16, q8 and q4; every layer has its own cache, so a step reads
+// depth x 23,040 bytes in f16 as the engine does, mostly from DRAM past a few hundred tokens.
+//
+// Times are the thread's CPU time (a shared host's other work does not count; cache and memory
+// contention still do), median of 7 steps, formats alternating within each repetition.
+//
+// Usage: attention_bench [DEPTH ...]   (default 2048 4096 8192)
+// Build by hand after keel_engine, one command:
+//   g++ -O2 -std=c++20 -I engine tools/bench_kernels/attention_bench.cpp build/engine/libkeel_engine.a
+//       -lpthread -o build/attention_bench
+#include <time.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "core/kv_type.h"
+#include "kernels/attention.h"
+
+namespace {
+
+using namespace keel;
+
+double thread_seconds() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+constexpr uint32_t kHeadDim = 64, kHeads = 9, kKvHeads = 3, kLayers = 30, kReps = 7;
+constexpr KvType kTypes[3] = {KvType::F16, KvType::Q8, KvType::Q4};
+
+struct Cache {
+  std::vector<uint16_t> keys, values;  // [layer][kv head][depth] rows
+};
+
+Cache make_cache(KvType t, uint32_t depth, std::mt19937& rng) {
+  std::normal_distribution<float> nd;
+  const uint32_t row = kv_row_halves(t, kHeadDim);
+  const uint64_t rows = uint64_t(depth) * kKvHeads * kLayers;
+  Cache c;
+  c.keys.resize(rows * row);
+  c.values.resize(rows * row);
+  std::vector<float> x(kHeadDim);
+  for (uint64_t j = 0; j < rows; ++j) {
+    for (float& v : x) v = nd(rng);
+    kv_quantize_row(t, x.data(), kHeadDim, &c.keys[j * row]);
+    for (float& v : x) v = nd(rng);
+    kv_quantize_row(t, x.data(), kHeadDim, &c.values[j * row]);
+  }
+  return c;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<uint32_t> depths;
+  for (int i = 1; i < argc; ++i) depths.push_back(uint32_t(std::strtoul(argv[i], nullptr, 10)));
+  if (depths.empty()) depths = {2048, 4096, 8192};
+  const AttentionKernels* k = attention_kernels_x86();
+  if (k == nullptr) {
+    std::fprintf(stderr, "attention_bench: this CPU lacks AVX2/F16C/FMA\n");
+    return 1;
+  }
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd;
+  std::vector<float> q(kHeadDim * kHeads), out(kHeadDim);
+  for (float& x : q) x = nd(rng);
+  std::printf("%-6s %-4s %12s %12s %12s %14s\n", "depth", "type", "scores ms", "sums ms", "step ms", "KV bytes/step");
+  for (uint32_t depth : depths) {
+    std::vector<float> p(depth);
+    Cache caches[3];
+    for (int t = 0; t < 3; ++t) caches[t] = make_cache(kTypes[t], depth, rng);
+    std::vector<double> scores_s[3], sums_s[3];
+    for (uint32_t rep = 0; rep < kReps; ++rep) {
+      for (int t = 0; t < 3; ++t) {
+        const uint64_t row = kv_row_halves(kTypes[t], kHeadDim);
+        double a = 0, b = 0;
+        for (uint32_t l = 0; l < kLayers; ++l) {
+          for (uint32_t h = 0; h < kHeads; ++h) {
+            const uint64_t off = (uint64_t(l) * kKvHeads + h / (kHeads / kKvHeads)) * depth * row;
+            const double t0 = thread_seconds();
+            k->scores_of(kTypes[t])(&q[h * kHeadDim], &caches[t].keys[off], depth, kHeadDim, 0.125f, p.data());
+            const double t1 = thread_seconds();
+            std::fill(p.begin(), p.end(), 1.0f / float(depth));
+            const double t2 = thread_seconds();
+            k->weighted_sum_of(kTypes[t])(p.data(), &caches[t].values[off], depth, kHeadDim, out.data());
+            b += thread_seconds() - t2;
+            a += t1 - t0;
+          }
+        }
+        scores_s[t].push_back(a);
+        sums_s[t].push_back(b);
+      }
+    }
+    for (int t = 0; t < 3; ++t) {
+      std::sort(scores_s[t].begin(), scores_s[t].end());
+      std::sort(sums_s[t].begin(), sums_s[t].end());
+      const double s = scores_s[t][kReps / 2] * 1e3, w = sums_s[t][kReps / 2] * 1e3;
+      const uint64_t bytes = uint64_t(depth) * kLayers * kKvHeads * 2 * kv_row_bytes(kTypes[t], kHeadDim);
+      std::printf("%-6u %-4s %12.2f %12.2f %12.2f %14llu\n", depth, kv_type_name(kTypes[t]), s, w, s + w,
+                  (unsigned long long)bytes);
+    }
+  }
+  return 0;
+}
