@@ -60,8 +60,8 @@ class OpBench {
       be_.to_half(row.data(), s.head_dim, values_.data() + i);
     }
     output_norm_ = m.tensor(fb::TensorRole::OutputNorm);
-    output_ = m.meta()->arch()->tied_output() ? m.tensor(fb::TensorRole::TokenEmbedding)
-                                              : m.tensor(fb::TensorRole::Output);
+    output_ =
+        m.meta()->arch()->tied_output() ? m.tensor(fb::TensorRole::TokenEmbedding) : m.tensor(fb::TensorRole::Output);
   }
 
   // Seconds per op class of a pass of n tokens after `visible` cached entries, one logit row.
@@ -79,7 +79,8 @@ class OpBench {
       const LayerWeights w = layer_weights(m_, l);
       const float* attn_norm = reinterpret_cast<const float*>(w.attn_norm.data);
       timed(DfOp::Norm, [&] {
-        for (uint32_t t = 0; t < n; ++t) be_.rmsnorm(&x_[uint64_t(t) * dim], attn_norm, dim, 1e-5f, &xb_[uint64_t(t) * dim]);
+        for (uint32_t t = 0; t < n; ++t)
+          be_.rmsnorm(&x_[uint64_t(t) * dim], attn_norm, dim, 1e-5f, &xb_[uint64_t(t) * dim]);
       });
       const bool shared_q = is_quantized(w.wq.dtype) && is_quantized(w.wk.dtype) && is_quantized(w.wv.dtype);
       if (shared_q) timed(DfOp::Quantize, [&] { be_.quantize_rows(xb_.data(), n, dim, dim, xq_.data()); });
@@ -114,7 +115,8 @@ class OpBench {
       });
       const float* ffn_norm = reinterpret_cast<const float*>(w.ffn_norm.data);
       timed(DfOp::Norm, [&] {
-        for (uint32_t t = 0; t < n; ++t) be_.rmsnorm(&x_[uint64_t(t) * dim], ffn_norm, dim, 1e-5f, &xb_[uint64_t(t) * dim]);
+        for (uint32_t t = 0; t < n; ++t)
+          be_.rmsnorm(&x_[uint64_t(t) * dim], ffn_norm, dim, 1e-5f, &xb_[uint64_t(t) * dim]);
       });
       const bool shared_f = is_quantized(w.gate.dtype) && is_quantized(w.up.dtype);
       if (shared_f) timed(DfOp::Quantize, [&] { be_.quantize_rows(xb_.data(), n, dim, dim, xq_.data()); });
@@ -134,7 +136,8 @@ class OpBench {
     }
     const float* onorm = reinterpret_cast<const float*>(output_norm_.data);
     timed(DfOp::Norm, [&] { be_.rmsnorm(&x_[uint64_t(n - 1) * dim], onorm, dim, 1e-5f, xb_.data()); });
-    timed(DfOp::LmHead, [&] { be_.matmul(output_, xb_.data(), dim, xq_.data(), false, 1, logits_.data(), s.vocab_size); });
+    timed(DfOp::LmHead,
+          [&] { be_.matmul(output_, xb_.data(), dim, xq_.data(), false, 1, logits_.data(), s.vocab_size); });
     return sec;
   }
 
@@ -181,15 +184,14 @@ double predicted_s(const Test& t, const HwDesc& hw, uint32_t op) {
 
 // The op classes the prediction is judged on: every one the emulator models and the pass runs.
 bool judged(const Test& t, uint32_t op) {
-  return DfOp(op) != DfOp::KvPolicy && t.counters.op[op].calls + t.counters.op[op].vector_elems > 0 &&
-         t.op_s(op) > 0;
+  return DfOp(op) != DfOp::KvPolicy && t.counters.op[op].calls + t.counters.op[op].vector_elems > 0 && t.op_s(op) > 0;
 }
 
 // Fits the rates of `hw` to the calibration tests' op classes: coordinate descent on the sum of
 // squared log errors, each rate scaled by factors that shrink round by round.
 void fit(HwDesc& hw, const std::vector<Test>& tests) {
-  double* rates[] = {&hw.macs_per_cycle_int8,  &hw.macs_per_cycle_bf16,           &hw.macs_per_cycle_f32,
-                     &hw.vector_elems_per_cycle, &hw.sram_bytes_per_cycle,         &hw.tiers[0].bandwidth_bytes_per_s,
+  double* rates[] = {&hw.macs_per_cycle_int8,    &hw.macs_per_cycle_bf16,  &hw.macs_per_cycle_f32,
+                     &hw.vector_elems_per_cycle, &hw.sram_bytes_per_cycle, &hw.tiers[0].bandwidth_bytes_per_s,
                      &hw.tiers[0].latency_ns};
   auto loss = [&] {
     double sum = 0;
@@ -231,9 +233,8 @@ int run_validate(const SessionOptions& base, const std::string& start_hw, uint32
   // Reported on depths 0, 1k, 4k (full) and snap_depth (snapstream, budget 4096); calibrated on
   // the depths between them and on snapstream with another budget, so no reported shape is seen.
   const std::vector<Point> points = {
-      {false, 0, 0, false},     {false, 512, 0, true},       {false, 1024, 0, false},
-      {false, 2048, 0, true},   {false, 4096, 0, false},     {false, 6144, 0, true},
-      {true, 4096, 1024, true}, {true, snap_depth, 4096, false},
+      {false, 0, 0, false},    {false, 512, 0, true},  {false, 1024, 0, false},  {false, 2048, 0, true},
+      {false, 4096, 0, false}, {false, 6144, 0, true}, {true, 4096, 1024, true}, {true, snap_depth, 4096, false},
   };
   uint32_t full_budget = 0;
   for (const Point& p : points)
@@ -336,13 +337,11 @@ int run_validate(const SessionOptions& base, const std::string& start_hw, uint32
   out["threads"] = 1;
   out["repetitions"] = reps;
   out["start_hw"] = start_hw;
-  out["fitted"] = {{"macs_per_ns_int8", hw.macs_per_cycle_int8},
-                   {"macs_per_ns_bf16", hw.macs_per_cycle_bf16},
-                   {"macs_per_ns_f32", hw.macs_per_cycle_f32},
-                   {"vector_elems_per_ns", hw.vector_elems_per_cycle},
-                   {"sram_bytes_per_ns", hw.sram_bytes_per_cycle},
-                   {"dram_bytes_per_s", hw.tiers[0].bandwidth_bytes_per_s},
-                   {"latency_ns", hw.tiers[0].latency_ns}};
+  out["fitted"] = {
+      {"macs_per_ns_int8", hw.macs_per_cycle_int8},   {"macs_per_ns_bf16", hw.macs_per_cycle_bf16},
+      {"macs_per_ns_f32", hw.macs_per_cycle_f32},     {"vector_elems_per_ns", hw.vector_elems_per_cycle},
+      {"sram_bytes_per_ns", hw.sram_bytes_per_cycle}, {"dram_bytes_per_s", hw.tiers[0].bandwidth_bytes_per_s},
+      {"latency_ns", hw.tiers[0].latency_ns}};
   json rows = json::array();
   for (const Test& t : tests) {
     double pred = 0, op_sum = 0, pred_start = 0;
@@ -351,8 +350,11 @@ int run_validate(const SessionOptions& base, const std::string& start_hw, uint32
       if (!judged(t, i)) continue;
       const double p = predicted_s(t, hw, i), m = t.op_s(i) / tokens_of(t);
       pred += p, op_sum += m, pred_start += predicted_s(t, start, i);
-      ops.push_back({{"op", df_op_name(DfOp(i))}, {"measured_us", m * 1e6}, {"predicted_us", p * 1e6},
-                     {"error", err(p, m)}, {"bound", df_bound_name(df_cost(t.counters.op[i], hw, t.double_buffered, DfOp(i)).bound)}});
+      ops.push_back({{"op", df_op_name(DfOp(i))},
+                     {"measured_us", m * 1e6},
+                     {"predicted_us", p * 1e6},
+                     {"error", err(p, m)},
+                     {"bound", df_bound_name(df_cost(t.counters.op[i], hw, t.double_buffered, DfOp(i)).bound)}});
     }
     rows.push_back({{"policy", t.point->snapstream ? "snapstream" : "full"},
                     {"budget", t.point->snapstream ? t.point->budget : 0},
@@ -373,13 +375,14 @@ int run_validate(const SessionOptions& base, const std::string& start_hw, uint32
     printf("%s\n", out.dump().c_str());
     return 0;
   }
-  printf("fitted on the calibration half (1 thread): int8 %.1f, bf16 %.1f, f32 %.1f MACs/ns; vector %.2f "
-         "elements/ns; SRAM %.2f B/ns; DRAM %.2f GB/s, latency %.0f ns\n",
-         hw.macs_per_cycle_int8, hw.macs_per_cycle_bf16, hw.macs_per_cycle_f32, hw.vector_elems_per_cycle,
-         hw.sram_bytes_per_cycle, hw.tiers[0].bandwidth_bytes_per_s / 1e9, hw.tiers[0].latency_ns);
+  printf(
+      "fitted on the calibration half (1 thread): int8 %.1f, bf16 %.1f, f32 %.1f MACs/ns; vector %.2f "
+      "elements/ns; SRAM %.2f B/ns; DRAM %.2f GB/s, latency %.0f ns\n",
+      hw.macs_per_cycle_int8, hw.macs_per_cycle_bf16, hw.macs_per_cycle_f32, hw.vector_elems_per_cycle,
+      hw.sram_bytes_per_cycle, hw.tiers[0].bandwidth_bytes_per_s / 1e9, hw.tiers[0].latency_ns);
   printf("\nend to end, microseconds per token (native measured by Runtime, median of %u):\n", reps);
-  printf("  %-6s %-22s %-8s %7s %10s %10s %10s %8s %10s\n", "half", "policy", "test", "visible", "measured",
-         "op sum", "predicted", "error", "unfitted");
+  printf("  %-6s %-22s %-8s %7s %10s %10s %10s %8s %10s\n", "half", "policy", "test", "visible", "measured", "op sum",
+         "predicted", "error", "unfitted");
   for (const json& r : rows) {
     const std::string pol = r["policy"].get<std::string>() + " d" + std::to_string(r["depth"].get<uint32_t>()) +
                             (r["budget"].get<uint32_t>() ? " b" + std::to_string(r["budget"].get<uint32_t>()) : "");
