@@ -54,6 +54,8 @@ class DataflowBackend final : public KernelBackend {
   // Charges a copy from where the schedule keeps the data: SRAM if resident, else its tier.
   void charge(DfCounters& c, bool onchip, uint32_t tier, uint64_t bytes);
   DfOp classify(const TensorView& w);
+  template <typename Op>
+  void elementwise(const float* a, const float* b, uint32_t n, float* out, Op op);
 
   State* state_ = nullptr;
   uint8_t* sram_ = nullptr;  // [hw.sram_bytes]

@@ -259,7 +259,8 @@ DfSchedule df_schedule(const DfScheduleInput& in) {
   const uint64_t activations =
       uint64_t(chunk) * (2ull * sh.dim + 2ull * q_dim + 2ull * kv_dim + 2ull * sh.ffn_dim) * 4 +
       uint64_t(chunk) * act_blocks(widest) * kActBlock;
-  // Norms pass a row and the weight through MatIn; matmuls their whole input.
+  // Norms pass a row and the weight through MatIn, residual adds and SwiGLU their two operands;
+  // matmuls their whole input.
   const uint64_t mat_in =
       uint64_t(chunk) * widest * 4 > 2ull * widest * 4 ? uint64_t(chunk) * widest * 4 : 2ull * widest * 4;
 

@@ -14,6 +14,7 @@
 #include "keel/command.h"
 #include "keel/commands.h"
 #include "keel/emulate_model.h"
+#include "keel/host_validate.h"
 #include "keel/png_plot.h"
 #include "keel/session.h"
 #include "kv/kv_policy.h"
@@ -27,6 +28,7 @@ const char kHelp[] =
     "usage: keel emulate (-m MODEL.keel | --shape SHAPE) --hw NAME|FILE [options]\n"
     "       keel emulate --list-hw\n"
     "       keel emulate --calibrate [-t N]\n"
+    "       keel emulate --validate -m MODEL.keel [--hw FILE] [--reps N] [--context N] [--json]\n"
     "\n"
     "Predicts what a model does on an emulated dataflow accelerator (docs/emulator.md): the static\n"
     "schedule (tiles, SRAM offsets, what stays on chip), and per decode token the cycles of every\n"
@@ -51,9 +53,18 @@ const char kHelp[] =
     "  --sweep-sram           find the smallest SRAM with no KV spill and its token rate\n"
     "  --plot FILE.png        on-chip KV bytes against context for full and the bounded policies\n"
     "  --execute              with -m: run the dataflow backend over --context tokens and one\n"
-    "                         decode token; compare its counters with the analytic ones\n"
+    "                         decode token in the first of --slots sequences (the schedule holds\n"
+    "                         them all); compare its counters with the analytic ones\n"
     "  --list-hw              list the hardware presets\n"
     "  --calibrate            measure this machine and write the `host` description\n"
+    "  --validate             the host preset against the native backend on one thread: measures\n"
+    "                         prefill (one 64-token chunk) and decode per token end to end and op\n"
+    "                         class by op class at depths 0, 512, 1024, 2048, 4096, 6144 (full)\n"
+    "                         and 4096, --context (snapstream, budgets 1024 and 4096; default\n"
+    "                         --context 32768); fits the rates of --hw (default host) on depths\n"
+    "                         512, 2048, 6144 and snapstream at 4096 and prints the error on the\n"
+    "                         others\n"
+    "  --reps N               --validate: repetitions, alternating; medians (default 3)\n"
     "  Defaults: --kv-policy full, --kv-budget 1024, --chunk 64.\n"
     "\n"
     "model options (-m, --kv-policy, --kv-budget, --chunk, --hw, --sram-bytes, -t as for run):\n"
@@ -251,23 +262,32 @@ int cmd_emulate(int argc, char** argv) {
   const bool as_json = cl.args.flag("--json");
   const bool sweep = cl.args.flag("--sweep-sram");
   const bool execute = cl.args.flag("--execute");
+  const bool validate = cl.args.flag("--validate");
+  uint32_t reps = 3;
+  cl.args.u32("--reps", nullptr, reps);
   const bool dtype_given = cl.args.value("--weight-dtype", nullptr, dtype_name);
   cl.args.value("--shape", nullptr, shape_name);
   cl.args.u32("--slots", nullptr, slots);
-  cl.args.u32("--context", nullptr, context);
+  const bool context_given = cl.args.u32("--context", nullptr, context);
   cl.args.u32("--prompt-tokens", nullptr, prompt);
   cl.args.value("--schedule", nullptr, schedule_path);
   cl.args.value("--plot", nullptr, plot_path);
   if (!cl.finish()) return 2;
   if (list) return list_hw();
   if (calibrate) return run_calibrate(so.threads);
+  if (validate) {
+    if (so.model_path.empty()) return usage_error("emulate", "--validate needs -m MODEL.keel");
+    if (reps == 0) return usage_error("emulate", "--reps must be at least 1");
+    if (context_given && context < 2 * 4096)
+      return usage_error("emulate", "--validate needs --context of at least 8192");
+    return run_validate(so, so.hw.empty() ? "host" : so.hw, reps, context_given ? context : 32768, as_json);
+  }
   auto usage = [](const std::string& m) { return usage_error("emulate", m); };
   if (so.model_path.empty() == shape_name.empty()) return usage("give one of -m MODEL.keel or --shape SHAPE");
   if (so.hw.empty()) return usage("--hw NAME|FILE is required (keel emulate --list-hw)");
   if (so.backend != "auto" && so.backend != "dataflow") return usage("emulate runs the dataflow backend only");
   if (slots == 0 || context == 0) return usage("--slots and --context must be at least 1");
   if (execute && so.model_path.empty()) return usage("--execute needs -m MODEL.keel");
-  if (execute && slots != 1) return usage("--execute runs one sequence: --slots 1");
   if (dtype_given && shape_name.empty()) return usage("--weight-dtype applies to --shape only");
   if (!so.error.empty()) return usage(so.error);
 
@@ -366,6 +386,7 @@ int cmd_emulate(int argc, char** argv) {
     SessionOptions ro = so;
     ro.kv_policy = policy_name;
     ro.chunk = c.chunk;
+    ro.slots = c.slots;  // the schedule places every slot's cache; slot 0 runs
     if (!run.load(ro, error) || !run.resolve_policy(nullptr, error) || !run.start(emu_budget(c), error))
       return fail("emulate", error);
     Runtime& rt = run.runtime();

@@ -96,5 +96,31 @@ TEST(Emulate, ExecutedCountersEqualAnalyticOnStories260K) {
   EXPECT_EQ(j["executed"]["cached_tokens"].get<uint32_t>(), 300u);
 }
 
+// With several slots the schedule places every slot's cache, and the first slot's executed
+// token moves what the analytic walk counts.
+TEST(Emulate, ExecutedCountersEqualAnalyticWithSlots) {
+  const std::string base = "emulate -m " + q(test::stories260k_keel()) +
+                           " --hw edge-npu-2mib --sram-bytes 300000 --kv-policy snapstream --kv-budget 128"
+                           " --chunk 16 --context 200 --execute --json --slots ";
+  const auto one = run_cli(base + "1"), four = run_cli(base + "4");
+  ASSERT_EQ(one.exit_code, 0) << one.out;
+  ASSERT_EQ(four.exit_code, 0) << four.out;
+  const json j1 = parse_last_line(one.out), j4 = parse_last_line(four.out);
+  ASSERT_FALSE(j1.is_discarded() || j4.is_discarded()) << one.out << four.out;
+  EXPECT_TRUE(j4["executed"]["counters_equal_analytic"].get<bool>()) << j4["executed"].dump();
+  EXPECT_EQ(j4["schedule"]["slots"].get<uint32_t>(), 4u);
+  EXPECT_EQ(j4["kv_offchip_bytes"].get<uint64_t>() + j4["kv_onchip_bytes"].get<uint64_t>(),
+            4 * (j1["kv_offchip_bytes"].get<uint64_t>() + j1["kv_onchip_bytes"].get<uint64_t>()));
+}
+
+TEST(Emulate, ValidateRefusesWhatItCannotMeasure) {
+  const auto none = run_cli("emulate --validate");
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_NE(none.out.find("--validate needs -m MODEL.keel"), std::string::npos) << none.out;
+  const auto shallow = run_cli("emulate --validate -m " + q(test::stories260k_keel()) + " --context 100");
+  EXPECT_EQ(shallow.exit_code, 2);
+  EXPECT_NE(shallow.out.find("at least 8192"), std::string::npos) << shallow.out;
+}
+
 }  // namespace
 }  // namespace keel
