@@ -51,6 +51,7 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
       model, backend_plan(pc),
       Span<uint8_t>(regions.get<uint8_t>(Region::BackendState), regions.bytes(Region::BackendState))));
   KEEL_TRY(transformer_.init(model, *backend_, pc, regions));
+  KEEL_TRY(transformer_.enable_sparse(p.sparse, regions, pool));
   SnapScratch snap;
   snap.rows = regions.get<float>(Region::SnapRows);
   snap.sums = regions.get<float>(Region::SnapSums);
@@ -67,10 +68,16 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
   sampler_mem_ = regions.get<uint8_t>(Region::Sampler);
   text_mem_ = regions.get<uint8_t>(Region::Text);
 
-  const KvShape kvs{model.shape().n_layers, model.shape().n_kv_heads,
-                    model.shape().head_dim, uint32_t(p.kv_capacity_tokens),
-                    pc.kv_budget_tokens,    model.shape().n_heads * model.shape().head_dim,
-                    p.obs_window,           pc.kv_type};
+  const KvShape kvs{model.shape().n_layers,
+                    model.shape().n_kv_heads,
+                    model.shape().head_dim,
+                    uint32_t(p.kv_capacity_tokens),
+                    pc.kv_budget_tokens,
+                    model.shape().n_heads * model.shape().head_dim,
+                    p.obs_window,
+                    pc.kv_type,
+                    p.sparse.budget ? p.sparse.page : 0,
+                    p.sparse.max_pages};
   static_assert(sizeof(Slot) <= kSlotStateBytes, "slot record exceeds its planned bytes");
   slots_ = regions.get<uint8_t>(Region::SlotRecords);
   for (uint32_t i = 0; i < pc.slots; ++i) {
@@ -80,6 +87,7 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
     kb.positions = regions.get<int32_t>(Region::KvPositions, i);
     kb.observations = regions.get<float>(Region::KvObservations, i);
     kb.lookahead = regions.get<float>(Region::KvLookahead, i);
+    kb.pages = regions.get<float>(Region::KvPages, i);
     KEEL_TRY(s->kv.init(kvs, kb));
     s->logits = regions.get<float>(Region::Logits, i);
     Arena sampler_arena(sampler_mem_, p.sampler_bytes);
