@@ -26,8 +26,7 @@ void KvCache::page_range(uint32_t page, uint32_t* begin, uint32_t* end) const {
   *end = prefix_ + ((r + 1) * p < ring_len_ ? (r + 1) * p : ring_len_);
 }
 
-void KvCache::refresh_pages(uint32_t l, uint32_t h, uint32_t prefix, uint32_t ring_len, uint32_t first,
-                            uint32_t last) {
+void KvCache::refresh_pages(uint32_t l, uint32_t h, uint32_t prefix, uint32_t ring_len, uint32_t first, uint32_t last) {
   const uint32_t p = shape_.page_tokens, hd = shape_.head_dim, stride = shape_.max_pages;
   const uint32_t pre = (prefix + p - 1) / p;
   float* mins = pages_ + slab_pages(l, h) * 2 * hd;

@@ -27,20 +27,22 @@ constexpr uint32_t sparse_budget_of(const KvPolicyConfig& c, uint32_t kv_budget)
   return kv_budget / 4 > 2 ? kv_budget / 4 : 2;
 }
 
-// The split over a cache holding up to `kv_budget` entries per head of `head_dim` numbers.
-// The estimate reads 2r numbers (min, max) of each of kv_budget/P pages; a token attended
-// exactly costs 2d (key, value). Spending B - k tokens' worth on it: P·d/r = kv_budget/(B - k)
-// = c2, the compression the estimate must reach. RocketKV splits that compression between the
-// sequence (pages) and the head dimension (r); Keel splits it evenly: P the power of two nearest
-// below sqrt(c2), r = d·P/c2 rounded, both clamped to their ranges. Flags override each part.
-constexpr SparseSplit sparse_split(const KvPolicyConfig& c, uint32_t kv_budget, uint32_t head_dim) {
+// The split over a cache holding up to `kv_budget` entries per head of `head_dim` numbers, a
+// key or value row taking `row_bytes`. The estimate reads 2r f32 numbers (min, max) of each of
+// kv_budget/P pages; a token attended exactly costs 2 row_bytes (key, value). Spending B - k
+// tokens' bytes on it: P / r = c2 * 4 / row_bytes with c2 = kv_budget/(B - k), the compression
+// the estimate must reach (r = d: a key per page). RocketKV splits that compression between the
+// sequence (pages) and the head dimension (r); Keel splits it evenly: with e = c2 * 4d/row_bytes
+// (2 c2 for f16 rows), P is the power of two nearest below sqrt(e) and r = d·P/e rounded, both
+// clamped to their ranges. Flags override each part.
+constexpr SparseSplit sparse_split(const KvPolicyConfig& c, uint32_t kv_budget, uint32_t head_dim, uint32_t row_bytes) {
   SparseSplit s;
   s.budget = sparse_budget_of(c, kv_budget);
-  if (s.budget == 0 || head_dim == 0) return SparseSplit{};
+  if (s.budget == 0 || head_dim == 0 || row_bytes == 0) return SparseSplit{};
   s.topk = c.rocket_topk ? c.rocket_topk : s.budget / 2;
   if (s.topk == 0) s.topk = 1;
   const uint32_t estimate = s.budget > s.topk ? s.budget - s.topk : 1;
-  const double c2 = double(kv_budget) / double(estimate);
+  const double c2 = double(kv_budget) / double(estimate) * 4.0 * double(head_dim) / double(row_bytes);
   uint32_t page = 1;
   while (double(page) * 2 * double(page) * 2 <= c2 && page * 2 <= kMaxRocketPage) page *= 2;
   s.page = c.rocket_page ? c.rocket_page : page;

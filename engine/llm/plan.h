@@ -307,7 +307,7 @@ constexpr MemoryPlan plan_memory(const PlanShape& s, const PlanConfig& c, const 
   const uint32_t obs = plan_obs_window(kv);
   p.slots = c.slots ? c.slots : 1;
   p.obs_window = obs;
-  p.sparse = sparse_split(kv, c.kv_budget_tokens, s.head_dim);
+  p.sparse = sparse_split(kv, c.kv_budget_tokens, s.head_dim, 2 * kv_row_halves(c.kv_type, s.head_dim));
   p.kv_capacity_tokens = uint64_t(c.kv_budget_tokens) + (c.chunk_tokens ? c.chunk_tokens : 1);
   for (const RegionInfo& r : kRegions) {
     RegionPlan& rp = p.regions[uint32_t(r.id)];

@@ -43,10 +43,10 @@ Error Transformer::enable_sparse(const SparseSplit& split, const RegionMap& regi
   KEEL_ENSURE(sparse_gather_ && sparse_positions_ && sparse_select_ && split.page >= 1 && split.topk >= 1 &&
                   split.dims >= 1 && split.dims <= shape_.head_dim,
               Status::InvalidArgument, "sparse attention without its buffers in the plan");
-  KEEL_ENSURE(regions.bytes(Region::SparseSelect) >=
-                  (select_stride(split, shape_.head_dim) * shape_.n_kv_heads + uint64_t(shape_.n_heads) * shape_.head_dim) *
-                      4,
-              Status::Internal, "sparse_select region smaller than its use");
+  KEEL_ENSURE(
+      regions.bytes(Region::SparseSelect) >=
+          (select_stride(split, shape_.head_dim) * shape_.n_kv_heads + uint64_t(shape_.n_heads) * shape_.head_dim) * 4,
+      Status::Internal, "sparse_select region smaller than its use");
   sparse_ = split;
   pool_ = pool;
   return Error();
@@ -113,8 +113,7 @@ void Transformer::sparse_task(void* ctx, size_t kv_head) {
 
 bool Transformer::sparse_attention(KvCache& kv, uint32_t layer, uint32_t row0, uint32_t seg) {
   const KvShape& ks = kv.shape();
-  if (kv.page_count() == 0 || ks.page_tokens != sparse_.page ||
-      ks.max_pages != sparse_.max_pages) return false;
+  if (kv.page_count() == 0 || ks.page_tokens != sparse_.page || ks.max_pages != sparse_.max_pages) return false;
   const uint64_t q_dim = uint64_t(shape_.n_heads) * shape_.head_dim, pairs = rope_dim_ / 2;
   const uint32_t hd = shape_.head_dim, group = shape_.n_heads / shape_.n_kv_heads;
   SparseJob job{this, &kv, layer, q_ + row0 * q_dim, shift_cos_ + seg * pairs, shift_sin_ + seg * pairs};

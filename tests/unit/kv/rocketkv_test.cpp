@@ -24,29 +24,31 @@ TEST(RocketKvSplit, PaperCapacityAndDerivedPages) {
   // S = 8192 + 64, B = 1024: c = 8.06, alpha = 0.2 + 0.06 log2 c = 0.3807, S / c^alpha.
   const double c = 8256.0 / 1024.0, alpha = 0.2 + 0.06 * std::log2(c);
   EXPECT_EQ(rocketkv_capacity(8256, 1024), uint32_t(std::floor(8256.0 / std::pow(c, alpha))));
-  EXPECT_EQ(rocketkv_capacity(100, 1024), 100u);                // c = 1: no compression
+  EXPECT_EQ(rocketkv_capacity(100, 1024), 100u);  // c = 1: no compression
   EXPECT_EQ(rocketkv_capacity(1u << 30, 1), uint32_t(std::floor(double(1u << 30) / std::pow(double(1u << 30), 0.8))));
   KvPolicyConfig kv;
   kv.kind = KvPolicyKind::Full;
-  EXPECT_EQ(sparse_split(kv, 4096, 64).budget, 0u);  // off
+  EXPECT_EQ(sparse_split(kv, 4096, 64, 128).budget, 0u);  // off
   kv.sparse_budget = 512;
-  const SparseSplit s = sparse_split(kv, 4096, 64);
-  // c2 = 4096 / 256 = 16: P = 4 (sqrt), r = 64 * 4 / 16 = 16.
+  const SparseSplit s = sparse_split(kv, 4096, 64, 128);
+  // c2 = 4096 / 256 = 16, e = 2 c2 = 32 (f32 summaries, f16 rows): P = 4, r = 64 * 4 / 32 = 8.
   EXPECT_EQ(s.topk, 256u);
   EXPECT_EQ(s.page, 4u);
-  EXPECT_EQ(s.dims, 16u);
+  EXPECT_EQ(s.dims, 8u);
+  // The estimate then reads (4096 / 4) pages * 2 * 8 f32 = 64 KiB = 256 tokens of K and V rows.
+  EXPECT_EQ(4096u / s.page * 2 * s.dims * 4, (s.budget - s.topk) * 2 * 128);
   EXPECT_EQ(s.gather_rows, 260u);
   EXPECT_GE(s.max_pages, 4096u / 4 + 2);
   kv.rocket_page = 16;
   kv.rocket_topk = 100;
   kv.rocket_r = 500;
-  const SparseSplit o = sparse_split(kv, 4096, 64);
+  const SparseSplit o = sparse_split(kv, 4096, 64, 128);
   EXPECT_EQ(o.page, 16u);
   EXPECT_EQ(o.topk, 100u);
   EXPECT_EQ(o.dims, 64u);  // clamped to the head
   KvPolicyConfig rk;
   rk.kind = KvPolicyKind::RocketKV;
-  EXPECT_EQ(sparse_split(rk, 2048, 64).budget, 512u);  // rocketkv's default: budget / 4
+  EXPECT_EQ(sparse_split(rk, 2048, 64, 128).budget, 512u);  // rocketkv's default: budget / 4
 }
 
 // Page summaries of random keys, q for a group, and the reference: bounds in double over the
@@ -69,7 +71,8 @@ TEST(RocketKvSelect, EqualsBruteForceTopKOfTheBound) {
       if (trial % 7 == 0 && p > 0) keys[p] = keys[p - 1], tokens[p] = tokens[p - 1];  // tied bounds
       for (uint32_t i = 0; i < hd; ++i) {
         float lo = INFINITY, hi = -INFINITY;
-        for (uint32_t t = 0; t < tokens[p]; ++t) lo = std::min(lo, keys[p][t * hd + i]), hi = std::max(hi, keys[p][t * hd + i]);
+        for (uint32_t t = 0; t < tokens[p]; ++t)
+          lo = std::min(lo, keys[p][t * hd + i]), hi = std::max(hi, keys[p][t * hd + i]);
         mins[i * stride + p] = lo;
         maxs[i * stride + p] = hi;
       }

@@ -162,7 +162,7 @@ TEST(SparseAttention, BadSettingsAreRefusedByName) {
   o.kv_policy = run_policy(KvPolicyKind::RocketKV);
   ASSERT_TRUE(make_runtime_config(stories().model, o, &rc).ok());
   EXPECT_EQ(rc.kv.snap_kernel, kSnapKernelRocketKV);
-  EXPECT_EQ(sparse_split(rc.kv, rc.plan.kv_budget_tokens, 8).budget, rc.plan.kv_budget_tokens / 4);
+  EXPECT_EQ(sparse_split(rc.kv, rc.plan.kv_budget_tokens, 8, 16).budget, rc.plan.kv_budget_tokens / 4);
 }
 
 }  // namespace
