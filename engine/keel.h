@@ -39,7 +39,9 @@ typedef enum keel_kv_policy {
   KEEL_KV_WINDOW = 2,        /* the last budget tokens */
   KEEL_KV_STREAMING = 3,     /* attention sinks + the recent tokens */
   KEEL_KV_SNAPKV = 4,        /* tokens chosen by observation-window attention + the window */
-  KEEL_KV_SNAPSTREAM = 5     /* sinks + SnapKV-chosen prompt + a recent ring */
+  KEEL_KV_SNAPSTREAM = 5,    /* sinks + SnapKV-chosen prompt + a recent ring */
+  KEEL_KV_ROCKETKV = 6       /* snapstream's cache (kernel 63), each decode step reading the
+                                top-k tokens by a bound of q.k (sparse_budget) */
 } keel_kv_policy;
 
 /* How a slot's KV cache stores keys and values (docs/kv.md, "Quantized cache"). */
@@ -70,6 +72,8 @@ typedef struct keel_config {
   uint32_t verify_weights; /* non-zero: keel_init checks every tensor's CRC-32C first (reads all
                               weights once; KEEL_ERR_BAD_MODEL naming the tensor on a mismatch,
                               also for a format-1 file, which has no checksums) */
+  uint32_t sparse_budget;  /* tokens a decode step attends to (docs/kv.md, "Sparse decode
+                              attention"); 0 = all (rocketkv: budget / 4) */
 } keel_config;
 
 typedef struct keel_plan_info {

@@ -66,6 +66,7 @@ keel::Error runtime_config(const keel::Model& m, const keel_config* c, keel::Run
     o.snap_kernel = c->snap_kernel;
     o.queue_capacity = c->queue_capacity;
     o.kv_type = c->kv_type;
+    o.sparse_budget = c->sparse_budget;
     // A C caller may store any integer in an enum field; in C++ reading one outside the
     // enumerators is undefined, so the bytes are read as the integer they are.
     // (Its size is the ABI's: an int on x86-64, one byte with ARM EABI's short enums.)
@@ -80,8 +81,7 @@ keel::Error runtime_config(const keel::Model& m, const keel_config* c, keel::Run
   return keel::make_runtime_config(m, o, &rc);
 }
 
-static_assert(KEEL_KV_SNAPSTREAM == keel::kRunPolicyMax &&
-                  KEEL_KV_SNAPKV == keel::run_policy(keel::KvPolicyKind::SnapKV),
+static_assert(KEEL_KV_ROCKETKV == keel::kRunPolicyMax && KEEL_KV_SNAPKV == keel::run_policy(keel::KvPolicyKind::SnapKV),
               "keel_kv_policy numbers are RunOverrides::kv_policy's");
 static_assert(int(KEEL_BACKEND_XNNPACK) == int(keel::BackendKind::Xnnpack), "keel_backend is BackendKind");
 static_assert(KEEL_KV_TYPE_Q8 == int(keel::KvType::Q8) && KEEL_KV_TYPE_Q4 == int(keel::KvType::Q4),

@@ -20,6 +20,10 @@ Error KvCache::init(const KvShape& s, const KvBuffers& b) {
   positions_ = b.positions;
   obs_ = s.obs_window > 0 ? b.observations : nullptr;
   look_ = s.obs_window > 0 ? b.lookahead : nullptr;
+  KEEL_ENSURE(s.page_tokens == 0 || (b.pages && s.max_pages >= s.budget / s.page_tokens + 2), Status::InvalidArgument,
+              "KV page summaries of %" PRIu32 " pages of %" PRIu32 " tokens do not cover a budget of %" PRIu32,
+              s.max_pages, s.page_tokens, s.budget);
+  pages_ = s.page_tokens ? b.pages : nullptr;
   shape_ = s;
   clear();
   return Error();
@@ -78,6 +82,7 @@ void KvCache::append_ring(uint32_t n) {
   if (ring_len_ + n <= cap) {
     // Not full yet: the staged entries are already in place (ring_head_ is 0).
     ring_len_ += n;
+    after_append(n);
     return;
   }
   // The newest `cap` of ring + staging survive. Staged entry j goes to ring slot
@@ -96,6 +101,7 @@ void KvCache::append_ring(uint32_t n) {
   evicted_ += total - cap;
   ring_head_ = (ring_head_ + ring_len_ + n) % cap;  // oldest survivor follows the newest write
   ring_len_ = cap;
+  after_append(n);
 }
 
 void KvCache::pin_sinks(uint32_t sinks) {
@@ -103,6 +109,11 @@ void KvCache::pin_sinks(uint32_t sinks) {
   const uint32_t s = sinks < ring_len_ ? sinks : ring_len_;
   prefix_ = s;
   ring_len_ -= s;
+  if (pages_) {
+    for (uint32_t l = 0; l < shape_.n_layers; ++l) {
+      for (uint32_t h = 0; h < shape_.n_kv_heads; ++h) refresh_all_pages(l, h, prefix_, ring_len_);
+    }
+  }
 }
 
 void KvCache::compact_head(uint32_t l, uint32_t h, const uint32_t* keep, uint32_t n_keep, uint32_t n_ring,
@@ -131,6 +142,7 @@ void KvCache::compact_head(uint32_t l, uint32_t h, const uint32_t* keep, uint32_
   memcpy(k, kbuf, uint64_t(n_keep) * hd * 2);
   memcpy(v, vbuf, uint64_t(n_keep) * hd * 2);
   memcpy(p, pbuf, uint64_t(n_keep) * 4);
+  if (pages_) refresh_all_pages(l, h, n_keep - n_ring, n_ring);
 }
 
 void KvCache::finish_compact(uint32_t n_keep, uint32_t n_ring, uint32_t staged) {

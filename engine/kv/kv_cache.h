@@ -30,6 +30,9 @@ struct KvShape {
   uint32_t q_dim = 0;            // n_heads * head_dim, for the observation queries
   uint32_t obs_window = 0;       // SnapKV observation window (0: no observation queries kept)
   KvType kv_type = KvType::F16;  // row format of keys and values (core/kv_type.h)
+  // Sparse decode attention's key summaries (kv/kv_pages.cpp): tokens per page, 0 for none.
+  uint32_t page_tokens = 0;
+  uint32_t max_pages = 0;  // per (layer, head)
 };
 
 // A slot's buffers, from the memory plan (llm/plan.h regions kv_*).
@@ -38,6 +41,7 @@ struct KvBuffers {
   int32_t* positions = nullptr;     // [layers][kv_heads][capacity]
   float* observations = nullptr;    // [layers][obs_window][q_dim]; null when obs_window is 0
   float* lookahead = nullptr;       // same
+  float* pages = nullptr;           // [layers][kv_heads][min, max][head_dim][max_pages]; null without pages
 };
 
 class KvCache {
@@ -103,6 +107,25 @@ class KvCache {
   // Advances positions after `n` tokens went through the model.
   void advance(uint32_t n) { next_pos_ += n; }
 
+  // Page summaries (docs/kv.md, "Sparse decode attention"): the prefix and the ring are cut
+  // into pages of page_tokens physical entries each, counted from the start of each (so no page
+  // straddles the two; the last page of each may be partial). For every page the element-wise
+  // minimum and maximum of its keys, kept equal to a recomputation after every mutation
+  // (append_ring, pin_sinks, compact_head). Pages [0, prefix_pages()) are the prefix's.
+  uint32_t prefix_pages() const { return pages_ ? (prefix_ + shape_.page_tokens - 1) / shape_.page_tokens : 0; }
+  uint32_t page_count() const {
+    return pages_ ? prefix_pages() + (ring_len_ + shape_.page_tokens - 1) / shape_.page_tokens : 0;
+  }
+  // Physical entries [begin, end) of page `page`.
+  void page_range(uint32_t page, uint32_t* begin, uint32_t* end) const;
+  // [head_dim][max_pages]: dimension i of page j at i * max_pages + j.
+  const float* page_min(uint32_t layer, uint32_t head) const {
+    return pages_ + slab_pages(layer, head) * 2 * shape_.head_dim;
+  }
+  const float* page_max(uint32_t layer, uint32_t head) const {
+    return page_min(layer, head) + uint64_t(shape_.head_dim) * shape_.max_pages;
+  }
+
   // Lookahead (docs/kv.md, "Chunked prefill"): the observation queries of a prompt's last
   // tokens, computed before the prompt is prefilled so that every chunk's compression can
   // already ask what the end of the prompt (the question) will attend to. Between
@@ -124,6 +147,14 @@ class KvCache {
     return (uint64_t(layer) * shape_.n_kv_heads + head) * shape_.capacity;
   }
   void move_entry(uint32_t layer, uint32_t head, uint32_t from, uint32_t to);
+  uint64_t slab_pages(uint32_t layer, uint32_t head) const {
+    return (uint64_t(layer) * shape_.n_kv_heads + head) * shape_.max_pages;
+  }
+  // Recomputes the summaries of pages [first, last) of (layer, head) under the geometry
+  // (prefix, ring_len); the after_* calls say which pages a mutation touched.
+  void refresh_pages(uint32_t layer, uint32_t head, uint32_t prefix, uint32_t ring_len, uint32_t first, uint32_t last);
+  void refresh_all_pages(uint32_t layer, uint32_t head, uint32_t prefix, uint32_t ring_len);
+  void after_append(uint32_t n);
 
   KvShape shape_;
   uint32_t row_halves_ = 0;
@@ -132,6 +163,7 @@ class KvCache {
   int32_t* positions_ = nullptr;
   float* obs_ = nullptr;   // [layers][obs_window][q_dim]
   float* look_ = nullptr;  // [layers][obs_window][q_dim], indexed like obs_ by position
+  float* pages_ = nullptr;
   int64_t look_pos0_ = 0;
   uint32_t look_count_ = 0;
   uint32_t prefix_ = 0;

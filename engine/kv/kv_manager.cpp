@@ -60,7 +60,8 @@ Error KvManager::settle(KvCache& kv, uint32_t n, bool prefill, bool lookahead) {
       }
       return compress_snapkv(kv, n, prefill ? budget_ : snapkv_decode_target(budget_, chunk_), 0, snap_kernel_of(p),
                              lookahead, 0);
-    case KvPolicyKind::SnapStream: {
+    case KvPolicyKind::SnapStream:
+    case KvPolicyKind::RocketKV: {
       const uint32_t ring = snapstream_window(p, budget_);
       // Prompt chunks (and a first overflow while decoding) are compressed by SnapKV: the newest
       // `ring` tokens stay whole in the recent ring, the older ones compete for the prefix.

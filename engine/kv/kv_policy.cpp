@@ -14,13 +14,14 @@ const char* kv_policy_name(KvPolicyKind k) {
     case KvPolicyKind::Streaming: return "streaming";
     case KvPolicyKind::SnapKV: return "snapkv";
     case KvPolicyKind::SnapStream: return "snapstream";
+    case KvPolicyKind::RocketKV: return "rocketkv";
   }
   return "?";
 }
 
 bool parse_kv_policy(const char* name, KvPolicyKind& out) {
-  const KvPolicyKind all[] = {KvPolicyKind::Full, KvPolicyKind::Window, KvPolicyKind::Streaming, KvPolicyKind::SnapKV,
-                              KvPolicyKind::SnapStream};
+  const KvPolicyKind all[] = {KvPolicyKind::Full,   KvPolicyKind::Window,     KvPolicyKind::Streaming,
+                              KvPolicyKind::SnapKV, KvPolicyKind::SnapStream, KvPolicyKind::RocketKV};
   for (KvPolicyKind k : all) {
     if (strcmp(name, kv_policy_name(k)) == 0) {
       out = k;
@@ -38,6 +39,13 @@ uint32_t snapkv_decode_target(uint32_t budget, uint32_t chunk) {
 
 Error validate_kv_policy(const KvPolicyConfig& c, uint32_t budget, uint32_t chunk) {
   KEEL_ENSURE(budget >= 1, Status::BudgetTooSmall, "KV budget of 0 tokens");
+  KEEL_ENSURE(c.sparse_budget == 0 || c.sparse_budget >= 2, Status::InvalidArgument,
+              "sparse_budget %" PRIu32 "; expected 0 (off) or at least 2 tokens per step", c.sparse_budget);
+  KEEL_ENSURE(c.rocket_page <= kMaxRocketPage, Status::InvalidArgument,
+              "rocket_page %" PRIu32 "; expected 0 (from the budget split) .. %" PRIu32, c.rocket_page, kMaxRocketPage);
+  KEEL_ENSURE(c.sparse_budget == 0 || c.rocket_topk <= c.sparse_budget, Status::InvalidArgument,
+              "rocket_topk %" PRIu32 " exceeds the per-step budget of %" PRIu32 " tokens", c.rocket_topk,
+              c.sparse_budget);
   switch (c.kind) {
     case KvPolicyKind::Full:
     case KvPolicyKind::Window: return Error();
@@ -55,14 +63,16 @@ Error validate_kv_policy(const KvPolicyConfig& c, uint32_t budget, uint32_t chun
                   "snap_kernel %" PRIu32 "; expected an odd size, or 0 for adaptive", snap_kernel_of(c));
       return Error();
     }
-    case KvPolicyKind::SnapStream: {
+    case KvPolicyKind::SnapStream:
+    case KvPolicyKind::RocketKV: {
       const uint32_t w = snapstream_window(c, budget);
       KEEL_ENSURE(c.obs_window >= 1, Status::InvalidArgument,
-                  "snapstream needs a SnapKV observation window of at least 1 token; got %" PRIu32, c.obs_window);
+                  "%s needs a SnapKV observation window of at least 1 token; got %" PRIu32, kv_policy_name(c.kind),
+                  c.obs_window);
       KEEL_ENSURE(w >= 1 && budget > w + c.sinks + c.obs_window, Status::BudgetTooSmall,
-                  "snapstream keeps %" PRIu32 " sinks + a %" PRIu32 "-token observation window + a %" PRIu32
+                  "%s keeps %" PRIu32 " sinks + a %" PRIu32 "-token observation window + a %" PRIu32
                   "-token recent window; a budget of %" PRIu32 " tokens leaves nothing for the prompt",
-                  c.sinks, c.obs_window, w, budget);
+                  kv_policy_name(c.kind), c.sinks, c.obs_window, w, budget);
       KEEL_ENSURE(snap_kernel_of(c) == 0 || snap_kernel_of(c) % 2 == 1, Status::InvalidArgument,
                   "snap_kernel %" PRIu32 "; expected an odd size, or 0 for adaptive", snap_kernel_of(c));
       return Error();

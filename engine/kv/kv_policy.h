@@ -8,7 +8,7 @@
 
 namespace keel {
 
-enum class KvPolicyKind : uint8_t { Full, Window, Streaming, SnapKV, SnapStream };
+enum class KvPolicyKind : uint8_t { Full, Window, Streaming, SnapKV, SnapStream, RocketKV };
 
 // The engine's KV defaults, defined here once (the budget and the chunk are PlanConfig's, in
 // llm/plan.h; llm/run_config.h puts them together with what a model file asks for).
@@ -19,7 +19,9 @@ constexpr uint32_t kDefaultObsWindow = 32;  // SnapKV observation window w
 // its neighbourhood, or a multi-token fact (a number, a name) survives in pieces (docs/kv.md).
 constexpr uint32_t kSnapKernelSnapKV = 7;
 constexpr uint32_t kSnapKernelSnapStream = 31;
+constexpr uint32_t kSnapKernelRocketKV = 63;                // RocketKV's released SnapKV++ settings
 constexpr uint32_t kSnapKernelPolicyDefault = 0xffffffffu;  // "the policy's kernel"
+constexpr uint32_t kMaxRocketPage = 256;                    // tokens per page of sparse attention's key summaries
 
 struct KvPolicyConfig {
   KvPolicyKind kind = KvPolicyKind::Full;
@@ -27,20 +29,34 @@ struct KvPolicyConfig {
   uint32_t window = 0;             // snapstream: recent ring for generated tokens (0 = budget / 4)
   uint32_t obs_window = kDefaultObsWindow;
   uint32_t snap_kernel = kSnapKernelPolicyDefault;  // SnapKV max-pool kernel (odd); 0 = adaptive
+  // Sparse decode attention (kv/rocketkv_split.h, docs/kv.md): each decode step attends to the
+  // top-k cached tokens by an upper bound of q.k instead of all of them. sparse_budget is the
+  // token budget B of one step; 0 = off (exact attention over the whole cache), except for
+  // rocketkv, which always runs it (0 = budget / 4). 0 in the others = from the budget split.
+  uint32_t sparse_budget = 0;
+  uint32_t rocket_page = 0;  // at most kMaxRocketPage
+  uint32_t rocket_topk = 0;
+  uint32_t rocket_r = 0;
 };
 
 // The kernel the policy runs with: snap_kernel, or the policy's when it is kSnapKernelPolicyDefault.
 constexpr uint32_t snap_kernel_of(KvPolicyKind kind, uint32_t snap_kernel) {
   if (snap_kernel != kSnapKernelPolicyDefault) return snap_kernel;
-  return kind == KvPolicyKind::SnapStream ? kSnapKernelSnapStream : kSnapKernelSnapKV;
+  return kind == KvPolicyKind::SnapStream ? kSnapKernelSnapStream
+         : kind == KvPolicyKind::RocketKV ? kSnapKernelRocketKV
+                                          : kSnapKernelSnapKV;
 }
 constexpr uint32_t snap_kernel_of(const KvPolicyConfig& c) { return snap_kernel_of(c.kind, c.snap_kernel); }
 
 const char* kv_policy_name(KvPolicyKind k);
-// Parses "full", "window", "streaming", "snapkv", "snapstream".
+// Parses "full", "window", "streaming", "snapkv", "snapstream", "rocketkv".
 bool parse_kv_policy(const char* name, KvPolicyKind& out);
 constexpr bool kv_policy_uses_snapkv(KvPolicyKind k) {
-  return k == KvPolicyKind::SnapKV || k == KvPolicyKind::SnapStream;
+  return k == KvPolicyKind::SnapKV || k == KvPolicyKind::SnapStream || k == KvPolicyKind::RocketKV;
+}
+// Policies whose prompt is compressed like snapstream's: sinks + SnapKV-kept prefix + a recent ring.
+constexpr bool kv_policy_is_snapstream_like(KvPolicyKind k) {
+  return k == KvPolicyKind::SnapStream || k == KvPolicyKind::RocketKV;
 }
 
 // The recent ring snapstream keeps for generated tokens: window, or a quarter of the budget.

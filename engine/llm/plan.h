@@ -13,6 +13,7 @@
 #include "backend/backend_plan.h"
 #include "core/kv_type.h"
 #include "kv/kv_policy.h"
+#include "kv/rocketkv_split.h"
 
 namespace keel {
 
@@ -110,6 +111,7 @@ enum class Region : uint8_t {
   KvLocalPositions,
   KvObservations,
   KvLookahead,
+  KvPages,
   Logits,  // per slot
   // scratch: one chunk's activations, reused layer after layer
   X,
@@ -134,6 +136,9 @@ enum class Region : uint8_t {
   SnapKeep,
   SnapCompact,
   SnapRope,
+  SparseGather,
+  SparsePositions,
+  SparseSelect,
   LogitRows,
   StepSegments,
   Sampler,
@@ -172,6 +177,8 @@ inline constexpr RegionInfo kRegions[kRegionCount] = {
      "[global layers][obs_window][n_heads*head_dim] f32"},
     {Region::KvLookahead, "kv_lookahead", PlanArena::Persistent, RegionGroup::Kv, true, 4,
      "[global layers][obs_window][n_heads*head_dim] f32"},
+    {Region::KvPages, "kv_pages", PlanArena::Persistent, RegionGroup::Kv, true, 4,
+     "[global layers][kv_heads][min, max][head_dim][max_pages] f32 (sparse attention)"},
     {Region::Logits, "logits", PlanArena::Persistent, RegionGroup::Logits, true, 4, "[vocab] f32"},
     {Region::X, "x", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[rows][dim] f32"},
     {Region::Xb, "xb", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[rows][dim] f32"},
@@ -200,6 +207,12 @@ inline constexpr RegionInfo kRegions[kRegionCount] = {
      "[threads][capacity][K,V f16 head_dim + position i32]"},
     {Region::SnapRope, "snap_rope", PlanArena::Scratch, RegionGroup::Attention, false, 4,
      "[2*obs_window][cos t, sin t, cos c, sin c][head_dim/2] f32"},
+    {Region::SparseGather, "sparse_gather", PlanArena::Scratch, RegionGroup::Attention, false, 2,
+     "[kv_heads][K,V][gather_rows][row] (sparse attention)"},
+    {Region::SparsePositions, "sparse_positions", PlanArena::Scratch, RegionGroup::Attention, false, 4,
+     "[kv_heads][gather_rows] i32"},
+    {Region::SparseSelect, "sparse_select", PlanArena::Scratch, RegionGroup::Attention, false, 4,
+     "[kv_heads]([bound, order, tokens][max_pages], [2][head_dim] dims, 2 counts) + [n_heads][head_dim]"},
     {Region::LogitRows, "logit_rows", PlanArena::Scratch, RegionGroup::LogitRows, false, 4,
      "[max(logit_rows, slots)][vocab] f32"},
     {Region::StepSegments, "step_segments", PlanArena::Scratch, RegionGroup::Activations, false, 1,
@@ -227,9 +240,10 @@ constexpr uint32_t plan_local_budget(const PlanShape& s, const PlanConfig& c, co
   return s.sliding_window;
 }
 
-// Elements of one instance of region `r`. `local_budget`: plan_local_budget.
+// Elements of one instance of region `r`. `local_budget`: plan_local_budget; `sparse`: the
+// sparse decode attention split (budget 0: off).
 constexpr uint64_t region_elements(Region r, const PlanShape& s, const PlanConfig& c, uint32_t obs_window,
-                                   uint32_t local_budget) {
+                                   uint32_t local_budget, const SparseSplit& sparse = {}) {
   const uint64_t chunk = c.chunk_tokens ? c.chunk_tokens : 1;
   const uint64_t threads = c.threads ? c.threads : 1;
   const uint64_t slots = c.slots ? c.slots : 1;
@@ -256,6 +270,7 @@ constexpr uint64_t region_elements(Region r, const PlanShape& s, const PlanConfi
     case Region::KvLocalPositions: return local_heads * local_cap;
     case Region::KvObservations:
     case Region::KvLookahead: return global_layers * obs_window * q_dim;
+    case Region::KvPages: return sparse.budget ? heads * 2 * s.head_dim * sparse.max_pages : 0;
     case Region::Logits: return s.vocab_size;
     case Region::X:
     case Region::Xb: return rows * s.dim;
@@ -279,6 +294,11 @@ constexpr uint64_t region_elements(Region r, const PlanShape& s, const PlanConfi
     case Region::SnapKeep: return snap * threads * cap;
     case Region::SnapCompact: return snap * threads * cap * (uint64_t(s.head_dim) * 4 + 4);
     case Region::SnapRope: return uint64_t(obs_window) * 2 * 4 * pairs;
+    case Region::SparseGather:
+      return sparse.budget ? 2 * uint64_t(s.n_kv_heads) * sparse.gather_rows * kv_row_halves(c.kv_type, s.head_dim) : 0;
+    case Region::SparsePositions: return sparse.budget ? uint64_t(s.n_kv_heads) * sparse.gather_rows : 0;
+    case Region::SparseSelect:
+      return sparse.budget ? uint64_t(s.n_kv_heads) * (3 * uint64_t(sparse.max_pages) + 2 * s.head_dim + 2) + q_dim : 0;
     case Region::LogitRows: return logit_rows * s.vocab_size;
     case Region::StepSegments: return slots * kStepEntryBytes;
     case Region::Sampler: return uint64_t(s.vocab_size) * 8 + (uint64_t(s.vocab_size) + 31) / 32 * 4 + 16;
@@ -304,6 +324,7 @@ struct MemoryPlan {
   uint32_t kv_local_budget_tokens = 0;
   uint64_t kv_local_capacity_tokens = 0;
   uint32_t obs_window = 0;  // SnapKV observation queries kept (0: the policy uses none)
+  SparseSplit sparse;       // sparse decode attention's split (budget 0: off)
   uint64_t persistent_bytes = 0;
   uint64_t scratch_bytes = 0;
   // Sums by RegionGroup. Persistent: KV caches of all slots; logits and slot records;
@@ -331,13 +352,14 @@ constexpr MemoryPlan plan_memory(const PlanShape& s, const PlanConfig& c, const 
   const uint32_t obs = plan_obs_window(kv);
   p.slots = c.slots ? c.slots : 1;
   p.obs_window = obs;
+  p.sparse = sparse_split(kv, c.kv_budget_tokens, s.head_dim, 2 * kv_row_halves(c.kv_type, s.head_dim));
   p.kv_capacity_tokens = uint64_t(c.kv_budget_tokens) + (c.chunk_tokens ? c.chunk_tokens : 1);
   p.kv_local_budget_tokens = plan_local_budget(s, c, kv);
   p.kv_local_capacity_tokens =
       s.local_layers > 0 ? p.kv_local_budget_tokens + (c.chunk_tokens ? c.chunk_tokens : 1) : 0;
   for (const RegionInfo& r : kRegions) {
     RegionPlan& rp = p.regions[uint32_t(r.id)];
-    rp.elements = region_elements(r.id, s, c, obs, p.kv_local_budget_tokens);
+    rp.elements = region_elements(r.id, s, c, obs, p.kv_local_budget_tokens, p.sparse);
     rp.bytes = plan_align(rp.elements * r.elem_bytes);
   }
   // Persistent: globals first, then one block per slot.

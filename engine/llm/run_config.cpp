@@ -38,8 +38,7 @@ RunDefaults model_run_defaults(const Model& model) {
 Error make_runtime_config(const Model& model, const RunOverrides& o, RuntimeConfig* out) {
   KEEL_ENSURE(out != nullptr, Status::InvalidArgument, "out is null");
   KEEL_ENSURE(o.kv_policy <= kRunPolicyMax, Status::InvalidArgument,
-              "kv_policy %" PRIu32 "; expected 0 (the model's) .. %" PRIu32 " (snapstream)", o.kv_policy,
-              kRunPolicyMax);
+              "kv_policy %" PRIu32 "; expected 0 (the model's) .. %" PRIu32 " (rocketkv)", o.kv_policy, kRunPolicyMax);
   KEEL_ENSURE(o.snap_kernel >= -1, Status::InvalidArgument, "snap_kernel %" PRId32 "; expected -1 (adaptive), 0 or odd",
               o.snap_kernel);
   KEEL_ENSURE(o.kv_type <= uint32_t(KvType::Q4), Status::InvalidArgument,

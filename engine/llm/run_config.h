@@ -47,9 +47,15 @@ struct RunOverrides {
   BackendKind backend = BackendKind::Auto;
   uint32_t queue_capacity = 0;  // requests the scheduler holds waiting for a slot
   uint32_t kv_type = 0;         // a KvType number (= keel_kv_type); 0 = f16
+  // Sparse decode attention (kv/rocketkv_split.h): tokens per step (0 = off; rocketkv: budget/4)
+  // and the split's parts (0 = derived).
+  uint32_t sparse_budget = 0;
+  uint32_t rocket_page = 0;
+  uint32_t rocket_topk = 0;
+  uint32_t rocket_r = 0;
 };
 
-constexpr uint32_t kRunPolicyMax = uint32_t(KvPolicyKind::SnapStream) + 1;
+constexpr uint32_t kRunPolicyMax = uint32_t(KvPolicyKind::RocketKV) + 1;
 constexpr uint32_t run_policy(KvPolicyKind k) { return uint32_t(k) + 1; }
 
 // The file's kv_defaults (policy, budget, sinks, window, obs_window, snap_kernel) and
@@ -71,6 +77,10 @@ constexpr RuntimeConfig resolve_runtime_config(const RunDefaults& d, const RunOv
                           : kv.kind == d.policy ? d.snap_kernel
                                                 : kSnapKernelPolicyDefault;
   kv.snap_kernel = snap_kernel_of(kv.kind, kernel);
+  kv.sparse_budget = o.sparse_budget;
+  kv.rocket_page = o.rocket_page;
+  kv.rocket_topk = o.rocket_topk;
+  kv.rocket_r = o.rocket_r;
   PlanConfig& pc = rc.plan;
   pc.kv_budget_tokens = o.kv_budget_tokens ? o.kv_budget_tokens : d.kv_budget_tokens;
   pc.slots = o.slots ? o.slots : 1;

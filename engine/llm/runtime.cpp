@@ -51,6 +51,7 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
       model, backend_plan(pc),
       Span<uint8_t>(regions.get<uint8_t>(Region::BackendState), regions.bytes(Region::BackendState))));
   KEEL_TRY(transformer_.init(model, *backend_, pc, regions));
+  KEEL_TRY(transformer_.enable_sparse(p.sparse, regions, pool));
   SnapScratch snap;
   snap.rows = regions.get<float>(Region::SnapRows);
   snap.sums = regions.get<float>(Region::SnapSums);
@@ -72,8 +73,11 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
   const KvShape kvs{global_layers,       ps.n_kv_heads,
                     ps.head_dim,         uint32_t(p.kv_capacity_tokens),
                     pc.kv_budget_tokens, ps.n_heads * ps.head_dim,
-                    p.obs_window,        pc.kv_type};
-  // Local layers keep no observation queries: SnapKV scores the global layers only.
+                    p.obs_window,        pc.kv_type,
+                    p.sparse.budget ? p.sparse.page : 0,
+                    p.sparse.max_pages};
+  // Local layers keep no observation queries and no page summaries: SnapKV and sparse decode
+  // attention act on the global layers only.
   const KvShape local_kvs{ps.local_layers,
                           ps.n_kv_heads,
                           ps.head_dim,
@@ -91,6 +95,7 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
     kb.positions = regions.get<int32_t>(Region::KvPositions, i);
     kb.observations = regions.get<float>(Region::KvObservations, i);
     kb.lookahead = regions.get<float>(Region::KvLookahead, i);
+    kb.pages = regions.get<float>(Region::KvPages, i);
     KEEL_TRY(s->kv.init(kvs, kb));
     if (ps.local_layers > 0) {
       KvBuffers lb;

@@ -148,6 +148,7 @@ void Transformer::apply_rope(float* rows, uint32_t n, uint32_t n_heads, uint32_t
 }
 
 void Transformer::attention(KvCache& kv, uint32_t layer, uint32_t row0, uint32_t n, uint32_t seg, bool local) {
+  if (n == 1 && sparse_.budget && !local && sparse_attention(kv, layer, row0, seg)) return;
   const uint64_t q_dim = uint64_t(shape_.n_heads) * shape_.head_dim, pairs = rope_dim_ / 2;
   AttentionArgs a{};
   a.q = q_ + row0 * q_dim;

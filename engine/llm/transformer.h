@@ -16,9 +16,11 @@
 
 #include "backend/backend.h"
 #include "core/result.h"
+#include "core/threads.h"
 #include "kernels/kernels.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_hooks.h"
+#include "kv/rocketkv_split.h"
 #include "llm/plan.h"
 #include "model/model.h"
 
@@ -59,6 +61,11 @@ class Transformer final : public KvModelHooks {
                      const uint16_t* keys, const int32_t* positions, uint32_t prefix, uint32_t total, int64_t t,
                      float* row) override;
 
+  // Sparse decode attention (llm/sparse_attention.cpp, docs/kv.md): from now on a decode row of a
+  // global layer attends to the top-k pages of its cache when the cache holds more than k
+  // tokens. Buffers: the plan's sparse_* regions; caches must keep page summaries of split.page.
+  Error enable_sparse(const SparseSplit& split, const RegionMap& regions, const ThreadPool* pool);
+
   const ModelShape& shape() const { return shape_; }
   const PlanConfig& config() const { return config_; }
   float* logit_rows() const { return logit_rows_; }
@@ -82,6 +89,11 @@ class Transformer final : public KvModelHooks {
   // Segment `seg`'s rows [row0, row0 + n) against its cache.
   void attention(KvCache& kv, uint32_t layer, uint32_t row0, uint32_t n, uint32_t seg, bool local);
   void logits(const ForwardSegment* segments, uint32_t count);
+  // The decode row `row0` of segment `seg` against the tokens stage 2 selects; false (nothing
+  // done) for an empty cache.
+  bool sparse_attention(KvCache& kv, uint32_t layer, uint32_t row0, uint32_t seg);
+  struct SparseJob;
+  static void sparse_task(void* ctx, size_t kv_head);
 
   ModelShape shape_;
   PlanConfig config_;
@@ -109,6 +121,11 @@ class Transformer final : public KvModelHooks {
   float* qrot_ = nullptr;                              // [threads][head_dim]
   float *shift_cos_ = nullptr, *shift_sin_ = nullptr;  // [slots][rope_dim / 2], per segment
   float* logit_rows_ = nullptr;                        // [max(logit_rows, slots)][vocab]
+  SparseSplit sparse_;                                 // budget 0: exact attention only
+  uint16_t* sparse_gather_ = nullptr;
+  int32_t* sparse_positions_ = nullptr;
+  float* sparse_select_ = nullptr;
+  const ThreadPool* pool_ = nullptr;
 };
 
 LayerWeights layer_weights(const Model& model, uint32_t layer);

@@ -304,9 +304,9 @@ bool parse_grid(const std::string (&given)[kOptCount], Grid& g, std::string& err
     }
   }
   for (const std::string& p : g.policies) {
-    fb::KvPolicy kind;
-    if (!parse_kv_policy(p, kind)) {
-      error = "--kv-policy expects full, window, streaming, snapkv or snapstream, got '" + p + "'";
+    KvPolicyKind kind;
+    if (!keel::parse_kv_policy(p.c_str(), kind)) {
+      error = "--kv-policy expects full, window, streaming, snapkv, snapstream or rocketkv, got '" + p + "'";
       return false;
     }
   }
@@ -494,6 +494,7 @@ int cmd_bench(int argc, char** argv) {
               c.slots = slots;
               c.policy = kv_policy_name(session->policy());
               if (o.kv_type != KvType::F16) c.policy += std::string("+") + kv_type_name(o.kv_type);
+              if (const uint32_t b = rt.memory_plan().sparse.budget) c.policy += "+topk" + std::to_string(b);
               c.budget = budget;
               c.depth = depth;
               c.reps = g.reps;

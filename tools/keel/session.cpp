@@ -21,7 +21,7 @@ const char kSessionHelp[] =
     "  --hw NAME|FILE         hardware the dataflow backend emulates: a preset (keel emulate\n"
     "                         --list-hw), host, or a JSON file (docs/emulator.md)\n"
     "  --sram-bytes N         override the hardware's on-chip SRAM capacity\n"
-    "  --kv-policy P          full | window | streaming | snapkv | snapstream (docs/kv.md)\n"
+    "  --kv-policy P          full | window | streaming | snapkv | snapstream | rocketkv (docs/kv.md)\n"
     "  --kv-budget N          KV cache budget in tokens per sequence\n"
     "  --kv-type T            f16 | q8 | q4: how the KV cache stores keys and values (default f16;\n"
     "                         q8 and q4 read about 1/2 and 1/3 of the bytes per cached token)\n"
@@ -30,6 +30,13 @@ const char kSessionHelp[] =
     "  --obs-window N         SnapKV observation window (default 32)\n"
     "  --snap-kernel N        SnapKV max-pool kernel, odd; 0 = adaptive (default: 7 for snapkv,\n"
     "                         31 for snapstream)\n"
+    "  --sparse-attention M   none | topk: each decode step attends to the top-k cached tokens by\n"
+    "                         an upper bound of q.k (docs/kv.md; rocketkv always does)\n"
+    "  --sparse-budget B      tokens one decode step reads (k = B/2 exactly, the rest on the\n"
+    "                         bound; default for rocketkv: budget/4)\n"
+    "  --rocket-page P        tokens per page of key summaries (default: from the budget split)\n"
+    "  --rocket-topk K        tokens attended exactly (default B/2)\n"
+    "  --rocket-r R           query dimensions the bound reads (default: from the budget split)\n"
     "  --chunk N              prefill chunk in tokens (default 64)\n"
     "  --verify-weights       check every tensor's CRC-32C before running (reads the weights once)\n"
     "  Defaults are the model's where its file names them (keel info: run defaults).\n";
@@ -64,6 +71,20 @@ void parse_session_options(Args& args, SessionOptions& o) {
     }
   }
   at_least_one("--chunk", o.chunk);
+  std::string sparse;
+  const bool sparse_given = args.value("--sparse-attention", nullptr, sparse);
+  if (sparse_given && sparse != "none" && sparse != "topk" && o.error.empty()) {
+    o.error = "--sparse-attention expects none or topk, got '" + sparse + "'";
+  }
+  at_least_one("--sparse-budget", o.sparse_budget);
+  if (sparse_given && sparse == "topk" && o.sparse_budget == 0 && o.error.empty()) {
+    o.error = "--sparse-attention topk needs --sparse-budget B";
+  }
+  o.sparse_topk = sparse_given && sparse == "topk";
+  o.sparse_none = sparse_given && sparse == "none";
+  at_least_one("--rocket-page", o.rocket_page);
+  at_least_one("--rocket-topk", o.rocket_topk);
+  at_least_one("--rocket-r", o.rocket_r);
   o.verify_weights = args.flag("--verify-weights");
 }
 
@@ -72,11 +93,10 @@ namespace {
 // The engine names its parameters; the keel tool's user knows them as options.
 std::string engine_error(const Error& e) {
   std::string m = e.message();
-  static const char* const kFlags[][2] = {{"snap_kernel", "--snap-kernel"},
-                                          {"obs_window", "--obs-window"},
-                                          {"kv_budget_tokens", "--kv-budget"},
-                                          {"chunk_tokens", "--chunk"},
-                                          {"kv_type", "--kv-type"}};
+  static const char* const kFlags[][2] = {
+      {"snap_kernel", "--snap-kernel"}, {"obs_window", "--obs-window"},  {"kv_budget_tokens", "--kv-budget"},
+      {"chunk_tokens", "--chunk"},      {"kv_type", "--kv-type"},        {"sparse_budget", "--sparse-budget"},
+      {"rocket_page", "--rocket-page"}, {"rocket_topk", "--rocket-topk"}};
   for (const auto& f : kFlags) {
     const size_t n = strlen(f[0]);
     if (m.compare(0, n, f[0]) == 0 && (m.size() == n || m[n] == ' ')) m = f[1] + m.substr(n);
@@ -143,7 +163,7 @@ bool Session::resolve_policy(const char* fallback, std::string& error) {
   if (name.empty() && fallback) name = fallback;
   if (name.empty()) name = kv_policy_name(model_run_defaults(model_).policy);
   if (!parse_kv_policy(name.c_str(), policy_)) {
-    error = "--kv-policy expects full, window, streaming, snapkv or snapstream, got '" + name + "'";
+    error = "--kv-policy expects full, window, streaming, snapkv, snapstream or rocketkv, got '" + name + "'";
     return false;
   }
   return true;
@@ -191,6 +211,24 @@ bool Session::start(uint32_t budget, std::string& error) {
   o.obs_window = opts_.obs_window;
   o.snap_kernel = opts_.snap_kernel;
   o.kv_type = uint32_t(opts_.kv_type);
+  // Which policy runs is known only now (keel bench takes a list of them).
+  if (opts_.sparse_budget && !opts_.sparse_topk && policy_ != KvPolicyKind::RocketKV) {
+    error = "--sparse-budget needs --sparse-attention topk or --kv-policy rocketkv";
+    return false;
+  }
+  if (opts_.sparse_none && policy_ == KvPolicyKind::RocketKV) {
+    error = "--kv-policy rocketkv always runs sparse attention; --sparse-attention none contradicts it";
+    return false;
+  }
+  if ((opts_.rocket_page || opts_.rocket_topk || opts_.rocket_r) && !opts_.sparse_topk &&
+      policy_ != KvPolicyKind::RocketKV) {
+    error = "--rocket-page, --rocket-topk and --rocket-r need --sparse-attention topk or --kv-policy rocketkv";
+    return false;
+  }
+  o.sparse_budget = opts_.sparse_budget;
+  o.rocket_page = opts_.rocket_page;
+  o.rocket_topk = opts_.rocket_topk;
+  o.rocket_r = opts_.rocket_r;
   RuntimeConfig cfg;
   Error e = make_runtime_config(model_, o, &cfg);
   if (!e.ok()) {

@@ -30,6 +30,11 @@ struct SessionOptions {
   uint32_t obs_window = 0;
   int32_t snap_kernel = 0;  // -1 = adaptive (--snap-kernel 0)
   uint32_t chunk = 0;
+  // Sparse decode attention: --sparse-attention topk --sparse-budget B, or --kv-policy rocketkv;
+  // the split's parts from --rocket-page --rocket-topk --rocket-r (0 = derived).
+  uint32_t sparse_budget = 0;
+  uint32_t rocket_page = 0, rocket_topk = 0, rocket_r = 0;
+  bool sparse_topk = false, sparse_none = false;  // --sparse-attention given as topk, none
   uint32_t logit_rows = 1;
   uint32_t slots = 1;           // sequences the plan holds side by side
   uint32_t queue_capacity = 0;  // requests the scheduler may hold waiting

@@ -59,6 +59,7 @@ struct Case {
   KvPolicyKind policy = KvPolicyKind::Full;
   uint32_t budget = 0;  // 0: enough for the whole sequence
   KvType kv_type = KvType::F16;
+  uint32_t sparse_budget = 0;  // tokens a decode step attends to (0: all)
 };
 
 void run_case(const Case& c) {
@@ -72,6 +73,7 @@ void run_case(const Case& c) {
   rc.plan.chunk_tokens = 16;
   rc.plan.threads = c.threads;
   rc.plan.kv_type = c.kv_type;
+  rc.kv.sparse_budget = c.sparse_budget;
   std::string err;
   if (backend_supported(c.backend).ok()) {
     ASSERT_TRUE(port::reserve_backend_bytes(l->model, rc, err)) << err;
@@ -195,6 +197,16 @@ TEST(RuntimeNoAlloc, StoriesKvQ8SnapKv) {
 TEST(RuntimeNoAlloc, StoriesKvQ4Streaming) {
   run_case({"na_st_kvq4", Source::Stories, convert::QuantMode::Q8, BackendKind::Ref, 1, 1000, KvPolicyKind::Streaming,
             128, KvType::Q4});
+}
+// Sparse decode attention: page summaries on every append and compaction, selection and
+// gather at every step, in planned buffers.
+TEST(RuntimeNoAlloc, StoriesRocketKv) {
+  run_case({"na_st_rocket", Source::Stories, convert::QuantMode::Q8, BackendKind::Native, 2, 1000, KvPolicyKind::RocketKV, 128,
+            KvType::F16, 32});
+}
+TEST(RuntimeNoAlloc, StoriesFullSparseTopK) {
+  run_case({"na_st_topk", Source::Stories, convert::QuantMode::Q8, BackendKind::Native, 2, 1000, KvPolicyKind::Full, 0,
+            KvType::Q8, 64});
 }
 TEST(RuntimeNoAlloc, StoriesF32Xnnpack) {
   run_case({"na_st_f32_xnn", Source::Stories, convert::QuantMode::Keep, BackendKind::Xnnpack, 2, 1000});

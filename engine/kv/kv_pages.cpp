@@ -1,0 +1,91 @@
+// KvCache's page summaries (kv_cache.h, "Page summaries"): the element-wise minimum and maximum
+// of the keys of each page, which sparse decode attention bounds q.k with. A page is always
+// recomputed whole from its rows: a ring overwrite can lower a maximum, which no running update
+// could undo. A decode step touches one page per (layer, head), P rows.
+#include <cmath>
+#include <cstdint>
+
+#include "kv/kv_cache.h"
+
+namespace keel {
+namespace {
+
+constexpr uint32_t kMaxPageRow = 1024;  // numbers of one key (the engine's largest head)
+
+}  // namespace
+
+void KvCache::page_range(uint32_t page, uint32_t* begin, uint32_t* end) const {
+  const uint32_t p = shape_.page_tokens, pre = prefix_pages();
+  if (page < pre) {
+    *begin = page * p;
+    *end = (page + 1) * p < prefix_ ? (page + 1) * p : prefix_;
+    return;
+  }
+  const uint32_t r = page - pre;
+  *begin = prefix_ + r * p;
+  *end = prefix_ + ((r + 1) * p < ring_len_ ? (r + 1) * p : ring_len_);
+}
+
+void KvCache::refresh_pages(uint32_t l, uint32_t h, uint32_t prefix, uint32_t ring_len, uint32_t first, uint32_t last) {
+  const uint32_t p = shape_.page_tokens, hd = shape_.head_dim, stride = shape_.max_pages;
+  const uint32_t pre = (prefix + p - 1) / p;
+  float* mins = pages_ + slab_pages(l, h) * 2 * hd;
+  float* maxs = mins + uint64_t(hd) * stride;
+  const uint16_t* k = keys(l, h);
+  float lo[kMaxPageRow], hi[kMaxPageRow], x[kMaxPageRow];
+  for (uint32_t page = first; page < last; ++page) {
+    uint32_t begin, end;
+    if (page < pre) {
+      begin = page * p;
+      end = (page + 1) * p < prefix ? (page + 1) * p : prefix;
+    } else {
+      const uint32_t r = page - pre;
+      begin = prefix + r * p;
+      end = prefix + ((r + 1) * p < ring_len ? (r + 1) * p : ring_len);
+    }
+    for (uint32_t i = 0; i < hd; ++i) {
+      lo[i] = INFINITY;
+      hi[i] = -INFINITY;
+    }
+    for (uint32_t e = begin; e < end; ++e) {
+      kv_dequantize_row(shape_.kv_type, k + uint64_t(e) * row_halves_, hd, x);
+      for (uint32_t i = 0; i < hd; ++i) {
+        lo[i] = x[i] < lo[i] ? x[i] : lo[i];
+        hi[i] = x[i] > hi[i] ? x[i] : hi[i];
+      }
+    }
+    for (uint32_t i = 0; i < hd; ++i) {
+      mins[uint64_t(i) * stride + page] = lo[i];
+      maxs[uint64_t(i) * stride + page] = hi[i];
+    }
+  }
+}
+
+void KvCache::refresh_all_pages(uint32_t l, uint32_t h, uint32_t prefix, uint32_t ring_len) {
+  const uint32_t p = shape_.page_tokens;
+  refresh_pages(l, h, prefix, ring_len, 0, (prefix + p - 1) / p + (ring_len + p - 1) / p);
+}
+
+void KvCache::after_append(uint32_t n) {
+  if (!pages_ || ring_len_ == 0) return;
+  // The newest m ring entries were written: ring slots (ring_head_ + ring_len_ - m + i) % cap.
+  const uint32_t cap = ring_capacity(), p = shape_.page_tokens, pre = prefix_pages();
+  const uint32_t m = n < ring_len_ ? n : ring_len_;
+  for (uint32_t l = 0; l < shape_.n_layers; ++l) {
+    for (uint32_t h = 0; h < shape_.n_kv_heads; ++h) {
+      if (m >= ring_len_) {
+        refresh_all_pages(l, h, prefix_, ring_len_);
+        continue;
+      }
+      uint32_t done = UINT32_MAX;
+      for (uint32_t i = 0; i < m; ++i) {
+        const uint32_t page = pre + (ring_head_ + ring_len_ - m + i) % cap / p;
+        if (page == done) continue;
+        refresh_pages(l, h, prefix_, ring_len_, page, page + 1);
+        done = page;
+      }
+    }
+  }
+}
+
+}  // namespace keel

@@ -1,0 +1,62 @@
+#include "kv/rocketkv_select.h"
+
+#include <algorithm>
+
+namespace keel {
+
+void rocketkv_choose_dims(const float* q, uint32_t group, uint32_t head_dim, uint32_t r, uint32_t* dims) {
+  constexpr uint32_t kMaxDims = 1024;
+  float weight[kMaxDims];
+  uint32_t idx[kMaxDims];
+  const uint32_t d = head_dim < kMaxDims ? head_dim : kMaxDims;
+  for (uint32_t i = 0; i < d; ++i) {
+    float w = 0.0f;
+    for (uint32_t g = 0; g < group; ++g) {
+      const float x = q[uint64_t(g) * head_dim + i];
+      w += x < 0.0f ? -x : x;
+    }
+    weight[i] = w;
+    idx[i] = i;
+  }
+  if (r > d) r = d;
+  std::partial_sort(idx, idx + r, idx + d,
+                    [&](uint32_t a, uint32_t b) { return weight[a] > weight[b] || (weight[a] == weight[b] && a < b); });
+  std::sort(idx, idx + r);
+  for (uint32_t i = 0; i < r; ++i) dims[i] = idx[i];
+}
+
+void rocketkv_page_bounds(const float* q, uint32_t group, uint32_t head_dim, const uint32_t* dims, uint32_t r,
+                          const float* mins, const float* maxs, uint32_t stride, uint32_t n_pages, float* bound) {
+  for (uint32_t j = 0; j < n_pages; ++j) bound[j] = 0.0f;
+  for (uint32_t a = 0; a < r; ++a) {
+    const uint32_t i = dims[a];
+    const float* lo = mins + uint64_t(i) * stride;
+    const float* hi = maxs + uint64_t(i) * stride;
+    // The group's heads on one dimension: the positive coefficients meet the page maximum, the
+    // negative ones its minimum.
+    float pos = 0.0f, neg = 0.0f;
+    for (uint32_t g = 0; g < group; ++g) {
+      const float x = q[uint64_t(g) * head_dim + i];
+      if (x >= 0.0f) {
+        pos += x;
+      } else {
+        neg += x;
+      }
+    }
+    for (uint32_t j = 0; j < n_pages; ++j) bound[j] += pos * hi[j] + neg * lo[j];
+  }
+}
+
+uint32_t rocketkv_select_pages(const float* bound, const uint32_t* tokens, uint32_t n_pages, uint32_t k,
+                               uint32_t* order) {
+  for (uint32_t j = 0; j < n_pages; ++j) order[j] = j;
+  std::sort(order, order + n_pages,
+            [&](uint32_t a, uint32_t b) { return bound[a] > bound[b] || (bound[a] == bound[b] && a < b); });
+  uint32_t m = 0;
+  uint64_t held = 0;
+  while (m < n_pages && held < k) held += tokens[order[m++]];
+  std::sort(order, order + m);
+  return m;
+}
+
+}  // namespace keel
