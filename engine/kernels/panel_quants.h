@@ -56,10 +56,10 @@ inline void unpack_block_u(fb::DType t, const uint8_t* qb, uint32_t lane, uint8_
 //   Q8, Q4, Q5:  d * (u - zero_point)            Q4M, Q5M: d * u + m
 //   Q4K, Q5K:    (d * sc) * u - (dmin * mn)      Q6K: (d * sc[i / 16]) * (u - 32)
 struct BlockParams {
-  float d = 0.0f;       // f16 d (K-quants: of the superblock)
-  float m = 0.0f;       // Q4M/Q5M min; K-quant dmin
-  int32_t sc[2] = {};   // Q4K/Q5K: sc[0] = 6-bit scale; Q6K: int8 scales of the two halves
-  int32_t mn = 0;       // Q4K/Q5K 6-bit min
+  float d = 0.0f;      // f16 d (K-quants: of the superblock)
+  float m = 0.0f;      // Q4M/Q5M min; K-quant dmin
+  int32_t sc[2] = {};  // Q4K/Q5K: sc[0] = 6-bit scale; Q6K: int8 scales of the two halves
+  int32_t mn = 0;      // Q4K/Q5K 6-bit min
 };
 
 inline BlockParams block_params(fb::DType t, const uint8_t* panel, uint64_t cols, uint32_t b, uint32_t lane) {

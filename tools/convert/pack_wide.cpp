@@ -180,7 +180,8 @@ bool pack_wide_from_ggml_blocks(SrcType src, const uint8_t* src_bytes, uint64_t 
       memcpy(panel + (k * kPanelRows + lane) * 2, &sb.d_bits, 2);
       if (dst == DType::Q6K) {
         uint8_t* sc = panel + ns * kPanelRows * 2;  // [nb][2][16]
-        for (uint64_t i = 0; i < 2 * kBlocksPerSuper; ++i) sc[(k * 2 * kBlocksPerSuper + i) * kPanelRows + lane] = sb.sc[i];
+        for (uint64_t i = 0; i < 2 * kBlocksPerSuper; ++i)
+          sc[(k * 2 * kBlocksPerSuper + i) * kPanelRows + lane] = sb.sc[i];
       } else {
         memcpy(panel + (ns + k) * kPanelRows * 2 + lane * 2, &sb.m_bits, 2);
         uint8_t* sc = panel + ns * kPanelRows * 4;  // [nb][16] scales, then [nb][16] mins

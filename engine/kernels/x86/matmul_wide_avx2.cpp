@@ -111,10 +111,10 @@ inline void chunk_dot(const uint8_t* qb, const __m256i hp[4], const ActBlock* x,
     for (int t = 0; t < T; ++t) {
       const int8_t* q = x[uint64_t(t) * nb + b].q;
       const __m256i al = bcast4(q + 8 * C), ah = bcast4(q + 8 * C + 4);
-      p_lo[t] = _mm256_add_epi16(p_lo[t],
-                                 _mm256_add_epi16(_mm256_maddubs_epi16(u[0], al), _mm256_maddubs_epi16(u[1], ah)));
-      p_hi[t] = _mm256_add_epi16(p_hi[t],
-                                 _mm256_add_epi16(_mm256_maddubs_epi16(u[2], al), _mm256_maddubs_epi16(u[3], ah)));
+      p_lo[t] =
+          _mm256_add_epi16(p_lo[t], _mm256_add_epi16(_mm256_maddubs_epi16(u[0], al), _mm256_maddubs_epi16(u[1], ah)));
+      p_hi[t] =
+          _mm256_add_epi16(p_hi[t], _mm256_add_epi16(_mm256_maddubs_epi16(u[2], al), _mm256_maddubs_epi16(u[3], ah)));
     }
   }
 }
@@ -168,8 +168,10 @@ void wide_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock
       const __m256i s1_lo = load_i8x8(sc + 16), s1_hi = load_i8x8(sc + 24);
       for (int t = 0; t < T; ++t) {
         const __m256 da = _mm256_set1_ps(x[uint64_t(t) * nb + b].d);
-        const __m256i v_lo = _mm256_add_epi32(_mm256_mullo_epi32(s0_lo, i01_lo[t]), _mm256_mullo_epi32(s1_lo, i23_lo[t]));
-        const __m256i v_hi = _mm256_add_epi32(_mm256_mullo_epi32(s0_hi, i01_hi[t]), _mm256_mullo_epi32(s1_hi, i23_hi[t]));
+        const __m256i v_lo =
+            _mm256_add_epi32(_mm256_mullo_epi32(s0_lo, i01_lo[t]), _mm256_mullo_epi32(s1_lo, i23_lo[t]));
+        const __m256i v_hi =
+            _mm256_add_epi32(_mm256_mullo_epi32(s0_hi, i01_hi[t]), _mm256_mullo_epi32(s1_hi, i23_hi[t]));
         accf_lo[t] = _mm256_fmadd_ps(_mm256_mul_ps(dsb_lo, da), _mm256_cvtepi32_ps(v_lo), accf_lo[t]);
         accf_hi[t] = _mm256_fmadd_ps(_mm256_mul_ps(dsb_hi, da), _mm256_cvtepi32_ps(v_hi), accf_hi[t]);
       }

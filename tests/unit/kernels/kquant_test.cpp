@@ -89,8 +89,8 @@ std::vector<uint8_t> raw_blocks(SrcType st, uint32_t rows, uint32_t cols, std::m
 std::shared_ptr<AlignedBytes> pack(DType dt, const std::vector<uint8_t>& src, uint32_t rows, uint32_t cols) {
   auto out = std::make_shared<AlignedBytes>(tensor_bytes(dt, rows, cols));
   std::string err;
-  EXPECT_TRUE(convert::pack_from_ggml_blocks(src_of(dt), src.data(), src.size(), rows, cols, dt, out->data(),
-                                             out->size, err))
+  EXPECT_TRUE(
+      convert::pack_from_ggml_blocks(src_of(dt), src.data(), src.size(), rows, cols, dt, out->data(), out->size, err))
       << err;
   return out;
 }
@@ -165,8 +165,8 @@ TEST(KquantPack, RefusesWrongShapesAndPairs) {
   EXPECT_FALSE(convert::pack_from_ggml_blocks(SrcType::Q4_K, raw.data(), raw.size(), 2, 288, DType::Q4K, out.data(),
                                               out.size, err));
   EXPECT_NE(err.find("multiple of 256"), std::string::npos) << err;
-  EXPECT_FALSE(convert::pack_from_ggml_blocks(SrcType::Q4_K, raw.data(), raw.size() - 1, 1, 512, DType::Q4K,
-                                              out.data(), out.size, err));
+  EXPECT_FALSE(convert::pack_from_ggml_blocks(SrcType::Q4_K, raw.data(), raw.size() - 1, 1, 512, DType::Q4K, out.data(),
+                                              out.size, err));
   EXPECT_NE(err.find("should be 288 bytes"), std::string::npos) << err;
 }
 
@@ -224,9 +224,7 @@ void exact(DType dt, const uint8_t* w, uint32_t rows, uint32_t cols, const std::
   }
 }
 
-uint32_t n_terms(DType dt, uint32_t cols) {
-  return act_blocks(cols) * ((dt == DType::Q5 || dt == DType::Q6K) ? 1 : 2);
-}
+uint32_t n_terms(DType dt, uint32_t cols) { return act_blocks(cols) * ((dt == DType::Q5 || dt == DType::Q6K) ? 1 : 2); }
 
 std::vector<float> run(const MatmulKernels& k, DType dt, const uint8_t* w, uint32_t rows, uint32_t cols,
                        const std::vector<ActBlock>& a, uint32_t n_tokens) {
