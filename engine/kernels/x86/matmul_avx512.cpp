@@ -209,11 +209,9 @@ void matmul_avx512(const WeightView& w, const ActBlock* x, uint32_t n_tokens, fl
                    uint32_t panel_begin, uint32_t panel_end) {
   const fb::DType dt = w.dtype;
   if (!is_quantized(dt)) return;
-  if (is_wide_quant(dt)) {
-    // One token is bound by DRAM either way; see docs/performance.md for the measurement.
-    if (n_tokens == 1) return matmul_wide_avx2(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
-    return matmul_wide_avx512(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
-  }
+  // The 512-bit kernels of the 5-bit and K-quant formats beat their 256-bit ones at one token
+  // too (docs/performance.md, "Every quantized format").
+  if (is_wide_quant(dt)) return matmul_wide_avx512(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
   if (decode_prefers_256(dt, n_tokens)) {
     matmul_avx2_table().matmul(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
     return;

@@ -74,10 +74,11 @@ inline void chunk_dot(const uint8_t* qb, const __m512i hp[2], const ActBlock* x,
   }
 }
 
+// Sum of q[0..15]: `vpsadbw` adds 8 unsigned bytes at a time, so the bytes are biased by 128.
 inline int32_t sum16(const int8_t* q) {
-  int32_t s = 0;
-  for (int i = 0; i < 16; ++i) s += q[i];
-  return s;
+  const __m128i v = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)), _mm_set1_epi8(char(0x80)));
+  const __m128i s = _mm_sad_epu8(v, _mm_setzero_si128());
+  return _mm_cvtsi128_si32(s) + _mm_extract_epi32(s, 2) - 16 * 128;
 }
 
 template <DType DT, int T>
@@ -111,8 +112,9 @@ void wide_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock
       const __m512i s0 = load_i8x16(sc), s1 = load_i8x16(sc + 16);
       for (int t = 0; t < T; ++t) {
         const ActBlock& a = x[uint64_t(t) * nb + b];
-        const __m512i i01 = _mm512_sub_epi32(acc01[t], _mm512_set1_epi32(32 * sum16(a.q)));
-        const __m512i i23 = _mm512_sub_epi32(acc23[t], _mm512_set1_epi32(32 * sum16(a.q + 16)));
+        const int32_t half0 = sum16(a.q);
+        const __m512i i01 = _mm512_sub_epi32(acc01[t], _mm512_set1_epi32(32 * half0));
+        const __m512i i23 = _mm512_sub_epi32(acc23[t], _mm512_set1_epi32(32 * (a.sum - half0)));
         const __m512i v = _mm512_add_epi32(_mm512_mullo_epi32(s0, i01), _mm512_mullo_epi32(s1, i23));
         accf[t] = _mm512_fmadd_ps(_mm512_mul_ps(dsb, _mm512_set1_ps(a.d)), _mm512_cvtepi32_ps(v), accf[t]);
       }
