@@ -10,8 +10,9 @@
 namespace keel {
 
 // out[0..cols) = row `row` of the [rows, cols] tensor `tensor` (row < rows). Exact: the
-// quantized formats give d * (u - z) (Q8: z = 128, Q4: z = 8) or d * u + m (Q4M) in f32,
-// bit-identical to GGUF's Q8_0 / Q4_0 / Q4_1 dequantization of the same block.
+// quantized formats give the values of docs/format.md "Weight formats" in f32,
+// bit-identical to GGUF's dequantization of the block each was kept from (Q8_0, Q4_0, Q4_1,
+// Q5_0, Q5_1, Q4_K, Q5_K, Q6_K).
 void dequantize_row(fb::DType dtype, const uint8_t* tensor, uint32_t rows, uint32_t cols, uint32_t row, float* out);
 
 }  // namespace keel

@@ -50,7 +50,7 @@ bool role_is_vector(TensorRole r) {
          r == TensorRole::Bk || r == TensorRole::Bv || role_is_gemma3(r);
 }
 
-bool dtype_known(DType t) { return static_cast<unsigned>(t) <= static_cast<unsigned>(DType::Q4M); }
+bool dtype_known(DType t) { return static_cast<unsigned>(t) <= static_cast<unsigned>(DType::Q6K); }
 
 // Expected [rows, cols] of a role given the hyper-parameters.
 void expected_shape(TensorRole r, const ModelShape& s, uint64_t& rows, uint64_t& cols) {
@@ -327,6 +327,10 @@ Error Model::load(Span<const uint8_t> image) {
                 rank > 0 ? shape->Get(0) : 0, rank > 1 ? ", " : "", rank > 1 ? shape->Get(1) : 0,
                 vec ? (unsigned long long)cols : (unsigned long long)rows, vec ? "" : ", ",
                 vec ? 0ull : (unsigned long long)cols);
+    // The K-quant kernels walk whole superblocks; their headers hold no padding scales.
+    KEEL_ENSURE(!is_kquant(t->dtype()) || cols % kSuperBlock == 0, Status::ModelBadDType,
+                "tensor %s is %s with %llu columns; %s needs a multiple of %" PRIu32, name,
+                fb::EnumNameDType(t->dtype()), (unsigned long long)cols, fb::EnumNameDType(t->dtype()), kSuperBlock);
 
     const uint64_t off = t->offset(), size = t->size();
     KEEL_ENSURE(off % 64 == 0, Status::ModelMisaligned, "tensor %s at data offset %llu; expected a multiple of 64",

@@ -15,22 +15,50 @@ constexpr uint32_t kPanelGroup = 4;   // consecutive cols per lane
 constexpr uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 constexpr uint64_t align64(uint64_t n) { return (n + 63) & ~uint64_t(63); }
 
-constexpr bool is_quantized(fb::DType t) { return t == fb::DType::Q8 || t == fb::DType::Q4 || t == fb::DType::Q4M; }
+constexpr uint32_t kSuperBlock = 256;  // columns per K-quant superblock (8 blocks)
+
+constexpr bool is_kquant(fb::DType t) { return t == fb::DType::Q4K || t == fb::DType::Q5K || t == fb::DType::Q6K; }
+
+constexpr bool is_quantized(fb::DType t) {
+  return t == fb::DType::Q8 || t == fb::DType::Q4 || t == fb::DType::Q4M || t == fb::DType::Q5 || t == fb::DType::Q5M ||
+         is_kquant(t);
+}
+
+// The formats whose value bits go beyond one nibble: a plane of 1 (5-bit) or 2 (6-bit) high
+// bits per element follows each block's nibbles (docs/format.md "High-bit planes").
+constexpr uint32_t high_bits(fb::DType t) {
+  return (t == fb::DType::Q5 || t == fb::DType::Q5M || t == fb::DType::Q5K) ? 1 : t == fb::DType::Q6K ? 2 : 0;
+}
 
 constexpr uint32_t float_elem_bytes(fb::DType t) {
   return t == fb::DType::F32 ? 4 : (t == fb::DType::F16 || t == fb::DType::BF16) ? 2 : 0;
 }
 
-// Offset of the quants inside a panel (scales [+ mins], padded to 64).
-constexpr uint64_t panel_quants_offset(fb::DType t, uint64_t cols) {
+// Quant bytes of one block of 32 columns x 16 rows: Q8 one byte per element; the others 256
+// nibble bytes, then 64 bytes per high bit.
+constexpr uint32_t quant_block_bytes(fb::DType t) { return t == fb::DType::Q8 ? 512 : 256 + 64 * high_bits(t); }
+
+// Bytes of a panel's header (scales, mins) before padding to 64. K-quants hold per superblock
+// f16 d (and f16 dmin) for 16 rows, then per block u8 scales (and u8 mins) for 16 rows; Q6K
+// int8 scales for both 16-column halves of each block.
+constexpr uint64_t panel_header_bytes(fb::DType t, uint64_t cols) {
   const uint64_t nb = ceil_div(cols, kQuantBlock);
-  return align64(nb * kPanelRows * 2 * (t == fb::DType::Q4M ? 2 : 1));
+  const uint64_t ns = ceil_div(cols, kSuperBlock);
+  switch (t) {
+    case fb::DType::Q4M:
+    case fb::DType::Q5M: return nb * kPanelRows * 4;
+    case fb::DType::Q4K:
+    case fb::DType::Q5K: return ns * kPanelRows * 4 + nb * kPanelRows * 2;
+    case fb::DType::Q6K: return ns * kPanelRows * 2 + nb * kPanelRows * 2;
+    default: return nb * kPanelRows * 2;
+  }
 }
 
+// Offset of the quants inside a panel (the header padded to 64).
+constexpr uint64_t panel_quants_offset(fb::DType t, uint64_t cols) { return align64(panel_header_bytes(t, cols)); }
+
 constexpr uint64_t panel_bytes(fb::DType t, uint64_t cols) {
-  const uint64_t nb = ceil_div(cols, kQuantBlock);
-  const uint64_t quant_bytes_per_block = (t == fb::DType::Q8) ? 512 : 256;
-  return panel_quants_offset(t, cols) + nb * quant_bytes_per_block;
+  return panel_quants_offset(t, cols) + ceil_div(cols, kQuantBlock) * quant_block_bytes(t);
 }
 
 // Bytes of a tensor of `rows` x `cols` (a vector is rows = 1) in the given dtype; 0 when the

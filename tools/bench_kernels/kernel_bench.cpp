@@ -7,9 +7,10 @@
 // Also times a row-major int8 GEMV over GGUF Q8_0 blocks (34 bytes: f16 d + 32 x i8, one row
 // after the other) to compare with the Panel16x4 layout on the same data.
 //
-// Usage: kernel_bench [--quick]. Builds without ISA flags: the row-major comparison kernels use
-// per-function target attributes and run only when the CPU has the features (the same ones the
-// engine's x86 tables need).
+// Usage: kernel_bench [--quick]; kernel_bench --formats [--quick] compares every quantized
+// format (decode GB/s, prefill us/token) on Gemma 3's matrix shapes. Builds without ISA flags: the row-major comparison
+// kernels use per-function target attributes and run only when the CPU has the features (the same ones the engine's x86
+// tables need).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -206,10 +207,89 @@ struct Shape {
   const char* what;
 };
 
+// Random GGUF blocks of `src` (sane f16 scales, every other byte random), packed losslessly.
+void pack_random(keel::convert::SrcType src, DType dt, uint32_t rows, uint32_t cols, std::mt19937& rng, uint8_t* out) {
+  const uint32_t be = keel::convert::block_elems(src);
+  const uint64_t bb = keel::convert::encoded_bytes(src, be), n = uint64_t(rows) * cols / be;
+  std::vector<uint8_t> raw(n * bb);
+  for (auto& b : raw) b = uint8_t(rng());
+  const uint16_t d = keel::f32_to_f16(0.001f);
+  for (uint64_t k = 0; k < n; ++k) memcpy(raw.data() + k * bb + (src == keel::convert::SrcType::Q6_K ? 208 : 0), &d, 2);
+  std::string err;
+  if (!keel::convert::pack_from_ggml_blocks(src, raw.data(), raw.size(), rows, cols, dt, out,
+                                            keel::tensor_bytes(dt, rows, cols), err)) {
+    std::fprintf(stderr, "%s\n", err.c_str());
+    std::exit(1);
+  }
+}
+
+// Every quantized format on the matrix shapes of Gemma 3 270M (K-quant rows need cols % 256 == 0):
+// decode GB/s (one token) and prefill cost per token (16 tokens per pass over the panel).
+int run_formats(bool quick) {
+  using keel::convert::SrcType;
+  const double min_seconds = quick ? 0.2 : 1.0;
+  const keel::MatmulKernels* tables[] = {keel::kernels_x86_avx2(), keel::kernels_x86_avx512()};
+  g_avx2 = tables[0] != nullptr;
+  const Shape shapes[] = {{640, 1024, "Gemma 3 attn output"}, {640, 2048, "Gemma 3 ffn down"}, {4096, 2048, "large"}};
+  const struct {
+    DType dt;
+    SrcType src;
+  } formats[] = {{DType::Q8, SrcType::Q8_0},  {DType::Q4, SrcType::Q4_0},  {DType::Q4M, SrcType::Q4_1},
+                 {DType::Q5, SrcType::Q5_0},  {DType::Q5M, SrcType::Q5_1}, {DType::Q4K, SrcType::Q4_K},
+                 {DType::Q5K, SrcType::Q5_K}, {DType::Q6K, SrcType::Q6_K}};
+  std::printf("# keel kernel_bench --formats: single thread, DRAM-cold, median of calls\n");
+  std::printf(
+      "| shape (rows x cols) | dtype | bits/weight | kernel | GB/s (1 token) | %% of plain read | us/token (16 tokens) "
+      "|\n");
+  std::printf("|---|---|---:|---|---:|---:|---:|\n");
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const Shape& s : shapes) {
+    for (const auto& f : formats) {
+      const uint64_t bytes = keel::tensor_bytes(f.dt, s.rows, s.cols);
+      const uint32_t n_copies = uint32_t(std::max<uint64_t>(2, (kColdBytes + bytes - 1) / bytes));
+      const uint64_t stride = (bytes + 4095) / 4096 * 4096;
+      Buffer copies(stride * n_copies);
+      pack_random(f.src, f.dt, s.rows, s.cols, rng, copies.ptr);
+      for (uint32_t c = 1; c < n_copies; ++c) memcpy(copies.ptr + c * stride, copies.ptr, bytes);
+      const Result ceiling = time_cold(bytes, n_copies, min_seconds, 50, [&](uint32_t c) {
+        g_sink = sum_bytes(copies.ptr + c * stride, bytes / 128 * 128);
+      });
+      for (const keel::MatmulKernels* k : tables) {
+        if (k == nullptr) continue;
+        double us_per_token[2] = {0, 0};
+        double gbs = 0;
+        const uint32_t token_counts[2] = {1, 16};
+        for (int i = 0; i < 2; ++i) {
+          const uint32_t n_tokens = token_counts[i];
+          std::vector<float> x(uint64_t(n_tokens) * s.cols), y(uint64_t(n_tokens) * s.rows);
+          for (float& v : x) v = nd(rng);
+          std::vector<keel::ActBlock> xa(uint64_t(n_tokens) * keel::act_blocks(s.cols));
+          for (uint32_t t = 0; t < n_tokens; ++t)
+            k->quantize_act(&x[uint64_t(t) * s.cols], s.cols, &xa[uint64_t(t) * keel::act_blocks(s.cols)]);
+          const Result r = time_cold(bytes, n_copies, min_seconds / 2, 20, [&](uint32_t c) {
+            const keel::WeightView w{f.dt, s.rows, s.cols, copies.ptr + c * stride};
+            k->matmul(w, xa.data(), n_tokens, y.data(), s.rows, 0, keel::panel_count(s.rows));
+          });
+          us_per_token[i] = r.us / n_tokens;
+          if (i == 0) gbs = r.gbs;
+        }
+        std::printf("| %u x %u (%s) | %s | %.3f | %s | %.1f | %.0f%% | %.2f |\n", s.rows, s.cols, s.what,
+                    keel::fb::EnumNameDType(f.dt), 8.0 * double(bytes) / (double(s.rows) * s.cols), k->name, gbs,
+                    100.0 * gbs / ceiling.gbs, us_per_token[1]);
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--formats") return run_formats(argc > 2);
   const double min_seconds = quick ? 0.2 : 1.0;
 
   std::printf("# keel kernel_bench: single thread, DRAM-cold (weights rotate over >= %llu MB), median of calls\n",

@@ -29,6 +29,11 @@ bool lossless_target(SrcType s, DType& out) {
     case SrcType::Q8_0: out = DType::Q8; return true;
     case SrcType::Q4_0: out = DType::Q4; return true;
     case SrcType::Q4_1: out = DType::Q4M; return true;
+    case SrcType::Q5_0: out = DType::Q5; return true;
+    case SrcType::Q5_1: out = DType::Q5M; return true;
+    case SrcType::Q4_K: out = DType::Q4K; return true;
+    case SrcType::Q5_K: out = DType::Q5K; return true;
+    case SrcType::Q6_K: out = DType::Q6K; return true;
     case SrcType::F32: out = DType::F32; return true;
     case SrcType::F16: out = DType::F16; return true;
     case SrcType::BF16: out = DType::BF16; return true;

@@ -91,9 +91,7 @@ bool pack_from_ggml_blocks(SrcType src, const uint8_t* src_bytes, uint64_t src_l
       block_bytes = 20;
       expected = DType::Q4M;
       break;
-    default:
-      error = std::string("lossless packing needs Q8_0, Q4_0 or Q4_1 blocks, found ") + src_type_name(src);
-      return false;
+    default: return pack_wide_from_ggml_blocks(src, src_bytes, src_len, rows, cols, dst, out, out_len, error);
   }
   if (dst != expected) {
     error = std::string("lossless packing of ") + src_type_name(src) + " writes " + keel::fb::EnumNameDType(expected) +

@@ -14,11 +14,17 @@ namespace keel::convert {
 // Repacks a row-major [rows, cols] tensor of GGUF blocks into Panel16x4 without changing a bit
 // of any value: Q8_0 -> Q8 (u = q + 128), Q4_0 -> Q4, Q4_1 -> Q4M (scales and mins copied as
 // f16 bits). cols must be a multiple of 32 (GGUF's block size); rows past the last panel
-// boundary are padding (scale 0, min 0, u = zero point). Returns false with `error` set when
-// the pair of types is not one of the three, the sizes disagree with the shape, or cols is not
-// a multiple of 32.
+// boundary are padding (scale 0, min 0, u = zero point). The 5-bit and K-quant types go to
+// pack_wide_from_ggml_blocks. Returns false with `error` set when the pair of types is not a
+// lossless one, the sizes disagree with the shape, or cols is not a multiple of the block.
 bool pack_from_ggml_blocks(SrcType src, const uint8_t* src_bytes, uint64_t src_len, uint64_t rows, uint64_t cols,
                            keel::fb::DType dst, uint8_t* out, uint64_t out_len, std::string& error);
+
+// The same for GGUF's 5-bit and K-quant blocks: Q5_0 -> Q5, Q5_1 -> Q5M, Q4_K -> Q4K,
+// Q5_K -> Q5K, Q6_K -> Q6K (f16 scales, mins, 6-bit or int8 sub-block scales and integer quants
+// copied). cols must be a multiple of the source's block (32 or 256). Padding rows are all zero.
+bool pack_wide_from_ggml_blocks(SrcType src, const uint8_t* src_bytes, uint64_t src_len, uint64_t rows, uint64_t cols,
+                                keel::fb::DType dst, uint8_t* out, uint64_t out_len, std::string& error);
 
 // Quantizes a row-major f32 [rows, cols] matrix (any rows, any cols) into Q8, Q4 or Q4M,
 // packed. Per block of 32 (statistics over the block's real columns only):

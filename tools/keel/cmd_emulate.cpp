@@ -40,7 +40,8 @@ const char kHelp[] =
     "options:\n"
     "  --shape SHAPE          a built-in shape (llama-3.1-8b, smollm2-135m) or a header written by\n"
     "                         keel convert --header, instead of -m\n"
-    "  --weight-dtype T       weights of a --shape: q4 | q4m | q8 | f16 | bf16 | f32 (default bf16)\n"
+    "  --weight-dtype T       weights of a --shape: q4 | q4m | q5 | q5m | q4k | q5k | q6k | q8 | f16 |\n"
+    "                           bf16 | f32 (default bf16); bytes as docs/format.md lays them out\n"
     "  --slots N              sequences whose KV caches share the chip (default 1)\n"
     "  --context N            tokens of history at the decode token (default 4096)\n"
     "  --prompt-tokens N      also predict the prefill of an N-token prompt (default 0)\n"
@@ -74,7 +75,8 @@ bool parse_dtype(const std::string& s, fb::DType& t) {
   static const struct {
     const char* name;
     fb::DType t;
-  } kTypes[] = {{"q4", fb::DType::Q4},   {"q4m", fb::DType::Q4M},   {"q8", fb::DType::Q8},
+  } kTypes[] = {{"q4", fb::DType::Q4},   {"q4m", fb::DType::Q4M},   {"q5", fb::DType::Q5},   {"q5m", fb::DType::Q5M},
+                {"q4k", fb::DType::Q4K}, {"q5k", fb::DType::Q5K},   {"q6k", fb::DType::Q6K}, {"q8", fb::DType::Q8},
                 {"f16", fb::DType::F16}, {"bf16", fb::DType::BF16}, {"f32", fb::DType::F32}};
   for (const auto& k : kTypes)
     if (s == k.name) return t = k.t, true;
@@ -310,7 +312,8 @@ int cmd_emulate(int argc, char** argv) {
   if (!shape_name.empty()) {
     fb::DType t;
     if (!parse_dtype(dtype_name, t))
-      return usage("--weight-dtype expects q4, q4m, q8, f16, bf16 or f32, got '" + dtype_name + "'");
+      return usage("--weight-dtype expects q4, q4m, q5, q5m, q4k, q5k, q6k, q8, f16, bf16 or f32, got '" + dtype_name +
+                   "'");
     if (!load_shape(shape_name, c.model.shape, error)) return fail("emulate", error);
     c.model.attn_dtype = c.model.ffn_dtype = c.model.lm_head_dtype = t;
   } else {

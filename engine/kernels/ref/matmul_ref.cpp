@@ -4,6 +4,7 @@
 
 #include "core/f16.h"
 #include "kernels/kernels.h"
+#include "kernels/kquant_kernels.h"
 
 namespace keel {
 
@@ -80,6 +81,7 @@ void matmul_ref(const WeightView& w, const ActBlock* x, uint32_t n_tokens, float
                 uint32_t panel_begin, uint32_t panel_end) {
   const fb::DType dt = w.dtype;
   if (!is_quantized(dt)) return;
+  if (is_wide_quant(dt)) return matmul_wide_ref(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
   const uint32_t nb = act_blocks(w.cols);
   const uint64_t pbytes = panel_bytes(dt, w.cols);
   const uint64_t qoff = panel_quants_offset(dt, w.cols);

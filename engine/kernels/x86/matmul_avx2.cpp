@@ -14,6 +14,7 @@
 
 #include "core/f16.h"
 #include "kernels/kernels.h"
+#include "kernels/kquant_kernels.h"
 #include "kernels/x86/x86_tables.h"
 
 namespace keel::x86 {
@@ -239,6 +240,7 @@ void matmul_avx2(const WeightView& w, const ActBlock* x, uint32_t n_tokens, floa
                  uint32_t panel_begin, uint32_t panel_end) {
   const fb::DType dt = w.dtype;
   if (!is_quantized(dt)) return;
+  if (is_wide_quant(dt)) return matmul_wide_avx2(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
   const uint32_t nb = act_blocks(w.cols);
   const uint64_t pbytes = panel_bytes(dt, w.cols);
   const uint64_t qoff = panel_quants_offset(dt, w.cols);

@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "kernels/kernels.h"
+#include "kernels/kquant_kernels.h"
 #include "kernels/x86/x86_tables.h"
 
 namespace keel::x86 {
@@ -216,6 +217,9 @@ void matmul_avx512(const WeightView& w, const ActBlock* x, uint32_t n_tokens, fl
                    uint32_t panel_begin, uint32_t panel_end) {
   const fb::DType dt = w.dtype;
   if (!is_quantized(dt)) return;
+  // The 512-bit kernels of the 5-bit and K-quant formats beat their 256-bit ones at one token
+  // too (docs/performance.md, "Every quantized format").
+  if (is_wide_quant(dt)) return matmul_wide_avx512(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
   if (decode_prefers_256(dt, n_tokens)) {
     matmul_avx2_table().matmul(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
     return;

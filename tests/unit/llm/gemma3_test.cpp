@@ -6,13 +6,14 @@
 // (where the reference's top-1 leads by a clear margin) and the logits of the reference's top 5,
 // including a prompt longer than the 512-token sliding window so local layers must mask.
 //
-// Why a tolerance rather than equality: --quant keep stores Gemma's Q4_K, Q5_0 and Q6_K tensors
-// re-quantized to Q8 (32-element blocks; lossless only for Q8_0, Q4_0, Q4_1), and the engine
-// multiplies by activations rounded to 8 bits and keeps the KV cache in f16.
+// Why a tolerance rather than equality: --quant keep stores Gemma's Q8_0, Q4_K, Q5_0 and Q6_K
+// tensors losslessly (the reference's weights exactly), but the engine multiplies them by
+// activations rounded to 8 bits and keeps the KV cache in f16.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -149,6 +150,22 @@ TEST(Gemma3, ConverterReadsTheArchitecture) {
                            fb::TensorRole::PostFfnNorm}) {
     EXPECT_TRUE(e->model.tensor(r, 17).present()) << fb::EnumNameTensorRole(r);
   }
+  // --quant keep: every GGUF block type kept as its own format, none re-quantized.
+  std::string err;
+  const auto src = convert::read_gguf(test::gemma3_gguf(), err);
+  ASSERT_TRUE(src.has_value()) << err;
+  ASSERT_EQ(m->tensors()->size(), src->tensors.size());
+  std::map<std::string, int> kept;
+  for (size_t i = 0; i < src->tensors.size(); ++i) {
+    const std::string pair = std::string(convert::src_type_name(src->tensors[i].type)) + "->" +
+                             fb::EnumNameDType(m->tensors()->Get(uint32_t(i))->dtype());
+    kept[pair]++;
+  }
+  for (const char* pair : {"Q8_0->Q8", "Q5_0->Q5", "Q4_K->Q4K", "Q6_K->Q6K", "F32->F32"})
+    EXPECT_GT(kept[pair], 0) << pair;
+  size_t n_pairs = 0;
+  for (const auto& [pair, n] : kept) n_pairs += n > 0;
+  EXPECT_EQ(n_pairs, 5u) << "a GGUF type went to an unexpected format";
 }
 
 // Per-layer KV budgets (docs/kv.md): local layers get a ring of their 512-token window whatever

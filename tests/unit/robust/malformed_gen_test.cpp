@@ -371,9 +371,10 @@ Lie apply_lie(Image& img, Rng& rng, int kind) {
     }
     case 8: {
       // Another known dtype: with its own layout the size no longer matches (Q4 vs Q8 panels,
-      // F16 vs F32 rows); with the old layout the pair is not allowed; a norm must stay F32.
+      // F16 vs F32 rows) or a K-quant's columns are not whole superblocks; with the old layout
+      // the pair is not allowed; a norm must stay F32.
       const fb::DType cur = t->dtype();
-      fb::DType v = static_cast<fb::DType>(rng.below(6));
+      fb::DType v = static_cast<fb::DType>(rng.below(uint32_t(fb::DType::MAX) + 1));
       if (v == cur) v = cur == fb::DType::F32 ? fb::DType::F16 : fb::DType::F32;
       const bool keep_layout = rng.below(2) == 0;
       t->mutate_dtype(v);
@@ -386,7 +387,8 @@ Lie apply_lie(Image& img, Rng& rng, int kind) {
       // Unknown dtype or layout values, or a wrong block size for a quantized tensor.
       const int which = int(rng.below(3));
       if (which == 0) {
-        t->mutate_dtype(static_cast<fb::DType>(6 + rng.below(250)));
+        constexpr uint32_t kFirstUnknown = uint32_t(fb::DType::MAX) + 1;
+        t->mutate_dtype(static_cast<fb::DType>(kFirstUnknown + rng.below(256 - kFirstUnknown)));
         return {name + " unknown dtype", {S::ModelBadDType}};
       }
       if (which == 1) {
