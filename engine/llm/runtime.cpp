@@ -70,10 +70,14 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
 
   const PlanShape ps = plan_shape(model);
   const uint32_t global_layers = ps.n_layers - ps.local_layers;
-  const KvShape kvs{global_layers,       ps.n_kv_heads,
-                    ps.head_dim,         uint32_t(p.kv_capacity_tokens),
-                    pc.kv_budget_tokens, ps.n_heads * ps.head_dim,
-                    p.obs_window,        pc.kv_type,
+  const KvShape kvs{global_layers,
+                    ps.n_kv_heads,
+                    ps.head_dim,
+                    uint32_t(p.kv_capacity_tokens),
+                    pc.kv_budget_tokens,
+                    ps.n_heads * ps.head_dim,
+                    p.obs_window,
+                    pc.kv_type,
                     p.sparse.budget ? p.sparse.page : 0,
                     p.sparse.max_pages};
   // Local layers keep no observation queries and no page summaries: SnapKV and sparse decode

@@ -197,9 +197,8 @@ const std::vector<Req> kStoriesRequests = {{5, 40, 1},  {100, 30, 2}, {23, 90, 3
 
 TEST(Batching, BatchedEqualsAloneForEveryPolicy) {
   ASSERT_TRUE(stories().model.loaded());
-  for (const KvPolicyKind kind :
-       {KvPolicyKind::Window, KvPolicyKind::Streaming, KvPolicyKind::SnapKV, KvPolicyKind::SnapStream,
-        KvPolicyKind::RocketKV}) {
+  for (const KvPolicyKind kind : {KvPolicyKind::Window, KvPolicyKind::Streaming, KvPolicyKind::SnapKV,
+                                  KvPolicyKind::SnapStream, KvPolicyKind::RocketKV}) {
     check_batched_equals_alone(stories().model, kind, 64, 16, 4, kStoriesRequests);
   }
   static_assert(uint32_t(KvPolicyKind::RocketKV) + 1 == kRunPolicyMax, "a new policy belongs in this test");

@@ -162,10 +162,10 @@ TEST(RunConfig, BadOverridesNameTheParameter) {
   Converted c(convert::WriteOptions{}, "run_config_bad.keel");
   RuntimeConfig rc;
   RunOverrides o;
-  o.kv_policy = 6;
+  o.kv_policy = 7;  // one past rocketkv
   Error e = make_runtime_config(c.model, o, &rc);
   EXPECT_EQ(e.status(), Status::InvalidArgument);
-  EXPECT_NE(std::string(e.message()).find("kv_policy 6"), std::string::npos) << e.message();
+  EXPECT_NE(std::string(e.message()).find("kv_policy 7"), std::string::npos) << e.message();
   o = RunOverrides{};
   o.snap_kernel = -2;
   e = make_runtime_config(c.model, o, &rc);

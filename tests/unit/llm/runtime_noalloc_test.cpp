@@ -201,8 +201,8 @@ TEST(RuntimeNoAlloc, StoriesKvQ4Streaming) {
 // Sparse decode attention: page summaries on every append and compaction, selection and
 // gather at every step, in planned buffers.
 TEST(RuntimeNoAlloc, StoriesRocketKv) {
-  run_case({"na_st_rocket", Source::Stories, convert::QuantMode::Q8, BackendKind::Native, 2, 1000, KvPolicyKind::RocketKV, 128,
-            KvType::F16, 32});
+  run_case({"na_st_rocket", Source::Stories, convert::QuantMode::Q8, BackendKind::Native, 2, 1000,
+            KvPolicyKind::RocketKV, 128, KvType::F16, 32});
 }
 TEST(RuntimeNoAlloc, StoriesFullSparseTopK) {
   run_case({"na_st_topk", Source::Stories, convert::QuantMode::Q8, BackendKind::Native, 2, 1000, KvPolicyKind::Full, 0,
