@@ -107,6 +107,7 @@ void put_quants(DType dt, uint8_t* quants, uint64_t b, uint64_t lane, const uint
   for (uint64_t c = 0; c < 4; ++c)
     for (uint64_t j = 0; j < 4; ++j)
       qb[c * 64 + lane * 4 + j] = uint8_t((u[8 * c + j] & 15) | ((u[8 * c + 4 + j] & 15) << 4));
+  if (high_bits(dt) == 0) return;  // Q4K: nibbles only, no high-bit plane behind them
   uint8_t* hp = qb + 256;
   for (uint64_t c = 0; c < 4; ++c)
     for (uint64_t h = 0; h < 2; ++h)
