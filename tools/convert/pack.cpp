@@ -74,6 +74,35 @@ uint8_t clamp_u(float v, float lo, float hi) {
 
 }  // namespace
 
+bool check_ggml_pack(SrcType src, DType expected, DType dst, uint64_t src_len, uint64_t rows, uint64_t cols,
+                     uint64_t block_elems, uint64_t block_bytes, uint64_t out_len, std::string& error) {
+  if (dst != expected) {
+    error = std::string("lossless packing of ") + src_type_name(src) + " writes " + keel::fb::EnumNameDType(expected) +
+            ", asked for " + keel::fb::EnumNameDType(dst);
+    return false;
+  }
+  if (rows == 0 || cols == 0 || cols % block_elems != 0) {
+    error = "packing " + std::string(src_type_name(src)) + " needs rows > 0 and cols a multiple of " +
+            std::to_string(block_elems) + ", found [" + std::to_string(rows) + ", " + std::to_string(cols) + "]";
+    return false;
+  }
+  const uint64_t n_src = cols / block_elems;
+  if (rows > UINT64_MAX / n_src / block_bytes || src_len != rows * n_src * block_bytes) {
+    error = "source tensor of " + std::string(src_type_name(src)) + " [" + std::to_string(rows) + ", " +
+            std::to_string(cols) + "] should be " + std::to_string(rows * n_src * block_bytes) + " bytes, found " +
+            std::to_string(src_len);
+    return false;
+  }
+  const uint64_t need = tensor_bytes(dst, rows, cols);
+  if (out_len != need) {
+    error = "packed " + std::string(keel::fb::EnumNameDType(dst)) + " [" + std::to_string(rows) + ", " +
+            std::to_string(cols) + "] is " + std::to_string(need) + " bytes, output buffer is " +
+            std::to_string(out_len);
+    return false;
+  }
+  return true;
+}
+
 bool pack_from_ggml_blocks(SrcType src, const uint8_t* src_bytes, uint64_t src_len, uint64_t rows, uint64_t cols,
                            DType dst, uint8_t* out, uint64_t out_len, std::string& error) {
   uint64_t block_bytes = 0;
@@ -93,30 +122,8 @@ bool pack_from_ggml_blocks(SrcType src, const uint8_t* src_bytes, uint64_t src_l
       break;
     default: return pack_wide_from_ggml_blocks(src, src_bytes, src_len, rows, cols, dst, out, out_len, error);
   }
-  if (dst != expected) {
-    error = std::string("lossless packing of ") + src_type_name(src) + " writes " + keel::fb::EnumNameDType(expected) +
-            ", asked for " + keel::fb::EnumNameDType(dst);
-    return false;
-  }
-  if (rows == 0 || cols == 0 || cols % kQuantBlock != 0) {
-    error = "packing " + std::string(src_type_name(src)) + " needs rows > 0 and cols a multiple of 32, found [" +
-            std::to_string(rows) + ", " + std::to_string(cols) + "]";
-    return false;
-  }
-  const uint64_t nb = cols / kQuantBlock;
-  if (rows > UINT64_MAX / nb / block_bytes || src_len != rows * nb * block_bytes) {
-    error = "source tensor of " + std::string(src_type_name(src)) + " [" + std::to_string(rows) + ", " +
-            std::to_string(cols) + "] should be " + std::to_string(rows * nb * block_bytes) + " bytes, found " +
-            std::to_string(src_len);
-    return false;
-  }
-  const uint64_t need = tensor_bytes(dst, rows, cols);
-  if (out_len != need) {
-    error = "packed " + std::string(keel::fb::EnumNameDType(dst)) + " [" + std::to_string(rows) + ", " +
-            std::to_string(cols) + "] is " + std::to_string(need) + " bytes, output buffer is " +
-            std::to_string(out_len);
-    return false;
-  }
+  if (!check_ggml_pack(src, expected, dst, src_len, rows, cols, kQuantBlock, block_bytes, out_len, error)) return false;
+  const uint64_t nb = cols / kQuantBlock, need = tensor_bytes(dst, rows, cols);
 
   const PanelWriter pw{dst, cols, out};
   pw.init(rows);

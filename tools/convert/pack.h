@@ -20,6 +20,12 @@ namespace keel::convert {
 bool pack_from_ggml_blocks(SrcType src, const uint8_t* src_bytes, uint64_t src_len, uint64_t rows, uint64_t cols,
                            keel::fb::DType dst, uint8_t* out, uint64_t out_len, std::string& error);
 
+// The checks both packers make before writing: `dst` is the lossless target `expected`, cols is a
+// whole number of source blocks (`block_elems` values in `block_bytes` bytes), `src_len` and
+// `out_len` agree with [rows, cols]. Returns false with `error` naming what was found.
+bool check_ggml_pack(SrcType src, keel::fb::DType expected, keel::fb::DType dst, uint64_t src_len, uint64_t rows,
+                     uint64_t cols, uint64_t block_elems, uint64_t block_bytes, uint64_t out_len, std::string& error);
+
 // The same for GGUF's 5-bit and K-quant blocks: Q5_0 -> Q5, Q5_1 -> Q5M, Q4_K -> Q4K,
 // Q5_K -> Q5K, Q6_K -> Q6K (f16 scales, mins, 6-bit or int8 sub-block scales and integer quants
 // copied). cols must be a multiple of the source's block (32 or 256). Padding rows are all zero.

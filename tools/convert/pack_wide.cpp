@@ -137,30 +137,8 @@ bool pack_wide_from_ggml_blocks(SrcType src, const uint8_t* src_bytes, uint64_t 
       error = std::string("lossless packing needs Q5_0, Q5_1, Q4_K, Q5_K or Q6_K blocks, found ") + src_type_name(src);
       return false;
   }
-  if (dst != expected) {
-    error = std::string("lossless packing of ") + src_type_name(src) + " writes " + keel::fb::EnumNameDType(expected) +
-            ", asked for " + keel::fb::EnumNameDType(dst);
-    return false;
-  }
-  if (rows == 0 || cols == 0 || cols % block_elems != 0) {
-    error = "packing " + std::string(src_type_name(src)) + " needs rows > 0 and cols a multiple of " +
-            std::to_string(block_elems) + ", found [" + std::to_string(rows) + ", " + std::to_string(cols) + "]";
-    return false;
-  }
-  const uint64_t n_src = cols / block_elems;
-  if (rows > UINT64_MAX / n_src / block_bytes || src_len != rows * n_src * block_bytes) {
-    error = "source tensor of " + std::string(src_type_name(src)) + " [" + std::to_string(rows) + ", " +
-            std::to_string(cols) + "] should be " + std::to_string(rows * n_src * block_bytes) + " bytes, found " +
-            std::to_string(src_len);
-    return false;
-  }
-  const uint64_t need = tensor_bytes(dst, rows, cols);
-  if (out_len != need) {
-    error = "packed " + std::string(keel::fb::EnumNameDType(dst)) + " [" + std::to_string(rows) + ", " +
-            std::to_string(cols) + "] is " + std::to_string(need) + " bytes, output buffer is " +
-            std::to_string(out_len);
-    return false;
-  }
+  if (!check_ggml_pack(src, expected, dst, src_len, rows, cols, block_elems, block_bytes, out_len, error)) return false;
+  const uint64_t need = tensor_bytes(dst, rows, cols), n_src = cols / block_elems;
 
   // Padding rows keep zero scales: they contribute exactly 0 whatever their quants.
   memset(out, 0, need);
