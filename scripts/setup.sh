@@ -50,4 +50,20 @@ if ! "$VENV/bin/python" -c "import openai, sys; sys.exit(openai.__version__ != '
   python3 -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q "openai==$OPENAI_VERSION"
 fi
+# transformers, with torch, gguf and accelerate, for the Hugging Face Gemma 3 tests
+# (tests/hf_gemma3): its GGUF loader writes a Hugging Face checkpoint from the Gemma 3 GGUF into
+# the cache, and its forward pass over that checkpoint is the reference. Only PyPI is reachable
+# from here, so torch is PyPI's Linux wheel, which brings its CUDA libraries (about 3 GB once,
+# kept in the venv); the tests run it on the CPU.
+TORCH_VERSION=2.15.0 TRANSFORMERS_VERSION=5.23.0 GGUF_VERSION=0.19.0 ACCELERATE_VERSION=1.15.0
+HF_PINS=("torch==$TORCH_VERSION" "transformers==$TRANSFORMERS_VERSION" "gguf==$GGUF_VERSION"
+         "accelerate==$ACCELERATE_VERSION")
+if ! "$VENV/bin/python" - "${HF_PINS[@]}" <<'PY' 2>/dev/null; then
+import sys
+from importlib.metadata import version
+sys.exit(any(version(n) != v for n, v in (pin.split("==") for pin in sys.argv[1:])))
+PY
+  echo "setup: installing ${HF_PINS[*]} into $VENV"
+  "$VENV/bin/python" -m pip install -q "${HF_PINS[@]}"
+fi
 echo "setup: ok (cache $KEEL_CACHE_DIR)"

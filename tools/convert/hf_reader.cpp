@@ -1,6 +1,6 @@
-// Reader for a Hugging Face model directory: config.json (llama, mistral, qwen2), safetensors
-// weights (one file, an index with shards, or every *.safetensors in the directory),
-// tokenizer.json and, when present, tokenizer_config.json / chat_template.jinja.
+// Reader for a Hugging Face model directory: config.json (llama, mistral, qwen2, gemma3_text,
+// gemma3), safetensors weights (one file, an index with shards, or every *.safetensors in the
+// directory), tokenizer.json and, when present, tokenizer_config.json / chat_template.jinja.
 //
 // Safetensors: u64 little-endian header length N, N bytes of JSON
 //   {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}},
@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -154,29 +155,44 @@ struct ConfigReader {
   }
 };
 
-bool parse_config(const json& c, SourceHyper& h, ConfigIds& ids, std::string& error) {
-  ConfigReader r{c, error};
-  if (!c.is_object()) return r.fail("expected a JSON object");
-  const json* mt = member(c, "model_type");
-  if (!mt || !mt->is_string()) return r.fail("missing 'model_type'");
-  const std::string model_type = mt->get<std::string>();
-  if (model_type != "llama" && model_type != "mistral" && model_type != "qwen2")
-    return r.fail("model_type '" + model_type + "' is not supported (expected llama, mistral or qwen2)");
-  // Mistral is the llama architecture (its sliding window is handled below).
-  h.arch_name = model_type == "qwen2" ? "qwen2" : "llama";
+// rope_scaling (or one entry of rope_parameters): linear or llama3; "default" is none.
+bool parse_rope_scaling(ConfigReader& r, const json& rs, SourceHyper& h) {
+  if (!rs.is_object()) return r.fail("rope_scaling is " + short_dump(rs) + ", expected an object");
+  const json* type = member(rs, "rope_type");
+  if (!type) type = member(rs, "type");
+  const std::string kind = type && type->is_string() ? type->get<std::string>() : std::string();
+  if (kind == "llama3") {
+    double factor, low, high, orig;
+    if (!r.real(rs, "factor", true, 0, factor) || !r.real(rs, "low_freq_factor", true, 0, low) ||
+        !r.real(rs, "high_freq_factor", true, 0, high) ||
+        !r.real(rs, "original_max_position_embeddings", true, 0, orig))
+      return false;
+    if (!(factor >= 1 && factor < 1e6) || !(low > 0) || !(high > low) || !(orig >= 1 && orig <= kMaxContext))
+      return r.fail("llama3 rope_scaling " + short_dump(rs) + " is out of range");
+    h.rope_scaling = RopeScalingKind::Llama3;
+    h.rope_factor = float(factor);
+    h.rope_low_freq_factor = float(low);
+    h.rope_high_freq_factor = float(high);
+    h.rope_original_context = uint32_t(orig);
+  } else if (kind == "linear") {
+    double factor;
+    if (!r.real(rs, "factor", true, 0, factor)) return false;
+    if (!(factor > 0 && factor < 1e6)) return r.fail("linear rope_scaling factor is out of range");
+    h.rope_scaling = RopeScalingKind::Linear;
+    h.rope_factor = float(factor);
+  } else if (kind != "default") {
+    return r.fail("rope_scaling " + short_dump(rs) + " is not supported (expected llama3 or linear)");
+  }
+  return true;
+}
 
-  if (const json* act = member(c, "hidden_act"); act && *act != "silu")
-    return r.fail("hidden_act " + short_dump(*act) + " is not supported (expected \"silu\")");
-  if (const json* mlp_bias = member(c, "mlp_bias"); mlp_bias && *mlp_bias == true)
-    return r.fail("mlp_bias true is not supported");
-  if (const json* prf = member(c, "partial_rotary_factor"); prf && *prf != 1 && *prf != 1.0)
-    return r.fail("partial_rotary_factor " + short_dump(*prf) + " is not supported (expected 1)");
-
+// The counts every supported architecture states the same way.
+bool parse_counts(ConfigReader& r, const json& c, SourceHyper& h, bool head_dim_required) {
   if (!r.count("hidden_size", true, 0, kMaxDim, h.dim) || !r.count("intermediate_size", true, 0, kMaxFfn, h.ffn_dim) ||
       !r.count("num_hidden_layers", true, 0, kMaxLayers, h.n_layers) ||
       !r.count("num_attention_heads", true, 0, kMaxHeads, h.n_heads) ||
       !r.count("num_key_value_heads", false, h.n_heads, kMaxHeads, h.n_kv_heads) ||
-      !r.count("head_dim", false, h.dim / h.n_heads, kMaxDim, h.head_dim) ||
+      !r.count("head_dim", head_dim_required, h.dim / h.n_heads, kMaxDim, h.head_dim) ||
       !r.count("vocab_size", true, 0, kMaxVocab, h.vocab_size) ||
       !r.count("max_position_embeddings", true, 0, kMaxContext, h.context_length))
     return false;
@@ -188,6 +204,23 @@ bool parse_config(const json& c, SourceHyper& h, ConfigIds& ids, std::string& er
     return r.fail("num_attention_heads " + std::to_string(h.n_heads) + " is not a multiple of num_key_value_heads " +
                   std::to_string(h.n_kv_heads));
   h.rope_dim = h.head_dim;
+  return true;
+}
+
+bool parse_llama_config(const json& c, const std::string& model_type, SourceHyper& h, ConfigIds& ids,
+                        std::string& error) {
+  ConfigReader r{c, error};
+  // Mistral is the llama architecture (its sliding window is handled below).
+  h.arch_name = model_type == "qwen2" ? "qwen2" : "llama";
+
+  if (const json* act = member(c, "hidden_act"); act && *act != "silu")
+    return r.fail("hidden_act " + short_dump(*act) + " is not supported (expected \"silu\")");
+  if (const json* mlp_bias = member(c, "mlp_bias"); mlp_bias && *mlp_bias == true)
+    return r.fail("mlp_bias true is not supported");
+  if (const json* prf = member(c, "partial_rotary_factor"); prf && *prf != 1 && *prf != 1.0)
+    return r.fail("partial_rotary_factor " + short_dump(*prf) + " is not supported (expected 1)");
+
+  if (!parse_counts(r, c, h, false)) return false;
 
   // transformers' defaults for these three architectures.
   double eps, theta;
@@ -198,34 +231,7 @@ bool parse_config(const json& c, SourceHyper& h, ConfigIds& ids, std::string& er
   h.rope_theta = float(theta);
   h.rope_style = RopeStyle::Halves;
 
-  if (const json* rs = member(c, "rope_scaling")) {
-    if (!rs->is_object()) return r.fail("rope_scaling is " + short_dump(*rs) + ", expected an object");
-    const json* type = member(*rs, "rope_type");
-    if (!type) type = member(*rs, "type");
-    const std::string kind = type && type->is_string() ? type->get<std::string>() : std::string();
-    if (kind == "llama3") {
-      double factor, low, high, orig;
-      if (!r.real(*rs, "factor", true, 0, factor) || !r.real(*rs, "low_freq_factor", true, 0, low) ||
-          !r.real(*rs, "high_freq_factor", true, 0, high) ||
-          !r.real(*rs, "original_max_position_embeddings", true, 0, orig))
-        return false;
-      if (!(factor >= 1 && factor < 1e6) || !(low > 0) || !(high > low) || !(orig >= 1 && orig <= kMaxContext))
-        return r.fail("llama3 rope_scaling " + short_dump(*rs) + " is out of range");
-      h.rope_scaling = RopeScalingKind::Llama3;
-      h.rope_factor = float(factor);
-      h.rope_low_freq_factor = float(low);
-      h.rope_high_freq_factor = float(high);
-      h.rope_original_context = uint32_t(orig);
-    } else if (kind == "linear") {
-      double factor;
-      if (!r.real(*rs, "factor", true, 0, factor)) return false;
-      if (!(factor > 0 && factor < 1e6)) return r.fail("linear rope_scaling factor is out of range");
-      h.rope_scaling = RopeScalingKind::Linear;
-      h.rope_factor = float(factor);
-    } else if (kind != "default") {
-      return r.fail("rope_scaling " + short_dump(*rs) + " is not supported (expected llama3 or linear)");
-    }
-  }
+  if (const json* rs = member(c, "rope_scaling"); rs && !parse_rope_scaling(r, *rs, h)) return false;
 
   bool attention_bias = false;
   if (!r.flag("attention_bias", false, attention_bias) || !r.flag("tie_word_embeddings", false, h.tied_output))
@@ -248,6 +254,120 @@ bool parse_config(const json& c, SourceHyper& h, ConfigIds& ids, std::string& er
       !r.token_id("pad_token_id", ids.pad))
     return false;
   return true;
+}
+
+// Gemma 3's text model: model_type "gemma3_text", or "gemma3" (the multimodal checkpoint) whose
+// text_config holds it. Attention is local (sliding window) on every layer but each
+// sliding_window_pattern-th, which is global; layer_types spells the same out per layer and
+// must follow that pattern (the only one the engine plans for). RoPE bases: rope_theta for
+// global layers (with rope_scaling, if any), rope_local_base_freq for local ones. transformers
+// 5 states both as rope_parameters {full_attention: {...}, sliding_attention: {...}}.
+bool parse_gemma3_config(const json& c, SourceHyper& h, ConfigIds& ids, std::string& error) {
+  ConfigReader r{c, error};
+  h.arch_name = "gemma3";
+  h.family = ArchFamily::Gemma3;
+  h.rope_style = RopeStyle::Halves;
+
+  const json* act = member(c, "hidden_activation");
+  if (!act) act = member(c, "hidden_act");
+  if (act && *act != "gelu_pytorch_tanh")
+    return r.fail("hidden_activation " + short_dump(*act) + " is not supported (expected \"gelu_pytorch_tanh\")");
+  // Gemma 2 capped logits with tanh; Gemma 3's configs leave both caps null.
+  for (const char* cap : {"final_logit_softcapping", "attn_logit_softcapping"}) {
+    if (const json* v = member(c, cap))
+      return r.fail(std::string("'") + cap + "' is " + short_dump(*v) +
+                    "; soft-capping is not supported (expected null)");
+  }
+  if (const json* bidi = member(c, "use_bidirectional_attention"); bidi && *bidi == true)
+    return r.fail("use_bidirectional_attention true (an embedding model) is not supported");
+  bool attention_bias = false;
+  if (!r.flag("attention_bias", false, attention_bias)) return false;
+  if (attention_bias) return r.fail("attention_bias true is not supported for gemma3");
+
+  if (!parse_counts(r, c, h, true)) return false;
+  double eps, scalar;
+  if (!r.real(c, "rms_norm_eps", false, 1e-6, eps) || !r.real(c, "query_pre_attn_scalar", true, 0, scalar))
+    return false;
+  if (!(eps > 0 && eps < 1)) return r.fail("rms_norm_eps " + std::to_string(eps) + " is out of range");
+  if (!(scalar >= 1 && scalar < 1e9))
+    return r.fail("query_pre_attn_scalar " + std::to_string(scalar) + " is out of range (expected >= 1)");
+  h.norm_eps = float(eps);
+  h.query_scale = float(1.0 / std::sqrt(scalar));
+
+  if (!r.count("sliding_window", true, 0, kMaxContext, h.sliding_window)) return false;
+  if (const json* types = member(c, "layer_types")) {
+    if (!types->is_array() || types->size() != h.n_layers)
+      return r.fail("layer_types is " + short_dump(*types) + ", expected a list of " + std::to_string(h.n_layers) +
+                    " \"sliding_attention\" / \"full_attention\" entries");
+    uint32_t first_global = 0;
+    while (first_global < h.n_layers && (*types)[first_global] == "sliding_attention") ++first_global;
+    if (first_global == h.n_layers) return r.fail("layer_types has no \"full_attention\" layer");
+    h.sliding_window_pattern = first_global + 1;
+    for (uint32_t l = 0; l < h.n_layers; ++l) {
+      const bool global = (l + 1) % h.sliding_window_pattern == 0;
+      if ((*types)[l] != (global ? "full_attention" : "sliding_attention"))
+        return r.fail("layer_types[" + std::to_string(l) + "] is " + short_dump((*types)[l]) + ", expected \"" +
+                      (global ? "full_attention" : "sliding_attention") + "\" (every " +
+                      std::to_string(h.sliding_window_pattern) + "th layer global is the supported pattern)");
+    }
+  } else if (member(c, "sliding_window_pattern")) {
+    if (!r.count("sliding_window_pattern", true, 0, kMaxLayers, h.sliding_window_pattern)) return false;
+  } else {
+    return r.fail("missing 'layer_types' (or 'sliding_window_pattern'): which layers attend globally");
+  }
+
+  double theta = 1e6, theta_local = 1e4;
+  if (const json* rp = member(c, "rope_parameters"); rp && member(*rp, "full_attention")) {
+    const json* full = member(*rp, "full_attention");
+    const json* local = member(*rp, "sliding_attention");
+    if (!local) return r.fail("rope_parameters has no 'sliding_attention' entry");
+    if (!r.real(*full, "rope_theta", true, 0, theta) || !r.real(*local, "rope_theta", true, 0, theta_local) ||
+        !parse_rope_scaling(r, *full, h))
+      return false;
+    const json* local_type = member(*local, "rope_type");
+    if (local_type && *local_type != "default")
+      return r.fail("rope_parameters.sliding_attention " + short_dump(*local) +
+                    " is not supported (local layers rotate without scaling)");
+  } else {
+    if (!r.real(c, "rope_theta", false, 1e6, theta) || !r.real(c, "rope_local_base_freq", false, 1e4, theta_local))
+      return false;
+    if (const json* rs = member(c, "rope_scaling"); rs && !parse_rope_scaling(r, *rs, h)) return false;
+  }
+  if (!(theta > 0 && theta < 1e12)) return r.fail("rope_theta " + std::to_string(theta) + " is out of range");
+  if (!(theta_local > 0 && theta_local < 1e12))
+    return r.fail("rope_local_base_freq " + std::to_string(theta_local) + " is out of range");
+  h.rope_theta = float(theta);
+  h.rope_theta_local = float(theta_local);
+
+  if (!r.flag("tie_word_embeddings", true, h.tied_output)) return false;
+  return r.token_id("bos_token_id", ids.bos) && r.token_id("eos_token_id", ids.eos) &&
+         r.token_id("pad_token_id", ids.pad);
+}
+
+bool parse_config(const json& c, SourceHyper& h, ConfigIds& ids, std::string& error) {
+  ConfigReader r{c, error};
+  if (!c.is_object()) return r.fail("expected a JSON object");
+  const json* mt = member(c, "model_type");
+  if (!mt || !mt->is_string()) return r.fail("missing 'model_type'");
+  const std::string model_type = mt->get<std::string>();
+  if (model_type == "llama" || model_type == "mistral" || model_type == "qwen2")
+    return parse_llama_config(c, model_type, h, ids, error);
+  if (model_type == "gemma3_text") return parse_gemma3_config(c, h, ids, error);
+  if (model_type == "gemma3") {
+    const json* text = member(c, "text_config");
+    if (!text || !text->is_object()) return r.fail("model_type gemma3 without a 'text_config' object");
+    // The outer config may state what the text one leaves to its defaults.
+    json merged = *text;
+    for (const char* key : {"tie_word_embeddings", "bos_token_id", "eos_token_id", "pad_token_id"})
+      if (const json* v = member(c, key); v && !member(merged, key)) merged[key] = *v;
+    if (!parse_gemma3_config(merged, h, ids, error)) {
+      error = "config.json: text_config: " + error.substr(std::string("config.json: ").size());
+      return false;
+    }
+    return true;
+  }
+  return r.fail("model_type '" + model_type +
+                "' is not supported (expected llama, mistral, qwen2, gemma3_text or gemma3)");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -413,7 +533,35 @@ struct Canonical {
   int layer = -1;
 };
 
-NameKind canonical_name(const std::string& hf, Canonical& out) {
+// Gemma 3's block tensors where they differ from llama's: its post_attention_layernorm follows
+// the attention output (llama's is the FFN's input norm, Gemma's pre_feedforward_layernorm).
+const std::pair<const char*, std::pair<const char*, Role>> kGemma3Block[] = {
+    {"self_attn.q_norm.weight", {"attn_q_norm.weight", Role::AttnQNorm}},
+    {"self_attn.k_norm.weight", {"attn_k_norm.weight", Role::AttnKNorm}},
+    {"post_attention_layernorm.weight", {"post_attention_norm.weight", Role::PostAttnNorm}},
+    {"pre_feedforward_layernorm.weight", {"ffn_norm.weight", Role::FfnNorm}},
+    {"post_feedforward_layernorm.weight", {"post_ffw_norm.weight", Role::PostFfnNorm}},
+};
+
+// A multimodal gemma3 checkpoint's text model under its name as transformers 5 ("model.
+// language_model.") or 4 ("language_model.model.") saves it; its vision parts are not read.
+NameKind strip_multimodal_prefix(std::string& hf) {
+  for (const char* part :
+       {"model.vision_tower.", "model.multi_modal_projector.", "vision_tower.", "multi_modal_projector."})
+    if (hf.rfind(part, 0) == 0) return NameKind::Ignored;
+  for (const char* prefix : {"model.language_model.", "language_model.model."}) {
+    const std::string p = prefix;
+    if (hf.rfind(p, 0) == 0) {
+      hf = "model." + hf.substr(p.size());
+      return NameKind::Mapped;
+    }
+  }
+  if (hf == "language_model.lm_head.weight") hf = "lm_head.weight";
+  return NameKind::Mapped;
+}
+
+NameKind canonical_name(std::string hf, bool gemma3, Canonical& out) {
+  if (gemma3 && strip_multimodal_prefix(hf) == NameKind::Ignored) return NameKind::Ignored;
   static const std::pair<const char*, std::pair<const char*, Role>> kTop[] = {
       {"model.embed_tokens.weight", {"token_embd.weight", Role::TokenEmbedding}},
       {"model.norm.weight", {"output_norm.weight", Role::OutputNorm}},
@@ -454,6 +602,14 @@ NameKind canonical_name(const std::string& hf, Canonical& out) {
   if (digits == 0 || p >= hf.size() || hf[p] != '.' || (digits > 1 && hf[kLayers.size()] == '0'))
     return NameKind::Unknown;
   const std::string rest = hf.substr(p + 1);
+  if (gemma3) {
+    for (const auto& [from, to] : kGemma3Block) {
+      if (rest == from) {
+        out = {"blk." + std::to_string(layer) + "." + to.first, to.second, int(layer)};
+        return NameKind::Mapped;
+      }
+    }
+  }
   for (const auto& [from, to] : kBlock) {
     if (rest == from) {
       out = {"blk." + std::to_string(layer) + "." + to.first, to.second, int(layer)};
@@ -481,6 +637,10 @@ std::vector<uint64_t> expected_shape(Role role, const SourceHyper& h) {
     case Role::FfnGate:
     case Role::FfnUp: return {h.ffn_dim, dim};
     case Role::FfnDown: return {dim, h.ffn_dim};
+    case Role::AttnQNorm:
+    case Role::AttnKNorm: return {h.head_dim};
+    case Role::PostAttnNorm:
+    case Role::PostFfnNorm: return {dim};
   }
   return {};
 }
@@ -494,19 +654,65 @@ std::string shape_text(const std::vector<uint64_t>& s) {
 // Position of a tensor in the canonical order: embedding, blocks in forward order, final
 // norm, classifier.
 std::pair<int, int> order_key(const Canonical& c, int n_layers) {
-  static const Role kBlockOrder[] = {Role::AttnNorm, Role::Wq,      Role::Bq,    Role::Wk,
-                                     Role::Bk,       Role::Wv,      Role::Bv,    Role::Wo,
-                                     Role::FfnNorm,  Role::FfnGate, Role::FfnUp, Role::FfnDown};
+  static const Role kBlockOrder[] = {Role::AttnNorm,  Role::Wq,      Role::Bq,           Role::Wk,
+                                     Role::Bk,        Role::Wv,      Role::Bv,           Role::AttnQNorm,
+                                     Role::AttnKNorm, Role::Wo,      Role::FfnNorm,      Role::FfnGate,
+                                     Role::FfnUp,     Role::FfnDown, Role::PostAttnNorm, Role::PostFfnNorm};
+  constexpr int kRoles = int(sizeof kBlockOrder / sizeof kBlockOrder[0]);
   if (c.role == Role::TokenEmbedding) return {-1, 0};
   if (c.role == Role::OutputNorm) return {n_layers, 0};
   if (c.role == Role::Output) return {n_layers, 1};
   int r = 0;
-  while (r < 12 && kBlockOrder[r] != c.role) ++r;
+  while (r < kRoles && kBlockOrder[r] != c.role) ++r;
   return {c.layer, r};
+}
+
+bool is_norm(Role r) {
+  return r == Role::AttnNorm || r == Role::FfnNorm || r == Role::OutputNorm || r == Role::AttnQNorm ||
+         r == Role::AttnKNorm || r == Role::PostAttnNorm || r == Role::PostFfnNorm;
+}
+
+// Gemma's RMSNorm multiplies by (1 + w) and its checkpoints store w; the engine multiplies by
+// the stored weight (GGUF files have the 1 added by their converter), so the reader adds it,
+// in f32 as transformers does: the tensor becomes F32 whatever the file's type.
+void unit_offset_norm(SourceTensor& t, std::shared_ptr<OpenFile> file, uint64_t offset) {
+  const SrcType type = t.type;
+  const uint64_t raw_bytes = t.n_bytes, n = t.shape[0];
+  t.type = SrcType::F32;
+  t.n_bytes = 4 * n;
+  auto read_f32 = [file, offset, type, raw_bytes, n](std::vector<float>& out, std::string& err) {
+    std::vector<uint8_t> raw(raw_bytes);
+    if (!read_at(*file, raw.data(), raw_bytes, offset, err)) return false;
+    out.resize(n);
+    if (!dequantize(type, raw.data(), raw.size(), out.data(), n)) {
+      err = "norm weights do not decode";
+      return false;
+    }
+    for (float& x : out) x += 1.0f;
+    return true;
+  };
+  t.read = [read_f32](std::vector<uint8_t>& out, std::string& err) {
+    std::vector<float> v;
+    if (!read_f32(v, err)) return false;
+    out.resize(v.size() * 4);
+    std::memcpy(out.data(), v.data(), out.size());
+    return true;
+  };
+  t.read_range = [read_f32, n](uint64_t off, uint64_t len, uint8_t* out, std::string& err) {
+    if (off > 4 * n || len > 4 * n - off) {
+      err = "tensor range outside its bytes";
+      return false;
+    }
+    std::vector<float> v;
+    if (!read_f32(v, err)) return false;
+    std::memcpy(out, reinterpret_cast<const uint8_t*>(v.data()) + off, len);
+    return true;
+  };
 }
 
 bool build_tensors(std::vector<StTensor>& st, SourceModel& m, std::string& error) {
   const SourceHyper& h = m.hyper;
+  const bool gemma3 = h.family == ArchFamily::Gemma3;
   struct Entry {
     Canonical c;
     StTensor* t;
@@ -515,10 +721,10 @@ bool build_tensors(std::vector<StTensor>& st, SourceModel& m, std::string& error
   std::map<std::string, std::string> seen;  // canonical -> hf name
   for (StTensor& t : st) {
     Canonical c;
-    const NameKind kind = canonical_name(t.name, c);
+    const NameKind kind = canonical_name(t.name, gemma3, c);
     if (kind == NameKind::Ignored) continue;
     if (kind == NameKind::Unknown) {
-      error = "tensor '" + t.name + "' is not a known llama/mistral/qwen2 tensor name";
+      error = "tensor '" + t.name + "' is not a known " + (gemma3 ? "gemma3" : "llama/mistral/qwen2") + " tensor name";
       return false;
     }
     if (c.layer >= int(h.n_layers)) {
@@ -553,9 +759,13 @@ bool build_tensors(std::vector<StTensor>& st, SourceModel& m, std::string& error
     std::vector<std::pair<const char*, const char*>> names = {
         {"attn_norm.weight", "input_layernorm.weight"},    {"attn_q.weight", "self_attn.q_proj.weight"},
         {"attn_k.weight", "self_attn.k_proj.weight"},      {"attn_v.weight", "self_attn.v_proj.weight"},
-        {"attn_output.weight", "self_attn.o_proj.weight"}, {"ffn_norm.weight", "post_attention_layernorm.weight"},
-        {"ffn_gate.weight", "mlp.gate_proj.weight"},       {"ffn_up.weight", "mlp.up_proj.weight"},
-        {"ffn_down.weight", "mlp.down_proj.weight"}};
+        {"attn_output.weight", "self_attn.o_proj.weight"}, {"ffn_gate.weight", "mlp.gate_proj.weight"},
+        {"ffn_up.weight", "mlp.up_proj.weight"},           {"ffn_down.weight", "mlp.down_proj.weight"}};
+    if (gemma3) {
+      for (const auto& [hf, to] : kGemma3Block) names.push_back({to.first, hf});
+    } else {
+      names.push_back({"ffn_norm.weight", "post_attention_layernorm.weight"});
+    }
     if (h.qkv_bias) {
       names.push_back({"attn_q.bias", "self_attn.q_proj.bias"});
       names.push_back({"attn_k.bias", "self_attn.k_proj.bias"});
@@ -583,6 +793,11 @@ bool build_tensors(std::vector<StTensor>& st, SourceModel& m, std::string& error
     t.n_bytes = e.t->n_bytes;
     auto file = e.t->file;
     const uint64_t offset = e.t->offset, n = e.t->n_bytes;
+    if (gemma3 && is_norm(e.c.role)) {
+      unit_offset_norm(t, file, offset);
+      m.tensors.push_back(std::move(t));
+      continue;
+    }
     t.read = [file, offset, n](std::vector<uint8_t>& out, std::string& err) {
       out.resize(n);
       return read_at(*file, out.data(), n, offset, err);
@@ -891,6 +1106,9 @@ bool read_tokenizer(const json& tj, const json& tcfg, const ConfigIds& ids, uint
     return false;
   tok.im_start_id = lookup("<|im_start|>");
   tok.im_end_id = lookup("<|im_end|>");
+  // Gemma's turn markers serve where a vocabulary has no ChatML ones (keel chat reads which).
+  if (tok.im_start_id < 0) tok.im_start_id = lookup("<start_of_turn>");
+  if (tok.im_end_id < 0) tok.im_end_id = lookup("<end_of_turn>");
 
   if (const json* add = member(tcfg, "add_bos_token"); add && add->is_boolean()) {
     tok.add_bos = add->get<bool>();

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""transformers' own forward pass over a Hugging Face Gemma 3 checkpoint (the directory
+tests/reference/gemma3_hf_fixture.py writes), as the reference the hf_gemma3 tests hold a
+`keel convert`-ed copy of that directory to.
+
+For each prompt it records the ids transformers' tokenizer gives (BOS included), and at every
+greedy step the top-20 logits, the margin between the first two and the token taken. Float32
+weights, eager attention (the sliding window masked explicitly), each step recomputing the
+whole sequence without a cache.
+
+usage: gemma3_hf_reference.py HF_DIR ESSAY OUT.json
+  ESSAY: a long English text; its first 2996 bytes are a prompt longer than the 512-token window.
+"""
+import json
+import sys
+
+TOP = 20
+ESSAY_BYTES = 2996
+PROMPTS = [
+    {"name": "capital", "text": "The capital of France is", "steps": 8},
+    {"name": "counting", "text": "1, 2, 3, 4, 5,", "steps": 8},
+    {"name": "code", "text": "def fibonacci(n):", "steps": 8},
+    {"name": "chat", "chat": "Write a haiku about the sea.", "steps": 8},
+    {"name": "essay", "essay_bytes": ESSAY_BYTES, "steps": 3},
+]
+
+
+def main():
+    if len(sys.argv) != 4:
+        sys.exit(__doc__)
+    hf_dir, essay_path, out_path = sys.argv[1:]
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    tokenizer = AutoTokenizer.from_pretrained(hf_dir)
+    with open(essay_path, "rb") as f:
+        essay = f.read()[:ESSAY_BYTES].decode("utf-8")
+
+    cases = []
+    for p in PROMPTS:
+        case = {"name": p["name"], "steps": []}
+        if "chat" in p:
+            # Gemma's chat format with the turn for the model opened; it starts with <bos> itself.
+            # (The GGUF, and so the checkpoint made from it, carries no chat template.)
+            text = f"<bos><start_of_turn>user\n{p['chat']}<end_of_turn>\n<start_of_turn>model\n"
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            case["parse_special"] = True
+        else:
+            text = essay if "essay_bytes" in p else p["text"]
+            ids = tokenizer(text)["input_ids"]
+            case["parse_special"] = False
+        case["text"] = text
+        case["prompt_ids"] = list(ids)
+        seq = list(ids)
+        with torch.no_grad():
+            for _ in range(p["steps"]):
+                logits = model(torch.tensor([seq])).logits[0, -1].double()
+                values, order = torch.topk(logits, TOP)
+                case["steps"].append({"top_ids": order.tolist(), "top_logits": values.tolist(),
+                                      "margin": float(values[0] - values[1])})
+                seq.append(int(order[0]))
+        case["continuation"] = seq[len(ids):]
+        print(f"{p['name']}: {len(ids)} prompt ids, continuation {tokenizer.decode(case['continuation'])!r}")
+        cases.append(case)
+
+    out = {"description": "transformers forward of a Hugging Face Gemma 3 checkpoint; written by "
+                          "tests/reference/gemma3_hf_reference.py",
+           "transformers": transformers.__version__, "torch": torch.__version__, "top": TOP, "cases": cases}
+    with open(out_path, "w") as f:
+        json.dump(out, f)
+
+
+if __name__ == "__main__":
+    main()
