@@ -5,8 +5,8 @@ tests/reference/gemma3_hf_fixture.py writes), as the reference the hf_gemma3 tes
 
 For each prompt it records the ids transformers' tokenizer gives (BOS included), and at every
 greedy step the top-20 logits, the margin between the first two and the token taken. Float32
-weights, eager attention (the sliding window masked explicitly), each step recomputing the
-whole sequence without a cache.
+weights, eager attention (the sliding window masked explicitly), transformers' own KV cache
+from one step to the next.
 
 usage: gemma3_hf_reference.py HF_DIR ESSAY OUT.json
   ESSAY: a long English text; its first 2996 bytes are a prompt longer than the 512-token window.
@@ -55,15 +55,16 @@ def main():
             case["parse_special"] = False
         case["text"] = text
         case["prompt_ids"] = list(ids)
-        seq = list(ids)
+        continuation = []
         with torch.no_grad():
+            out = model(torch.tensor([ids]), use_cache=True, logits_to_keep=1)
             for _ in range(p["steps"]):
-                logits = model(torch.tensor([seq])).logits[0, -1].double()
-                values, order = torch.topk(logits, TOP)
+                values, order = torch.topk(out.logits[0, -1].double(), TOP)
                 case["steps"].append({"top_ids": order.tolist(), "top_logits": values.tolist(),
                                       "margin": float(values[0] - values[1])})
-                seq.append(int(order[0]))
-        case["continuation"] = seq[len(ids):]
+                continuation.append(int(order[0]))
+                out = model(torch.tensor([[continuation[-1]]]), past_key_values=out.past_key_values, use_cache=True)
+        case["continuation"] = continuation
         print(f"{p['name']}: {len(ids)} prompt ids, continuation {tokenizer.decode(case['continuation'])!r}")
         cases.append(case)
 
