@@ -8,10 +8,15 @@ greedy step the top-20 logits, the margin between the first two and the token ta
 weights, eager attention (the sliding window masked explicitly), transformers' own KV cache
 from one step to the next.
 
+Idempotent: an OUT.json written by this same script (its SHA-256) over the same checkpoint
+(the fixture's stamp) and essay is kept, so the Release and sanitizer suites share one run.
+
 usage: gemma3_hf_reference.py HF_DIR ESSAY OUT.json
   ESSAY: a long English text; its first 2996 bytes are a prompt longer than the 512-token window.
 """
+import hashlib
 import json
+import os
 import sys
 
 TOP = 20
@@ -29,6 +34,21 @@ def main():
     if len(sys.argv) != 4:
         sys.exit(__doc__)
     hf_dir, essay_path, out_path = sys.argv[1:]
+    with open(__file__, "rb") as f:
+        script_sha = hashlib.sha256(f.read()).hexdigest()
+    with open(os.path.join(hf_dir, "fixture_stamp.json")) as f:
+        fixture = json.load(f)
+    with open(essay_path, "rb") as f:
+        essay_sha = hashlib.sha256(f.read()[:ESSAY_BYTES]).hexdigest()
+    inputs = {"script_sha256": script_sha, "fixture": fixture, "essay_sha256": essay_sha}
+    if os.path.isfile(out_path):
+        try:
+            with open(out_path) as f:
+                if json.load(f).get("inputs") == inputs:
+                    print(f"gemma3_hf_reference: {out_path} is up to date")
+                    return
+        except (OSError, ValueError):
+            pass
     import torch
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -70,9 +90,11 @@ def main():
 
     out = {"description": "transformers forward of a Hugging Face Gemma 3 checkpoint; written by "
                           "tests/reference/gemma3_hf_reference.py",
-           "transformers": transformers.__version__, "torch": torch.__version__, "top": TOP, "cases": cases}
-    with open(out_path, "w") as f:
+           "transformers": transformers.__version__, "torch": torch.__version__, "inputs": inputs, "top": TOP,
+           "cases": cases}
+    with open(out_path + ".part", "w") as f:
         json.dump(out, f)
+    os.replace(out_path + ".part", out_path)
 
 
 if __name__ == "__main__":
