@@ -11,12 +11,13 @@
 // product per group), which adds at most dq/2 * |k~_i| per number (|k~_i - m| for q4, whose
 // minimum meets the f32 query): scale * sum_i dq/2 |k~_i|.
 // Against the f32 inputs the scores are then within scale * sum_i |q_i| e_i more, e_i the bound
-// above. The AVX-512 scores (heads of 64) take the same int8 query and integer dot products, so
-// the same bound.
-// The AVX-512 weighted sums (heads of 64) quantize the coefficients c_j = p_j d_j of each whole
-// block of 16 rows to 16 bits against the block's largest S (over both groups): each c_j is off by at
-// most S / 131070, which adds S / 131070 * |n_j,i| per row to lane i, n_j,i the stored integer
-// (|x~ - m| / d). Rows past the last whole block are summed in f32.
+// above. The AVX-512 scores (heads of 64 to 256, multiples of 64) take the same int8 query and
+// integer dot products, so the same bound.
+// The AVX-512 weighted sums (the same heads) quantize the coefficients c_j = p_j d_j of each
+// whole block of 16 rows to 16 bits against the largest S of the row's group pair (groups 2c and
+// 2c + 1: a chunk of 64 numbers) in the block: each c_j is off by at most S / 131070, which
+// adds S / 131070 * |n_j,i| per row to lane i, n_j,i the stored integer (|x~ - m| / d). Rows
+// past the last whole block are summed in f32.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -40,7 +41,7 @@ std::vector<const AttentionKernels*> tables() {
 }
 
 bool blocks_coefficients(const AttentionKernels* k, uint32_t hd) {
-  return k == attention_kernels_x86_avx512() && k != nullptr && hd == 64;
+  return k == attention_kernels_x86_avx512() && k != nullptr && hd % 64 == 0 && hd <= 256;
 }
 
 constexpr uint32_t kCoefBlock = 16;
@@ -53,8 +54,9 @@ double coefficient_rounding(KvType t, const float* p, const uint16_t* rows, cons
   for (uint32_t b0 = 0; b0 + kCoefBlock <= n; b0 += kCoefBlock) {
     double largest = 0;
     for (uint32_t j = b0; j < b0 + kCoefBlock; ++j) {
-      for (uint32_t h = 0; h < groups; ++h)
+      for (uint32_t h = g & ~1u; h <= (g | 1u); ++h) {
         largest = std::fmax(largest, double(p[j]) * f16_to_f32(rows[uint64_t(j) * row + h]));
+      }
     }
     for (uint32_t j = b0; j < b0 + kCoefBlock; ++j) {
       const double d = f16_to_f32(rows[uint64_t(j) * row + g]);
