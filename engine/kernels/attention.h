@@ -13,7 +13,8 @@ namespace keel {
 // scores[j] = scale * dot(q, k_j) over n rows k of `head_dim` numbers.
 using KvScoresFn = void (*)(const float* q, const uint16_t* k, uint32_t n, uint32_t head_dim, float scale,
                             float* scores);
-// out[head_dim] = sum_j p[j] * v_j over n rows v (out overwritten).
+// out[head_dim] = sum_j p[j] * v_j over n rows v (out overwritten). p[j] >= 0 (attention
+// probabilities): the AVX-512 quantized sums scale their integer coefficients as unsigned.
 using KvWeightedSumFn = void (*)(const float* p, const uint16_t* v, uint32_t n, uint32_t head_dim, float* out);
 
 struct AttentionKernels {
