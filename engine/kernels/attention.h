@@ -1,7 +1,7 @@
 // Attention over the KV cache, for one query head: scores against cached keys and the
 // probability-weighted sum of cached values, for each row format of core/kv_type.h (f16, q8,
 // q4; the quantized kernels read the stored rows directly, no dequantized copy). Ref
-// (portable) and x86 (F16C + FMA) tables.
+// (portable) and x86 (AVX2 + F16C + FMA; AVX-512 VNNI) tables.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +13,8 @@ namespace keel {
 // scores[j] = scale * dot(q, k_j) over n rows k of `head_dim` numbers.
 using KvScoresFn = void (*)(const float* q, const uint16_t* k, uint32_t n, uint32_t head_dim, float scale,
                             float* scores);
-// out[head_dim] = sum_j p[j] * v_j over n rows v (out overwritten).
+// out[head_dim] = sum_j p[j] * v_j over n rows v (out overwritten). p[j] >= 0 (attention
+// probabilities): the AVX-512 quantized sums scale their integer coefficients as unsigned.
 using KvWeightedSumFn = void (*)(const float* p, const uint16_t* v, uint32_t n, uint32_t head_dim, float* out);
 
 struct AttentionKernels {
@@ -39,7 +40,12 @@ struct AttentionKernels {
 };
 
 const AttentionKernels& attention_kernels_ref();
-// nullptr when the CPU or the build lacks AVX2/F16C/FMA.
+// nullptr when the CPU or the build lacks AVX2/F16C/FMA. The best table the CPU runs: the
+// AVX-512 VNNI one when present (integer scores and weighted sums over q8/q4 rows of 64
+// numbers; its f16 entries are the AVX2 table's own functions), else AVX2.
 const AttentionKernels* attention_kernels_x86();
+const AttentionKernels* attention_kernels_x86_avx2();
+// nullptr without AVX-512 F/BW/VL/DQ/VNNI.
+const AttentionKernels* attention_kernels_x86_avx512();
 
 }  // namespace keel

@@ -3,6 +3,8 @@
 // many values, with the x86 kernels (kernels/attention.h). Keys and values are random normal
 // numbers stored as f16, q8 and q4; every layer has its own cache, so a step reads
 // depth x 23,040 bytes in f16 as the engine does, mostly from DRAM past a few hundred tokens.
+// The quantized formats run with each x86 table the CPU has (AVX2; AVX-512 VNNI, which the
+// engine picks when present); f16 is the same functions in both.
 //
 // Times are the thread's CPU time (a shared host's other work does not count; cache and memory
 // contention still do), median of 7 steps, formats alternating within each repetition.
@@ -35,6 +37,12 @@ double thread_seconds() {
 constexpr uint32_t kHeadDim = 64, kHeads = 9, kKvHeads = 3, kLayers = 30, kReps = 7;
 constexpr KvType kTypes[3] = {KvType::F16, KvType::Q8, KvType::Q4};
 
+// One measured row: a format and the kernel table that reads it.
+struct Variant {
+  int type;  // index into kTypes
+  const AttentionKernels* k;
+};
+
 struct Cache {
   std::vector<uint16_t> keys, values;  // [layer][kv head][depth] rows
 };
@@ -62,23 +70,31 @@ int main(int argc, char** argv) {
   std::vector<uint32_t> depths;
   for (int i = 1; i < argc; ++i) depths.push_back(uint32_t(std::strtoul(argv[i], nullptr, 10)));
   if (depths.empty()) depths = {2048, 4096, 8192};
-  const AttentionKernels* k = attention_kernels_x86();
-  if (k == nullptr) {
+  const AttentionKernels* avx2 = attention_kernels_x86_avx2();
+  const AttentionKernels* avx512 = attention_kernels_x86_avx512();
+  if (avx2 == nullptr) {
     std::fprintf(stderr, "attention_bench: this CPU lacks AVX2/F16C/FMA\n");
     return 1;
   }
+  std::vector<Variant> variants{{0, avx2}, {1, avx2}, {2, avx2}};
+  if (avx512 != nullptr) variants.insert(variants.begin() + 2, {1, avx512});
+  if (avx512 != nullptr) variants.push_back({2, avx512});
   std::mt19937 rng(1);
   std::normal_distribution<float> nd;
   std::vector<float> q(kHeadDim * kHeads), out(kHeadDim);
   for (float& x : q) x = nd(rng);
-  std::printf("%-6s %-4s %12s %12s %12s %14s\n", "depth", "type", "scores ms", "sums ms", "step ms", "KV bytes/step");
+  std::printf("%-6s %-4s %-11s %12s %12s %12s %14s\n", "depth", "type", "kernels", "scores ms", "sums ms", "step ms",
+              "KV bytes/step");
   for (uint32_t depth : depths) {
     std::vector<float> p(depth);
     Cache caches[3];
     for (int t = 0; t < 3; ++t) caches[t] = make_cache(kTypes[t], depth, rng);
-    std::vector<double> scores_s[3], sums_s[3];
+    const size_t nv = variants.size();
+    std::vector<std::vector<double>> scores_s(nv), sums_s(nv);
     for (uint32_t rep = 0; rep < kReps; ++rep) {
-      for (int t = 0; t < 3; ++t) {
+      for (size_t v = 0; v < nv; ++v) {
+        const int t = variants[v].type;
+        const AttentionKernels* k = variants[v].k;
         const uint64_t row = kv_row_halves(kTypes[t], kHeadDim);
         double a = 0, b = 0;
         for (uint32_t l = 0; l < kLayers; ++l) {
@@ -94,17 +110,18 @@ int main(int argc, char** argv) {
             a += t1 - t0;
           }
         }
-        scores_s[t].push_back(a);
-        sums_s[t].push_back(b);
+        scores_s[v].push_back(a);
+        sums_s[v].push_back(b);
       }
     }
-    for (int t = 0; t < 3; ++t) {
-      std::sort(scores_s[t].begin(), scores_s[t].end());
-      std::sort(sums_s[t].begin(), sums_s[t].end());
-      const double s = scores_s[t][kReps / 2] * 1e3, w = sums_s[t][kReps / 2] * 1e3;
+    for (size_t v = 0; v < nv; ++v) {
+      const int t = variants[v].type;
+      std::sort(scores_s[v].begin(), scores_s[v].end());
+      std::sort(sums_s[v].begin(), sums_s[v].end());
+      const double s = scores_s[v][kReps / 2] * 1e3, w = sums_s[v][kReps / 2] * 1e3;
       const uint64_t bytes = uint64_t(depth) * kLayers * kKvHeads * 2 * kv_row_bytes(kTypes[t], kHeadDim);
-      std::printf("%-6u %-4s %12.2f %12.2f %12.2f %14llu\n", depth, kv_type_name(kTypes[t]), s, w, s + w,
-                  (unsigned long long)bytes);
+      std::printf("%-6u %-4s %-11s %12.2f %12.2f %12.2f %14llu\n", depth, kv_type_name(kTypes[t]), variants[v].k->name,
+                  s, w, s + w, (unsigned long long)bytes);
     }
   }
   return 0;

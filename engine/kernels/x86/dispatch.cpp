@@ -21,16 +21,12 @@ bool cpu_has_avx2() {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
 }
 
-namespace {
-
 bool cpu_has_avx512vnni() {
   __builtin_cpu_init();
   return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
          __builtin_cpu_supports("avx512vnni");
 }
-
-}  // namespace
 
 const MatmulKernels* kernels_x86_avx2() { return cpu_has_avx2() ? &x86::matmul_avx2_table() : nullptr; }
 

@@ -11,7 +11,13 @@
 // product per group), which adds at most dq/2 * |k~_i| per number (|k~_i - m| for q4, whose
 // minimum meets the f32 query): scale * sum_i dq/2 |k~_i|.
 // Against the f32 inputs the scores are then within scale * sum_i |q_i| e_i more, e_i the bound
-// above.
+// above. The AVX-512 scores (heads of 64 to 256, multiples of 64) take the same int8 query and
+// integer dot products, so the same bound.
+// The AVX-512 weighted sums (the same heads) quantize the coefficients c_j = p_j d_j of each
+// whole block of 16 rows to 16 bits against the largest S of the row's group pair (groups 2c and
+// 2c + 1: a chunk of 64 numbers) in the block: each c_j is off by at most S / 131070, which
+// adds S / 131070 * |n_j,i| per row to lane i, n_j,i the stored integer (|x~ - m| / d). Rows
+// past the last whole block are summed in f32.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -29,8 +35,36 @@ constexpr double kU = 1.0 / 16777216.0;
 
 std::vector<const AttentionKernels*> tables() {
   std::vector<const AttentionKernels*> t{&attention_kernels_ref()};
-  if (attention_kernels_x86() != nullptr) t.push_back(attention_kernels_x86());
+  if (attention_kernels_x86_avx2() != nullptr) t.push_back(attention_kernels_x86_avx2());
+  if (attention_kernels_x86_avx512() != nullptr) t.push_back(attention_kernels_x86_avx512());
   return t;
+}
+
+bool blocks_coefficients(const AttentionKernels* k, uint32_t hd) {
+  return k == attention_kernels_x86_avx512() && k != nullptr && hd % 64 == 0 && hd <= 256;
+}
+
+constexpr uint32_t kCoefBlock = 16;
+
+// What the 16-bit coefficients of whole blocks may add to lane i of a weighted sum (above).
+double coefficient_rounding(KvType t, const float* p, const uint16_t* rows, const float* deq, uint32_t n, uint32_t hd,
+                            uint32_t i) {
+  const uint32_t row = kv_row_halves(t, hd), groups = hd / 32, g = i / 32;
+  double bound = 0;
+  for (uint32_t b0 = 0; b0 + kCoefBlock <= n; b0 += kCoefBlock) {
+    double largest = 0;
+    for (uint32_t j = b0; j < b0 + kCoefBlock; ++j) {
+      for (uint32_t h = g & ~1u; h <= (g | 1u); ++h) {
+        largest = std::fmax(largest, double(p[j]) * f16_to_f32(rows[uint64_t(j) * row + h]));
+      }
+    }
+    for (uint32_t j = b0; j < b0 + kCoefBlock; ++j) {
+      const double d = f16_to_f32(rows[uint64_t(j) * row + g]);
+      const double m = t == KvType::Q4 ? f16_to_f32(rows[uint64_t(j) * row + groups + g]) : 0.0;
+      if (d > 0) bound += largest / 131070 * (1 + 1e-5) * std::fabs(deq[uint64_t(j) * hd + i] - m) / d;
+    }
+  }
+  return bound;
 }
 
 // Per-number error bounds of x stored as `t`.
@@ -116,7 +150,7 @@ TEST(KvQuant, ScoresReadRowsDirectly) {
     for (KvType t : {KvType::Q8, KvType::Q4}) {
       for (uint32_t hd : {8u, 24u, 32u, 64u, 96u, 128u, 130u, 256u, 320u}) {
         if (!kv_type_fits(t, hd)) continue;
-        for (uint32_t n : {0u, 1u, 8u, 9u, 33u}) {
+        for (uint32_t n : {0u, 1u, 8u, 9u, 33u, 80u}) {
           const Rows r = make_rows(t, n, hd, rng);
           std::vector<float> q(hd);
           for (float& x : q) x = nd(rng);
@@ -166,7 +200,7 @@ TEST(KvQuant, WeightedSumsReadRowsDirectly) {
     for (KvType t : {KvType::Q8, KvType::Q4}) {
       for (uint32_t hd : {8u, 24u, 32u, 64u, 96u, 128u, 130u, 256u, 320u}) {
         if (!kv_type_fits(t, hd)) continue;
-        for (uint32_t n : {0u, 1u, 5u, 8u, 41u}) {
+        for (uint32_t n : {0u, 1u, 5u, 8u, 41u, 80u}) {
           const Rows r = make_rows(t, n, hd, rng);
           std::vector<float> p(n);
           float total = 0;
@@ -177,6 +211,9 @@ TEST(KvQuant, WeightedSumsReadRowsDirectly) {
           const uint32_t row = kv_row_halves(t, hd);
           for (uint32_t i = 0; i < hd; ++i) {
             double on_rows = 0, mag = 0, on_f32 = 0, bound = 0;
+            const double coef = blocks_coefficients(k, hd)
+                                    ? coefficient_rounding(t, p.data(), r.q.data(), r.deq.data(), n, hd, i)
+                                    : 0.0;
             for (uint32_t j = 0; j < n; ++j) {
               const std::vector<double> e = error_bounds(t, &r.x[uint64_t(j) * hd], &r.q[uint64_t(j) * row], hd);
               on_rows += double(p[j]) * r.deq[uint64_t(j) * hd + i];
@@ -184,9 +221,9 @@ TEST(KvQuant, WeightedSumsReadRowsDirectly) {
               on_f32 += double(p[j]) * r.x[uint64_t(j) * hd + i];
               bound += p[j] * e[i];
             }
-            EXPECT_NEAR(got[i], on_rows, (2 * n + 6) * kU * mag + 1e-6)
+            EXPECT_NEAR(got[i], on_rows, coef + (2 * n + 6) * kU * mag + 1e-6)
                 << k->name << " " << kv_type_name(t) << " hd " << hd << " lane " << i;
-            EXPECT_NEAR(got[i], on_f32, bound + (2 * n + 6) * kU * mag + 1e-6)
+            EXPECT_NEAR(got[i], on_f32, bound + coef + (2 * n + 6) * kU * mag + 1e-6)
                 << k->name << " " << kv_type_name(t) << " hd " << hd << " lane " << i;
           }
           EXPECT_EQ(got[hd], -7.0f) << k->name << " wrote past " << hd << " lanes";
@@ -194,6 +231,56 @@ TEST(KvQuant, WeightedSumsReadRowsDirectly) {
       }
     }
   }
+}
+
+// Attention after a softmax: one row (a sink) takes almost all the probability, the rest a long
+// tail of tiny ones. The AVX-512 block coefficients must keep the tail's sum within the stated
+// bound, not round it away: rows in the sink's block lose most precision, other blocks keep 16
+// bits against their own largest.
+TEST(KvQuant, WeightedSumsKeepATailOfSmallProbabilities) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> ud(0.0f, 1.0f);
+  const uint32_t hd = 64, n = 4096 + 7;
+  for (const AttentionKernels* k : tables()) {
+    for (KvType t : {KvType::Q8, KvType::Q4}) {
+      const Rows r = make_rows(t, n, hd, rng);
+      std::vector<float> p(n);
+      double total = 0;
+      for (uint32_t j = 0; j < n; ++j) total += (p[j] = j == 3 ? 6.0f : 1e-3f + ud(rng) * 1e-3f);
+      for (float& x : p) x = float(x / total);
+      std::vector<float> got(hd);
+      k->weighted_sum_of(t)(p.data(), r.q.data(), n, hd, got.data());
+      double tail_bound = 0, worst = 0;
+      for (uint32_t i = 0; i < hd; ++i) {
+        double on_rows = 0, mag = 0;
+        for (uint32_t j = 0; j < n; ++j) {
+          on_rows += double(p[j]) * r.deq[uint64_t(j) * hd + i];
+          mag += std::fabs(double(p[j]) * r.deq[uint64_t(j) * hd + i]);
+        }
+        const double coef =
+            blocks_coefficients(k, hd) ? coefficient_rounding(t, p.data(), r.q.data(), r.deq.data(), n, hd, i) : 0.0;
+        EXPECT_NEAR(got[i], on_rows, coef + (2 * n + 6) * kU * mag + 1e-6)
+            << k->name << " " << kv_type_name(t) << " lane " << i;
+        tail_bound = std::fmax(tail_bound, coef);
+        worst = std::fmax(worst, std::fabs(got[i] - on_rows));
+      }
+      // The sink holds about half the probability, the tail the other half. The bound stays
+      // small: 16-bit coefficients (8-bit ones would allow 256 times as much, about 0.3 here).
+      EXPECT_LT(tail_bound, 5e-3) << k->name << " " << kv_type_name(t);
+    }
+  }
+}
+
+// The AVX-512 table's f16 entries are the AVX2 functions: f16 results do not depend on the table.
+TEST(KvQuant, F16KernelsAreTheSameWhicheverX86Table) {
+  const AttentionKernels* a = attention_kernels_x86_avx2();
+  const AttentionKernels* b = attention_kernels_x86_avx512();
+  if (a == nullptr || b == nullptr) GTEST_SKIP() << "this CPU lacks AVX2 or AVX-512 VNNI";
+  EXPECT_EQ(a->scores, b->scores);
+  EXPECT_EQ(a->weighted_sum, b->weighted_sum);
+  EXPECT_EQ(a->weighted_sum_more, b->weighted_sum_more);
+  EXPECT_EQ(a->to_half, b->to_half);
+  EXPECT_EQ(attention_kernels_x86(), b);
 }
 
 }  // namespace
