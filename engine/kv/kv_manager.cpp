@@ -43,6 +43,16 @@ uint32_t KvManager::lookahead_tokens(const KvCache& kv, size_t prompt) const {
   return n;
 }
 
+bool KvManager::lookahead_due(const KvCache& kv, uint32_t chunks) const {
+  if (!kv_policy_uses_snapkv(policy_.kind) || kv.visible() + chunk_ <= budget_) return false;
+  // A token is first judged when it leaves the ring, ring / chunk compressions after it came;
+  // queries at most that old were computed while it was in the cache, so the question's
+  // retrieval heads, which look for what the text holds, have seen it.
+  const uint32_t ring = kv_policy_is_snapstream_like(policy_.kind) ? snapstream_window(policy_, budget_) : 0;
+  const uint32_t period = ring / chunk_ > 1 ? ring / chunk_ : 1;
+  return chunks >= period;
+}
+
 Error KvManager::settle(KvCache& kv, uint32_t n, bool prefill, bool lookahead) {
   const KvPolicyConfig& p = policy_;
   const bool overflow = kv.visible() + n > budget_;

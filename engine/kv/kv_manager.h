@@ -40,6 +40,11 @@ class KvManager {
   // Tokens of a prompt's end to run ahead (KvCache lookahead) before a prompt of `prompt`
   // tokens: its queries score every chunk's compression. 0 when the policy does not need it.
   uint32_t lookahead_tokens(const KvCache& kv, size_t prompt) const;
+  // Whether the prompt end's queries must be computed again, against the cache as it is now,
+  // before the next prompt chunk: `chunks` prompt chunks have been settled since they were
+  // last computed. True when that chunk will be compressed and the queries are older than the
+  // time a token spends in the recent ring (docs/kv.md, "Chunked prefill and the lookahead").
+  bool lookahead_due(const KvCache& kv, uint32_t chunks) const;
   // After a forward pass staged `n` entries: back within the budget. `prefill`: they are
   // prompt tokens; `lookahead`: the cache holds the prompt end's queries, which score too.
   Error settle(KvCache& kv, uint32_t n, bool prefill, bool lookahead);

@@ -111,6 +111,7 @@ enum class Region : uint8_t {
   KvLocalPositions,
   KvObservations,
   KvLookahead,
+  KvLookaheadTokens,
   KvPages,
   Logits,  // per slot
   // scratch: one chunk's activations, reused layer after layer
@@ -177,6 +178,8 @@ inline constexpr RegionInfo kRegions[kRegionCount] = {
      "[global layers][obs_window][n_heads*head_dim] f32"},
     {Region::KvLookahead, "kv_lookahead", PlanArena::Persistent, RegionGroup::Kv, true, 4,
      "[global layers][obs_window][n_heads*head_dim] f32"},
+    {Region::KvLookaheadTokens, "kv_lookahead_tokens", PlanArena::Persistent, RegionGroup::Kv, true, 4,
+     "[obs_window] i32: the prompt's last tokens, run again as the cache changes"},
     {Region::KvPages, "kv_pages", PlanArena::Persistent, RegionGroup::Kv, true, 4,
      "[global layers][kv_heads][min, max][head_dim][max_pages] f32 (sparse attention)"},
     {Region::Logits, "logits", PlanArena::Persistent, RegionGroup::Logits, true, 4, "[vocab] f32"},
@@ -270,6 +273,7 @@ constexpr uint64_t region_elements(Region r, const PlanShape& s, const PlanConfi
     case Region::KvLocalPositions: return local_heads * local_cap;
     case Region::KvObservations:
     case Region::KvLookahead: return global_layers * obs_window * q_dim;
+    case Region::KvLookaheadTokens: return obs_window;
     case Region::KvPages: return sparse.budget ? heads * 2 * s.head_dim * sparse.max_pages : 0;
     case Region::Logits: return s.vocab_size;
     case Region::X:

@@ -99,6 +99,7 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
     kb.positions = regions.get<int32_t>(Region::KvPositions, i);
     kb.observations = regions.get<float>(Region::KvObservations, i);
     kb.lookahead = regions.get<float>(Region::KvLookahead, i);
+    s->lookahead_tokens = regions.get<int32_t>(Region::KvLookaheadTokens, i);
     kb.pages = regions.get<float>(Region::KvPages, i);
     KEEL_TRY(s->kv.init(kvs, kb));
     if (ps.local_layers > 0) {
@@ -165,7 +166,10 @@ Error Runtime::begin_prompt(uint32_t slot, Span<const int32_t> tokens) {
   // SnapKV scores each chunk's compression also by the prompt's last queries, computed first.
   const uint32_t look = kv_.lookahead_tokens(s.kv, tokens.size());
   if (look > 0) {
-    const Error e = capture_lookahead(s, tokens, look);
+    KEEL_ENSURE(s.lookahead_tokens != nullptr, Status::Internal, "the plan lacks the lookahead's tokens");
+    for (uint32_t i = 0; i < look; ++i) s.lookahead_tokens[i] = tokens[tokens.size() - look + i];
+    s.lookahead_count = look;
+    const Error e = capture_lookahead(s);
     if (!e.ok()) {
       clear_slot(s);
       return e;
@@ -236,6 +240,14 @@ Error Runtime::run(SlotWork* work, uint32_t count) {
       if (w.prompt_end) {
         s.kv.drop_lookahead();
         s.lookahead = false;
+      } else if (s.lookahead && kv_.lookahead_due(s.kv, ++s.lookahead_age)) {
+        // The question run again against what the cache holds now (docs/kv.md).
+        e = capture_lookahead(s);
+        if (!e.ok()) {
+          w.status = e.status();
+          clear_slot(s);
+          continue;
+        }
       }
     } else {
       s.decoded += w.n;
@@ -245,16 +257,18 @@ Error Runtime::run(SlotWork* work, uint32_t count) {
   return pass;
 }
 
-Error Runtime::capture_lookahead(Slot& s, Span<const int32_t> tokens, uint32_t n) {
+Error Runtime::capture_lookahead(Slot& s) {
   // The local ring takes part in the pass and is left as it was too: its staged entries are
   // dropped and its position rewound.
   KvCache* local = local_cache(s);
   s.kv.begin_lookahead();
   if (local) local->begin_lookahead();
-  const ForwardSegment seg{&s.kv, tokens.data() + (tokens.size() - n), n, nullptr, 0, local};
+  const uint32_t n = s.lookahead_count;
+  const ForwardSegment seg{&s.kv, s.lookahead_tokens, n, nullptr, 0, local};
   const Error e = transformer_.forward(&seg, 1);
   s.kv.end_lookahead(e.ok() ? n : 0);
   if (local) local->end_lookahead(0);
+  s.lookahead_age = 0;
   return e;
 }
 

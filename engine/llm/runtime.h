@@ -122,16 +122,19 @@ class Runtime {
     text::Sampler sampler;
     int32_t recent[kRecentTokens] = {};  // the last tokens of the sequence, oldest first
     uint32_t recent_count = 0;
-    uint64_t prompt_left = 0;  // of the prompt begin_prompt started
-    bool lookahead = false;    // that prompt's lookahead queries are in the cache
+    uint64_t prompt_left = 0;             // of the prompt begin_prompt started
+    bool lookahead = false;               // that prompt's lookahead queries are in the cache
+    int32_t* lookahead_tokens = nullptr;  // [obs_window] the prompt's last tokens (plan)
+    uint32_t lookahead_count = 0;         // of them
+    uint32_t lookahead_age = 0;           // prompt chunks settled since their queries were computed
   };
   // Checks one entry before a pass; Ok, or why it cannot run.
   Status check_work(const SlotWork& w) const;
   void remember(Slot& s, const int32_t* tokens, size_t n);
   Error check_slot(uint32_t slot) const;
-  // Runs the prompt's last `n` tokens once to keep their queries (KvCache lookahead), when the
-  // KV policy asks for them. Leaves the cache as it was.
-  Error capture_lookahead(Slot& s, Span<const int32_t> tokens, uint32_t n);
+  // Runs the slot's lookahead tokens against its cache to keep their queries (KvCache
+  // lookahead), when the KV policy asks for them. Leaves the cache as it was.
+  Error capture_lookahead(Slot& s);
   // Empties a slot: cache, counters, recent tokens (reset, and a prefill refused half-way).
   void clear_slot(Slot& s);
   // The slot's local-layer ring, or null when the model has no local layers.

@@ -223,6 +223,48 @@ TEST(Batching, BatchedEqualsAloneUnderTheFullPolicyUpToItsBudget) {
   EXPECT_EQ(got.begin()->second.finish, FinishReason::KvFull);
 }
 
+// The question's queries that judge each chunk's compression are computed again against the
+// cache as it is (docs/kv.md, "Chunked prefill and the lookahead"): run once against an empty
+// cache they had never seen the text, and their retrieval heads under-scored what it holds.
+TEST(Batching, LookaheadQueriesAreRecomputedAgainstTheCompressedCache) {
+  ASSERT_TRUE(stories().model.loaded());
+  Host h(stories().model, KvPolicyKind::SnapStream, 64, 16, 1, 0);
+  ASSERT_TRUE(h.error.ok()) << h.error.message();
+  const std::vector<int32_t> p = prompt_of(150, 5, stories().model.shape().vocab_size);
+  ASSERT_TRUE(h.rt.begin_prompt(0, Span<const int32_t>(p.data(), p.size())).ok());
+  const KvCache& kv = h.rt.kv_cache(0);
+  const uint32_t last = kv.shape().n_layers - 1, q_dim = kv.shape().q_dim;
+  ASSERT_EQ(kv.lookahead_count(), 16u);  // the chunk bounds it
+  // The last layer's queries depend on what the tokens attended to, the cache included.
+  auto queries = [&] { return std::vector<float>(kv.lookahead(last, 0), kv.lookahead(last, 0) + 16 * q_dim); };
+  const std::vector<float> first = queries();
+  uint32_t changes = 0;
+  std::vector<float> before = first;
+  for (size_t done = 0; done < p.size();) {
+    SlotWork w;
+    w.slot = 0;
+    w.tokens = p.data() + done;
+    w.n = uint32_t(p.size() - done < 16 ? p.size() - done : 16);
+    w.prompt = true;
+    w.prompt_end = done + w.n == p.size();
+    ASSERT_TRUE(h.rt.run(&w, 1).ok());
+    ASSERT_EQ(w.status, Status::Ok);
+    done += w.n;
+    if (w.prompt_end) break;
+    const std::vector<float> now = queries();
+    // Before the cache is full nothing is compressed and the queries stay; from then on (ring
+    // of 16 = one chunk) every chunk is judged by queries that saw the cache it compresses.
+    if (kv.visible() + 16 <= 64) {
+      EXPECT_EQ(now, first) << "after " << done << " tokens";
+    } else {
+      EXPECT_NE(now, before) << "after " << done << " tokens";
+      ++changes;
+    }
+    before = now;
+  }
+  EXPECT_GE(changes, 5u);
+}
+
 TEST(Batching, BatchedEqualsAloneWithTwoThreads) {
   ASSERT_TRUE(stories().model.loaded());
   port::LinuxThreadPool pool(2);
