@@ -401,7 +401,7 @@ DfCost df_cost(const DfCounters& c, const HwDesc& hw, bool double_buffered, DfOp
   uint32_t worst = 0;
   for (uint32_t i = 1; i < 4; ++i)
     if (parts[i] > parts[worst]) worst = i;
-  if (double_buffered) {
+  if (double_buffered && !hw.serial) {
     // Transfers overlap compute and each other; a transfer's latency hides behind the previous
     // tile's, except for the first transfer of each call on each tier.
     for (uint32_t i = 0; i < hw.tier_count && i < kHwMaxTiers; ++i) {
