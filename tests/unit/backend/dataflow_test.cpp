@@ -274,6 +274,11 @@ TEST(DataflowSchedule, OffchipBytesPerDecodeTokenAreExact) {
       const uint64_t kv_row = uint64_t(m.n_layers) * m.n_kv_heads * m.head_dim * 2;  // f16, one of K or V
       EXPECT_EQ(c.total().tier_bytes[0], s.weight_bytes + 2 * kv_row * (cached + 1) + 2 * kv_row) << cached;
     }
+    // A chunk's rows share each norm weight: it is read once per chunk, not once per row.
+    DfCounterSet chunk;
+    df_count_forward(s, in.model, 16, 100, 0, 1, chunk);
+    EXPECT_EQ(chunk.op[uint32_t(DfOp::Norm)].tier_bytes[0], (2ull * m.n_layers + 1) * m.dim * 4);
+    EXPECT_EQ(chunk.op[uint32_t(DfOp::Norm)].calls, 2ull * m.n_layers * 16 + 1);
   }
 }
 
