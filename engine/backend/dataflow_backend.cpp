@@ -52,6 +52,7 @@ Error DataflowBackend::create_state(const Model& model, const BackendPlan& plan,
   state_->schedule = s.value();
   sram_ = block.data() + state_header_bytes();
   shape_ = model.shape();
+  norm_weight_ = nullptr;
   return Error();
 }
 
@@ -90,6 +91,7 @@ void DataflowBackend::matmul(const TensorView& w, const float* x, uint32_t x_str
   c.calls += 1;
   const bool quant = is_quantized(w.dtype);
   uint8_t* in = buf(DfBuf::MatIn);
+  norm_weight_ = nullptr;
   if (quant) {
     if (!x_quantized) {
       KernelBackend::quantize_rows(x, n, w.cols, x_stride, xq);
@@ -230,8 +232,13 @@ void DataflowBackend::rmsnorm(const float* x, const float* w, uint32_t n, float 
   float* in = reinterpret_cast<float*>(buf(DfBuf::MatIn));
   float* o = reinterpret_cast<float*>(buf(DfBuf::MatOut));
   memcpy(in, x, n * 4ull);
-  memcpy(in + n, w, n * 4ull);
-  charge(c, s.weights_onchip, s.weight_tier, n * 4ull);
+  // The rows of a chunk are normalized one after another with one weight, which stays behind
+  // the row in MatIn until another op takes MatIn over.
+  if (norm_weight_ != w || norm_weight_elems_ != n) {
+    memcpy(in + n, w, n * 4ull);
+    charge(c, s.weights_onchip, s.weight_tier, n * 4ull);
+    norm_weight_ = w, norm_weight_elems_ = n;
+  }
   vk_.rmsnorm(in, in + n, n, eps, o);
   memcpy(out, o, n * 4ull);
   c.sram_bytes += 2ull * n * 4;
@@ -245,6 +252,7 @@ void DataflowBackend::elementwise(const float* a, const float* b, uint32_t n, fl
   DfCounters& c = ctr(DfOp::Residual);
   c.calls += 1;
   float* in = reinterpret_cast<float*>(buf(DfBuf::MatIn));
+  norm_weight_ = nullptr;
   float* o = reinterpret_cast<float*>(buf(DfBuf::MatOut));
   memcpy(in, a, n * 4ull);
   memcpy(in + n, b, n * 4ull);

@@ -61,6 +61,9 @@ class DataflowBackend final : public KernelBackend {
   uint8_t* sram_ = nullptr;  // [hw.sram_bytes]
   ModelShape shape_;
   bool after_attention_ = false;
+  // The norm weight MatIn holds behind the row (null once another op has used MatIn).
+  const float* norm_weight_ = nullptr;
+  uint32_t norm_weight_elems_ = 0;
 };
 
 }  // namespace keel

@@ -31,6 +31,9 @@ struct HwDesc {
   uint32_t tier_count = 0;  // 1 or 2; tier 0 holds the weights and a spilled KV cache
   HwTier tiers[kHwMaxTiers];
   uint32_t dma_engines = 1;  // transfers in flight at once
+  // One engine computes and moves data in turn (a CPU thread streaming from DRAM): an op costs
+  // the sum of its compute, SRAM and transfer time even when the schedule double-buffers.
+  bool serial = false;
 };
 
 }  // namespace keel

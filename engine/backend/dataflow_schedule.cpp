@@ -51,11 +51,12 @@ struct Walker {
       c.tier_transfers[tier] += 1;
     }
   }
-  void norm(uint32_t n) {
+  // `rows` rows of `n` one after another: the weight is loaded with the first and stays.
+  void norm(uint32_t rows, uint32_t n) {
     DfCounters& c = out.op[uint32_t(DfOp::Norm)];
-    c.calls += 1;
-    c.vector_elems += n;
-    c.sram_bytes += 2ull * n * 4;  // row in, row out
+    c.calls += rows;
+    c.vector_elems += uint64_t(rows) * n;
+    c.sram_bytes += uint64_t(rows) * 2 * n * 4;  // row in, row out
     offchip_or_sram(c, s.weights_onchip, s.weight_tier, uint64_t(n) * 4);
   }
   void quantize(uint32_t n, uint32_t cols) {
@@ -355,7 +356,7 @@ void df_count_forward(const DfSchedule& s, const DfModel& m, uint32_t n, uint32_
   const Mat gate{DfOp::FfnIn, m.ffn_dtype, sh.ffn_dim, sh.dim}, down{DfOp::FfnDown, m.ffn_dtype, sh.dim, sh.ffn_dim};
   const Mat head{DfOp::LmHead, m.lm_head_dtype, sh.vocab_size, sh.dim};
   for (uint32_t l = 0; l < sh.n_layers; ++l) {
-    for (uint32_t t = 0; t < n; ++t) w.norm(sh.dim);
+    w.norm(n, sh.dim);
     const bool shared_q = is_quantized(m.attn_dtype);
     if (shared_q) w.quantize(n, sh.dim);
     w.matmul(wq, n, shared_q);
@@ -369,7 +370,7 @@ void df_count_forward(const DfSchedule& s, const DfModel& m, uint32_t n, uint32_
     w.attention(n, visible, prefix);
     w.matmul(wo, n, false);
     w.residual(DfOp::Residual, n, sh.dim);
-    for (uint32_t t = 0; t < n; ++t) w.norm(sh.dim);
+    w.norm(n, sh.dim);
     const bool shared_f = is_quantized(m.ffn_dtype);
     if (shared_f) w.quantize(n, sh.dim);
     w.matmul(gate, n, shared_f);
@@ -379,7 +380,7 @@ void df_count_forward(const DfSchedule& s, const DfModel& m, uint32_t n, uint32_
     w.residual(DfOp::Residual, n, sh.dim);
   }
   if (n_logits > 0) {
-    for (uint32_t t = 0; t < n_logits; ++t) w.norm(sh.dim);
+    w.norm(n_logits, sh.dim);
     w.matmul(head, n_logits, false);
   }
 }
@@ -401,7 +402,7 @@ DfCost df_cost(const DfCounters& c, const HwDesc& hw, bool double_buffered, DfOp
   uint32_t worst = 0;
   for (uint32_t i = 1; i < 4; ++i)
     if (parts[i] > parts[worst]) worst = i;
-  if (double_buffered) {
+  if (double_buffered && !hw.serial) {
     // Transfers overlap compute and each other; a transfer's latency hides behind the previous
     // tile's, except for the first transfer of each call on each tier.
     for (uint32_t i = 0; i < hw.tier_count && i < kHwMaxTiers; ++i) {

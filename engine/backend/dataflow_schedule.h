@@ -119,6 +119,7 @@ struct DfCost {
   DfBound bound = DfBound::Compute;
 };
 // `op` matters for KvWrite only: its writes are posted, so their latency is never exposed.
+// Overlap needs both a double-buffered schedule and hardware that is not `serial`.
 DfCost df_cost(const DfCounters& c, const HwDesc& hw, bool double_buffered, DfOp op);
 
 }  // namespace keel

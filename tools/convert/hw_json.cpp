@@ -85,7 +85,7 @@ bool parse_hw_json(const std::string& text, const std::string& origin, HwDesc& o
   Reader r{origin, ""};
   HwDesc h;
   uint64_t dma = 0;
-  bool ok = r.object(j, "", {"name", "clock_hz", "compute", "sram", "offchip", "dma_engines", "sources"}) &&
+  bool ok = r.object(j, "", {"name", "clock_hz", "compute", "sram", "offchip", "dma_engines", "serial", "sources"}) &&
             r.name(j, "", "name", h.name) && r.positive(j, "", "clock_hz", h.clock_hz);
   const json* compute = ok ? r.member(j, "", "compute") : nullptr;
   ok = ok && compute && r.object(*compute, "compute", {"macs_per_cycle", "vector_elems_per_cycle"});
@@ -121,12 +121,14 @@ bool parse_hw_json(const std::string& text, const std::string& origin, HwDesc& o
   }
   ok = ok && r.count(j, "", "dma_engines", dma);
   if (ok && dma > 1024) ok = r.fail("dma_engines", "at most 1024", &j["dma_engines"]);
+  if (ok && j.contains("serial") && !j["serial"].is_boolean()) ok = r.fail("serial", "true or false", &j["serial"]);
   if (ok && j.contains("sources") && !j["sources"].is_string()) ok = r.fail("sources", "a string", &j["sources"]);
   if (!ok) {
     error = r.error;
     return false;
   }
   h.dma_engines = uint32_t(dma);
+  h.serial = j.contains("serial") && j["serial"].get<bool>();
   out = h;
   return true;
 }
@@ -147,6 +149,7 @@ std::string hw_to_json(const HwDesc& h, const std::string& sources) {
                             {"latency_ns", h.tiers[i].latency_ns}});
   }
   j["dma_engines"] = h.dma_engines;
+  j["serial"] = h.serial;
   j["sources"] = sources;
   return j.dump(2) + "\n";
 }

@@ -86,6 +86,9 @@ int run_calibrate(uint32_t threads_opt) {
   h.tiers[0].bandwidth_bytes_per_s = dram_gbps * 1e9;
   h.tiers[0].latency_ns = 100;
   h.dma_engines = threads;
+  // A core waits for what it streams from DRAM between its own computations (no DMA engine
+  // beside it), so its ops cost compute plus transfer.
+  h.serial = true;
 
   // The native kernels' MAC rates on one thread over weights that stay in cache, times threads.
   const MatmulKernels& mk = kernels_best();
@@ -117,7 +120,8 @@ int run_calibrate(uint32_t threads_opt) {
   snprintf(sources, sizeof sources,
            "keel emulate --calibrate with %u threads: DRAM read %.2f GB/s (512 MiB buffer); cache reported %llu "
            "bytes, of which %llu read at >= 1.5x DRAM speed (%.2f GB/s, the slowest of those sizes); native "
-           "kernels '%s' MAC rates on one thread times %u; latency 100 ns assumed; one cycle = 1 ns",
+           "kernels '%s' MAC rates on one thread times %u; latency 100 ns assumed; serial (compute plus transfer); "
+           "one cycle = 1 ns",
            threads, dram_gbps, (unsigned long long)llc, (unsigned long long)effective, llc_gbps, mk.name, threads);
   const std::string path = hw::host_hw_path();
   std::error_code ec;

@@ -177,6 +177,7 @@ json schedule_json(const DfSchedule& s, const EmuConfig& c) {
           {"kv_onchip", s.kv_onchip},
           {"weights_onchip", s.weights_onchip},
           {"double_buffered", s.double_buffered},
+          {"serial", c.hw.serial},
           {"weight_tier", s.weights_onchip ? "sram" : c.hw.tiers[s.weight_tier].name},
           {"kv_tier", kvsrc},
           {"tile_panels", s.tile_panels},
@@ -434,7 +435,8 @@ int cmd_emulate(int argc, char** argv) {
          human_bytes(s.peak_bytes).c_str(), human_bytes(c.hw.sram_bytes).c_str(), s.kv_onchip ? "on chip" : "off chip",
          human_bytes(s.kv_total_bytes).c_str(), s.weights_onchip ? "on chip" : "streamed",
          human_bytes(s.weight_bytes).c_str(), s.tile_panels * kPanelRows, s.kv_tile_tokens, s.q_block,
-         s.double_buffered ? ", double-buffered" : "");
+         s.double_buffered ? (c.hw.serial ? ", double-buffered (serial hardware: costs add up)" : ", double-buffered")
+                           : "");
   print_table(r.decode, c.hw, s.double_buffered, r.decode_cycles, "decode token:");
   printf("  total: %s cycles/token, %.2f tokens/s, %s off-chip bytes/token\n", fmt_num(r.decode_cycles).c_str(),
          c.hw.clock_hz / r.decode_cycles, human_bytes(offchip(dec)).c_str());

@@ -29,7 +29,7 @@ double median(std::vector<double> v) {
 }
 
 constexpr uint32_t kChunk = 64;     // prefill test: one chunk of this many tokens
-constexpr uint32_t kDecodeRun = 8;  // decode test: this many tokens one at a time
+constexpr uint32_t kDecodeRun = 8;  // decode test: this many tokens one at a time, each a sample
 
 // One forward pass issued op by op as transformer.cpp issues them, on the model's own weights and
 // a KV cache of every layer (so that what streams from DRAM streams here too), each op class
@@ -164,7 +164,10 @@ struct Test {
   const Point* point = nullptr;
   bool prefill = false;
   uint32_t visible = 0, prefix = 0, capacity = 0;
-  std::vector<double> e2e;  // seconds per token, one per repetition
+  // Samples of seconds per token (decode: one per token; prefill: one per chunk) and of the op
+  // classes' seconds per pass (decode: kDecodeRun passes per repetition), over every repetition.
+  // A neighbour's burst lands in a few samples; the medians skip it.
+  std::vector<double> e2e;
   std::vector<OpSeconds> ops;
   DfCounterSet counters;
   bool double_buffered = false;
@@ -188,20 +191,33 @@ bool judged(const Test& t, uint32_t op) {
 }
 
 // Fits the rates of `hw` to the calibration tests' op classes: coordinate descent on the sum of
-// squared log errors, each rate scaled by factors that shrink round by round.
+// squared log errors, each rate scaled by factors that shrink round by round. An op class's
+// error weighs by its share of its test's time, plus a floor: the classes that make up a token
+// decide the rates, and one a few microseconds long (at the timer's and the scheduler's
+// resolution) cannot pull a rate that the large ones share away from them.
 void fit(HwDesc& hw, const std::vector<Test>& tests) {
   double* rates[] = {&hw.macs_per_cycle_int8,    &hw.macs_per_cycle_bf16,  &hw.macs_per_cycle_f32,
                      &hw.vector_elems_per_cycle, &hw.sram_bytes_per_cycle, &hw.tiers[0].bandwidth_bytes_per_s,
                      &hw.tiers[0].latency_ns};
+  struct Term {
+    const Test* test;
+    uint32_t op;
+    double measured_s, weight;
+  };
+  std::vector<Term> terms;
+  for (const Test& t : tests) {
+    if (!t.point->calibration) continue;
+    double total = 0;
+    for (uint32_t i = 0; i < kDfOps; ++i)
+      if (judged(t, i)) total += t.op_s(i);
+    for (uint32_t i = 0; i < kDfOps; ++i)
+      if (judged(t, i)) terms.push_back({&t, i, t.op_s(i) / tokens_of(t), t.op_s(i) / total + 0.02});
+  }
   auto loss = [&] {
     double sum = 0;
-    for (const Test& t : tests) {
-      if (!t.point->calibration) continue;
-      for (uint32_t i = 0; i < kDfOps; ++i) {
-        if (!judged(t, i)) continue;
-        const double e = std::log(predicted_s(t, hw, i) / (t.op_s(i) / tokens_of(t)));
-        sum += e * e;
-      }
+    for (const Term& term : terms) {
+      const double e = std::log(predicted_s(*term.test, hw, term.op) / term.measured_s);
+      sum += term.weight * e * e;
     }
     return sum;
   };
@@ -306,15 +322,19 @@ int run_validate(const SessionOptions& base, const std::string& start_hw, uint32
         t->prefix = rt.kv_cache(0).prefix();
         t->capacity = rt.kv_cache(0).shape().capacity;
         const uint32_t n = tokens_of(*t);
-        const double t0 = now_s();
         if (t->prefill) {
+          const double t0 = now_s();
           if (!check(rt.prefill(0, Span<const int32_t>(ids.data() + p.depth, n)))) return 1;
+          t->e2e.push_back((now_s() - t0) / n);
+          t->ops.push_back(bench.forward(n, t->visible, t->prefix));
         } else {
-          for (uint32_t k = 0; k < kDecodeRun; ++k)
+          for (uint32_t k = 0; k < kDecodeRun; ++k) {
+            const double t0 = now_s();
             if (!check(rt.decode(0, ids[p.depth + k]))) return 1;
+            t->e2e.push_back(now_s() - t0);
+          }
+          for (uint32_t k = 0; k < kDecodeRun; ++k) t->ops.push_back(bench.forward(n, t->visible, t->prefix));
         }
-        t->e2e.push_back((now_s() - t0) / (t->prefill ? n : kDecodeRun));
-        t->ops.push_back(bench.forward(n, t->visible, t->prefix));
       }
     }
   }
@@ -335,6 +355,7 @@ int run_validate(const SessionOptions& base, const std::string& start_hw, uint32
 
   json out;
   out["threads"] = 1;
+  out["serial"] = hw.serial;
   out["repetitions"] = reps;
   out["start_hw"] = start_hw;
   out["fitted"] = {
@@ -366,6 +387,7 @@ int run_validate(const SessionOptions& base, const std::string& start_hw, uint32
                     {"ops_measured_us", op_sum * 1e6},
                     {"predicted_us", pred * 1e6},
                     {"error", err(pred, t.e2e_s())},
+                    {"ops_error", err(pred, op_sum)},
                     {"unfitted_predicted_us", pred_start * 1e6},
                     {"unfitted_error", err(pred_start, t.e2e_s())},
                     {"ops", ops}});
@@ -376,20 +398,25 @@ int run_validate(const SessionOptions& base, const std::string& start_hw, uint32
     return 0;
   }
   printf(
-      "fitted on the calibration half (1 thread): int8 %.1f, bf16 %.1f, f32 %.1f MACs/ns; vector %.2f "
+      "fitted on the calibration half (1 thread, %s): int8 %.1f, bf16 %.1f, f32 %.1f MACs/ns; vector %.2f "
       "elements/ns; SRAM %.2f B/ns; DRAM %.2f GB/s, latency %.0f ns\n",
+      hw.serial ? "serial: compute plus transfer" : "overlapped: the larger of compute and transfer",
       hw.macs_per_cycle_int8, hw.macs_per_cycle_bf16, hw.macs_per_cycle_f32, hw.vector_elems_per_cycle,
       hw.sram_bytes_per_cycle, hw.tiers[0].bandwidth_bytes_per_s / 1e9, hw.tiers[0].latency_ns);
-  printf("\nend to end, microseconds per token (native measured by Runtime, median of %u):\n", reps);
-  printf("  %-6s %-22s %-8s %7s %10s %10s %10s %8s %10s\n", "half", "policy", "test", "visible", "measured", "op sum",
-         "predicted", "error", "unfitted");
+  printf(
+      "\nend to end, microseconds per token (native measured by Runtime; medians over %u repetitions of\n"
+      "each decode token and each prefill chunk):\n",
+      reps);
+  printf("  %-6s %-22s %-8s %7s %10s %10s %10s %8s %8s %10s\n", "half", "policy", "test", "visible", "measured",
+         "op sum", "predicted", "error", "vs ops", "unfitted");
   for (const json& r : rows) {
     const std::string pol = r["policy"].get<std::string>() + " d" + std::to_string(r["depth"].get<uint32_t>()) +
                             (r["budget"].get<uint32_t>() ? " b" + std::to_string(r["budget"].get<uint32_t>()) : "");
-    printf("  %-6s %-22s %-8s %7u %10.1f %10.1f %10.1f %+7.1f%% %+9.1f%%\n",
+    printf("  %-6s %-22s %-8s %7u %10.1f %10.1f %10.1f %+7.1f%% %+7.1f%% %+9.1f%%\n",
            r["half"] == "calibration" ? "calib" : "REPORT", pol.c_str(), r["test"].get<std::string>().c_str(),
            r["visible"].get<uint32_t>(), r["e2e_measured_us"].get<double>(), r["ops_measured_us"].get<double>(),
-           r["predicted_us"].get<double>(), 100 * r["error"].get<double>(), 100 * r["unfitted_error"].get<double>());
+           r["predicted_us"].get<double>(), 100 * r["error"].get<double>(), 100 * r["ops_error"].get<double>(),
+           100 * r["unfitted_error"].get<double>());
   }
   printf("\nper op class on the reported half, microseconds per token:\n");
   printf("  %-22s %-8s %-13s %10s %10s %8s  %s\n", "policy", "test", "op", "measured", "predicted", "error", "bound");

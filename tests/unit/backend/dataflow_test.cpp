@@ -137,6 +137,10 @@ TEST(DataflowHw, PresetsLoad) {
     ASSERT_TRUE(hw::parse_hw_json(hw::hw_to_json(h, "test"), "roundtrip", back, err)) << err;
     EXPECT_EQ(back.sram_bytes, h.sram_bytes);
     EXPECT_EQ(back.macs_per_cycle_int8, h.macs_per_cycle_int8);
+    EXPECT_FALSE(h.serial) << p.name;  // accelerators overlap transfers with compute
+    h.serial = true;
+    ASSERT_TRUE(hw::parse_hw_json(hw::hw_to_json(h, "test"), "roundtrip", back, err)) << err;
+    EXPECT_TRUE(back.serial);
   }
   const HwDesc s = preset("sn40l");
   EXPECT_EQ(s.sram_bytes, 520ull << 20);
@@ -156,7 +160,8 @@ TEST(DataflowHw, ErrorsNameTheField) {
       {"\"int8\": 1000", "\"int9\": 1000", "compute.macs_per_cycle.int9: unknown field"},
       {"\"bandwidth_bytes_per_s\": 1.6e10", "\"bandwidth_bytes_per_s\": 0", "offchip[0].bandwidth_bytes_per_s"},
       {"\"dma_engines\": 2", "\"dma_engines\": 2.5", "dma_engines"},
-      {"\"vector_elems_per_cycle\": 64", "\"vector\": 64", "compute.vector"}};
+      {"\"vector_elems_per_cycle\": 64", "\"vector\": 64", "compute.vector"},
+      {"\"dma_engines\": 2", "\"dma_engines\": 2, \"serial\": \"yes\"", "serial: expected true or false"}};
   for (const Case& c : cases) {
     std::string text = good;
     const size_t at = text.find(c.from);
@@ -172,6 +177,37 @@ TEST(DataflowHw, ErrorsNameTheField) {
   EXPECT_FALSE(hw::parse_hw_json("{", "x.json", h, err));
   EXPECT_FALSE(hw::load_hw("/nonexistent/hw.json", h, err));
   EXPECT_NE(err.find("neither a preset"), std::string::npos) << err;
+}
+
+// The cost of one op's counters, by hand: 1000 int8 MACs at 10/cycle and 40 vector elements at
+// 4/cycle = 110 compute cycles; 300 SRAM bytes at 10/cycle = 30; 2000 tier bytes at 1e10 B/s
+// and 1 GHz = 200; 4 transfers of 5 ns. Overlapped (double-buffered, not serial): the largest
+// term plus the first transfer of each of the 2 calls; serial, or single-buffered: the sum, the
+// latency of every transfer shared by the 2 DMA engines.
+TEST(DataflowCost, SerialHardwareAddsWhatDoubleBufferingOverlaps) {
+  HwDesc hw;
+  hw.clock_hz = 1e9;
+  hw.macs_per_cycle_int8 = hw.macs_per_cycle_bf16 = hw.macs_per_cycle_f32 = 10;
+  hw.vector_elems_per_cycle = 4;
+  hw.sram_bytes_per_cycle = 10;
+  hw.tier_count = 1;
+  hw.tiers[0].bandwidth_bytes_per_s = 1e10;
+  hw.tiers[0].latency_ns = 5;
+  hw.dma_engines = 2;
+  DfCounters c;
+  c.calls = 2, c.macs_int8 = 1000, c.vector_elems = 40, c.sram_bytes = 300;
+  c.tier_bytes[0] = 2000, c.tier_transfers[0] = 4;
+  const DfCost overlapped = df_cost(c, hw, true, DfOp::QkvProj);
+  EXPECT_DOUBLE_EQ(overlapped.compute_cycles, 110);
+  EXPECT_DOUBLE_EQ(overlapped.total_cycles, 200 + 2 * 5);
+  EXPECT_EQ(overlapped.bound, DfBound::Tier0);
+  const DfCost single = df_cost(c, hw, false, DfOp::QkvProj);
+  EXPECT_DOUBLE_EQ(single.total_cycles, 110 + 30 + 200 + 4 * 5 / 2.0);
+  hw.serial = true;
+  const DfCost serial = df_cost(c, hw, true, DfOp::QkvProj);
+  EXPECT_DOUBLE_EQ(serial.total_cycles, single.total_cycles);
+  EXPECT_DOUBLE_EQ(serial.stall_cycles, 30 + 200 + 10);
+  EXPECT_EQ(serial.bound, DfBound::Tier0);
 }
 
 DfModel smollm2_shape(fb::DType t) {
@@ -238,6 +274,11 @@ TEST(DataflowSchedule, OffchipBytesPerDecodeTokenAreExact) {
       const uint64_t kv_row = uint64_t(m.n_layers) * m.n_kv_heads * m.head_dim * 2;  // f16, one of K or V
       EXPECT_EQ(c.total().tier_bytes[0], s.weight_bytes + 2 * kv_row * (cached + 1) + 2 * kv_row) << cached;
     }
+    // A chunk's rows share each norm weight: it is read once per chunk, not once per row.
+    DfCounterSet chunk;
+    df_count_forward(s, in.model, 16, 100, 0, 1, chunk);
+    EXPECT_EQ(chunk.op[uint32_t(DfOp::Norm)].tier_bytes[0], (2ull * m.n_layers + 1) * m.dim * 4);
+    EXPECT_EQ(chunk.op[uint32_t(DfOp::Norm)].calls, 2ull * m.n_layers * 16 + 1);
   }
 }
 
