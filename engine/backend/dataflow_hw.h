@@ -34,6 +34,13 @@ struct HwDesc {
   // One engine computes and moves data in turn (a CPU thread streaming from DRAM): an op costs
   // the sum of its compute, SRAM and transfer time even when the schedule double-buffers.
   bool serial = false;
+  // A host's last-level cache (none on an accelerator: 0 bytes). What a forward pass streams
+  // from tier 0 and re-reads the next pass is served from it in the proportion it fits
+  // (df_cached_fraction), at its own bandwidth.
+  uint64_t cache_bytes = 0;
+  double cache_bandwidth_bytes_per_s = 0;
+  // Fixed cost of every op call (a kernel's dispatch and its loop set-up on a host); 0 = none.
+  double call_overhead_ns = 0;
 };
 
 }  // namespace keel
