@@ -102,4 +102,30 @@ std::unique_ptr<TestRuntime> start_runtime(const std::string& keel_path, const R
   return start_runtime(std::move(loaded), config);
 }
 
+std::vector<int32_t> pseudo_random_ids(size_t n, uint32_t vocab, uint64_t seed) {
+  std::vector<int32_t> ids(n);
+  for (auto& id : ids) {
+    seed ^= seed << 13;
+    seed ^= seed >> 7;
+    seed ^= seed << 17;
+    id = int32_t(seed % vocab);
+  }
+  return ids;
+}
+
+std::vector<float> greedy_logit_trace(Runtime& runtime, const std::vector<int32_t>& prompt, int steps) {
+  std::vector<float> out;
+  EXPECT_TRUE(runtime.prefill(0, Span<const int32_t>(prompt.data(), prompt.size())).ok());
+  for (int i = 0; i <= steps; ++i) {
+    const Span<const float> l = runtime.logits(0);
+    out.insert(out.end(), l.begin(), l.end());
+    if (i == steps) break;
+    const Result<int32_t> t = runtime.sample(0);
+    EXPECT_TRUE(t.ok());
+    if (!t.ok()) break;
+    EXPECT_TRUE(runtime.decode(0, t.value()).ok());
+  }
+  return out;
+}
+
 }  // namespace keel::test

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "convert/keel_writer.h"
 #include "convert/source_model.h"
@@ -65,5 +66,12 @@ struct TestRuntime {
 std::unique_ptr<TestRuntime> start_runtime(const std::string& keel_path, const RunOverrides& overrides);
 // A runtime that owns `loaded` (nullptr passes through), with the backend's bytes reserved.
 std::unique_ptr<TestRuntime> start_runtime(std::unique_ptr<LoadedModel> loaded, const RuntimeConfig& config);
+
+// n token ids in [0, vocab) from an xorshift generator: the same ids for the same seed.
+std::vector<int32_t> pseudo_random_ids(size_t n, uint32_t vocab, uint64_t seed = 0x9e3779b97f4a7c15ull);
+
+// The logits of slot 0 after prefilling `prompt` and after each of `steps` greedy decode steps,
+// concatenated: what two runs must agree on bit for bit.
+std::vector<float> greedy_logit_trace(Runtime& runtime, const std::vector<int32_t>& prompt, int steps);
 
 }  // namespace keel::test

@@ -29,35 +29,13 @@ struct Engine : test::TestRuntime {
       : TestRuntime(stories().model, config(kind, budget, chunk), false) {}
 };
 
-std::vector<int32_t> pseudo_random_ids(size_t n, uint32_t vocab, uint64_t seed) {
-  std::vector<int32_t> ids(n);
-  for (auto& id : ids) {
-    seed ^= seed << 13;
-    seed ^= seed >> 7;
-    seed ^= seed << 17;
-    id = int32_t(seed % vocab);
-  }
-  return ids;
-}
-
-// Logits after prefill and after every greedy decode step.
 std::vector<float> trace(Engine& e, const std::vector<int32_t>& prompt, int steps) {
-  std::vector<float> out;
-  EXPECT_TRUE(e.runtime.prefill(0, Span<const int32_t>(prompt.data(), prompt.size())).ok());
-  for (int i = 0; i <= steps; ++i) {
-    const Span<const float> l = e.runtime.logits(0);
-    out.insert(out.end(), l.begin(), l.end());
-    if (i == steps) break;
-    const Result<int32_t> t = e.runtime.sample(0);
-    EXPECT_TRUE(t.ok());
-    EXPECT_TRUE(e.runtime.decode(0, t.value()).ok());
-  }
-  return out;
+  return test::greedy_logit_trace(e.runtime, prompt, steps);
 }
 
 TEST(KvPolicies, BitIdenticalToFullWhileTheBudgetHoldsTheSequence) {
   ASSERT_TRUE(stories().model.loaded());
-  const auto prompt = pseudo_random_ids(150, 512, 11);
+  const auto prompt = test::pseudo_random_ids(150, 512, 11);
   Engine full(KvPolicyKind::Full, 300, 16);
   ASSERT_TRUE(full.error.ok()) << full.error.message();
   const std::vector<float> want = trace(full, prompt, 60);
@@ -74,7 +52,7 @@ TEST(KvPolicies, BitIdenticalToFullWhileTheBudgetHoldsTheSequence) {
 
 TEST(KvPolicies, HundredThousandTokenPromptStaysInTheBudget) {
   ASSERT_TRUE(stories().model.loaded());
-  const auto prompt = pseudo_random_ids(100000, 512, 5);
+  const auto prompt = test::pseudo_random_ids(100000, 512, 5);
   for (KvPolicyKind k :
        {KvPolicyKind::Window, KvPolicyKind::Streaming, KvPolicyKind::SnapKV, KvPolicyKind::SnapStream}) {
     SCOPED_TRACE(kv_policy_name(k));
@@ -108,7 +86,7 @@ TEST(KvPolicies, FullRefusesPastItsBudgetAndStaysUsable) {
   ASSERT_TRUE(stories().model.loaded());
   Engine e(KvPolicyKind::Full, 64, 16);
   ASSERT_TRUE(e.error.ok());
-  const auto prompt = pseudo_random_ids(80, 512, 3);
+  const auto prompt = test::pseudo_random_ids(80, 512, 3);
   const Error err = e.runtime.prefill(0, Span<const int32_t>(prompt.data(), prompt.size()));
   EXPECT_EQ(err.status(), Status::KvFull);
   EXPECT_NE(std::string(err.message()).find("exceeds the KV budget of 64"), std::string::npos) << err.message();

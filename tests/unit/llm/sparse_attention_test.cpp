@@ -33,35 +33,12 @@ RuntimeConfig config(KvPolicyKind kind, uint32_t budget, uint32_t sparse_budget,
   return rc;
 }
 
-std::vector<int32_t> ids(size_t n, uint32_t vocab) {
-  std::vector<int32_t> out(n);
-  uint64_t x = 0x9e3779b97f4a7c15ull;
-  for (auto& id : out) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    id = int32_t(x % vocab);
-  }
-  return out;
-}
-
-// Logits after prefill and after every greedy decode step.
 std::vector<float> trace(Engine& e, const std::vector<int32_t>& prompt, int steps) {
-  std::vector<float> out;
-  EXPECT_TRUE(e.runtime.prefill(0, Span<const int32_t>(prompt.data(), prompt.size())).ok());
-  for (int i = 0; i <= steps; ++i) {
-    const Span<const float> l = e.runtime.logits(0);
-    out.insert(out.end(), l.begin(), l.end());
-    if (i == steps) break;
-    const Result<int32_t> t = e.runtime.sample(0);
-    EXPECT_TRUE(t.ok());
-    EXPECT_TRUE(e.runtime.decode(0, t.value()).ok());
-  }
-  return out;
+  return test::greedy_logit_trace(e.runtime, prompt, steps);
 }
 
 TEST(SparseAttention, BudgetCoveringTheCacheIsFullAttentionBitForBit) {
-  const auto prompt = ids(150, stories().model.shape().vocab_size);
+  const auto prompt = test::pseudo_random_ids(150, stories().model.shape().vocab_size);
   Engine full(config(KvPolicyKind::Full, 256, 0));
   Engine topk(config(KvPolicyKind::Full, 256, 512));  // k = 256: every page, every step
   ASSERT_TRUE(full.error.ok()) << full.error.message();
@@ -72,7 +49,7 @@ TEST(SparseAttention, BudgetCoveringTheCacheIsFullAttentionBitForBit) {
 
 TEST(SparseAttention, RocketKvWithACoveringBudgetIsSnapStreamWithItsKernel) {
   // A prompt 3x the budget: SnapKV++ compresses every chunk; decoding then overwrites the ring.
-  const auto prompt = ids(400, stories().model.shape().vocab_size);
+  const auto prompt = test::pseudo_random_ids(400, stories().model.shape().vocab_size);
   Engine snap(config(KvPolicyKind::SnapStream, 128, 0, kSnapKernelRocketKV));
   Engine rocket(config(KvPolicyKind::RocketKV, 128, 256));
   ASSERT_TRUE(snap.error.ok()) << snap.error.message();
@@ -82,7 +59,7 @@ TEST(SparseAttention, RocketKvWithACoveringBudgetIsSnapStreamWithItsKernel) {
 }
 
 TEST(SparseAttention, SmallBudgetReadsASubsetAndStaysFinite) {
-  const auto prompt = ids(200, stories().model.shape().vocab_size);
+  const auto prompt = test::pseudo_random_ids(200, stories().model.shape().vocab_size);
   Engine full(config(KvPolicyKind::Full, 320, 0));
   Engine topk(config(KvPolicyKind::Full, 320, 32));
   ASSERT_TRUE(topk.error.ok()) << topk.error.message();
