@@ -353,7 +353,7 @@ TEST(DataflowBackend, BoundedPolicySameCountersEveryToken) {
 // prefill call, so no lookahead): the backend's kv_policy counters equal df_count_snap_scoring's
 // and every other class equals the forward walk, through several compressions.
 TEST(DataflowBackend, SnapScoringExecutedEqualsAnalytic) {
-  auto l = load(test::stories260k_keel());
+  auto l = load_keel(test::stories260k_keel());
   ASSERT_NE(l, nullptr);
   HwDesc hw = preset("edge-npu-2mib");
   hw.sram_bytes = 160 << 10;
