@@ -26,6 +26,9 @@ struct HwDesc {
   double macs_per_cycle_bf16 = 0;
   double macs_per_cycle_f32 = 0;
   double vector_elems_per_cycle = 0;  // norms, softmax, activations, conversions
+  // Weight elements a matmul unpacks per cycle, once per call whatever its tokens (a host's
+  // kernel decoding quantized blocks); 0 = no such cost (an accelerator's datapath).
+  double weight_elems_per_cycle = 0;
   uint64_t sram_bytes = 0;
   double sram_bytes_per_cycle = 0;
   uint32_t tier_count = 0;  // 1 or 2; tier 0 holds the weights and a spilled KV cache

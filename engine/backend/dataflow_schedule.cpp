@@ -84,6 +84,7 @@ struct Walker {
       const uint32_t end = p + s.tile_panels < panels ? p + s.tile_panels : panels;
       const uint32_t row0 = p * kPanelRows, row1 = end * kPanelRows < w.rows ? end * kPanelRows : w.rows;
       offchip_or_sram(c, s.weights_onchip, s.weight_tier, df_weight_rows_bytes(w.dtype, row1 - row0, w.cols));
+      c.weight_elems += uint64_t(row1 - row0) * w.cols;
       c.sram_bytes += uint64_t(n) * (row1 - row0) * 4;
     }
     count_macs(c, w.dtype, uint64_t(n) * w.rows * w.cols);
@@ -188,6 +189,7 @@ void DfCounters::add(const DfCounters& o) {
   macs_bf16 += o.macs_bf16;
   macs_f32 += o.macs_f32;
   vector_elems += o.vector_elems;
+  weight_elems += o.weight_elems;
   sram_bytes += o.sram_bytes;
   for (uint32_t i = 0; i < kHwMaxTiers; ++i) {
     tier_bytes[i] += o.tier_bytes[i];
@@ -197,7 +199,7 @@ void DfCounters::add(const DfCounters& o) {
 
 bool DfCounters::operator==(const DfCounters& o) const {
   bool same = calls == o.calls && macs_int8 == o.macs_int8 && macs_bf16 == o.macs_bf16 && macs_f32 == o.macs_f32 &&
-              vector_elems == o.vector_elems && sram_bytes == o.sram_bytes;
+              vector_elems == o.vector_elems && sram_bytes == o.sram_bytes && weight_elems == o.weight_elems;
   for (uint32_t i = 0; i < kHwMaxTiers; ++i)
     same = same && tier_bytes[i] == o.tier_bytes[i] && tier_transfers[i] == o.tier_transfers[i];
   return same;
@@ -428,6 +430,7 @@ DfCost df_cost(const DfCounters& c, const HwDesc& hw, bool double_buffered, DfOp
   k.compute_cycles =
       double(c.macs_int8) / rate(hw.macs_per_cycle_int8) + double(c.macs_bf16) / rate(hw.macs_per_cycle_bf16) +
       double(c.macs_f32) / rate(hw.macs_per_cycle_f32) + double(c.vector_elems) / rate(hw.vector_elems_per_cycle);
+  if (hw.weight_elems_per_cycle > 0) k.compute_cycles += double(c.weight_elems) / hw.weight_elems_per_cycle;
   k.sram_cycles = double(c.sram_bytes) / rate(hw.sram_bytes_per_cycle);
   const double cached = hw.cache_bytes > 0 && hw.cache_bandwidth_bytes_per_s > 0 ? cached_fraction : 0;
   double latency_all = 0;

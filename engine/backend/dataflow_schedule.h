@@ -35,7 +35,8 @@ struct DfCounters {
   uint64_t calls = 0;
   uint64_t macs_int8 = 0, macs_bf16 = 0, macs_f32 = 0;
   uint64_t vector_elems = 0;
-  uint64_t sram_bytes = 0;  // bytes copied into or out of the SRAM, and read/written there by row ops
+  uint64_t weight_elems = 0;  // weight elements a matmul's tiles carry (rows x cols a call, whatever its tokens)
+  uint64_t sram_bytes = 0;    // bytes copied into or out of the SRAM, and read/written there by row ops
   uint64_t tier_bytes[kHwMaxTiers] = {};
   uint64_t tier_transfers[kHwMaxTiers] = {};
   void add(const DfCounters& o);

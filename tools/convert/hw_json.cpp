@@ -90,7 +90,10 @@ bool parse_hw_json(const std::string& text, const std::string& origin, HwDesc& o
                       "call_overhead_ns", "sources"}) &&
             r.name(j, "", "name", h.name) && r.positive(j, "", "clock_hz", h.clock_hz);
   const json* compute = ok ? r.member(j, "", "compute") : nullptr;
-  ok = ok && compute && r.object(*compute, "compute", {"macs_per_cycle", "vector_elems_per_cycle"});
+  ok = ok && compute &&
+       r.object(*compute, "compute", {"macs_per_cycle", "vector_elems_per_cycle", "weight_elems_per_cycle"});
+  if (ok && compute->contains("weight_elems_per_cycle"))
+    ok = r.positive(*compute, "compute", "weight_elems_per_cycle", h.weight_elems_per_cycle);
   const json* macs = ok ? r.member(*compute, "compute", "macs_per_cycle") : nullptr;
   ok = ok && macs && r.object(*macs, "compute.macs_per_cycle", {"int8", "bf16", "f32"}) &&
        r.positive(*macs, "compute.macs_per_cycle", "int8", h.macs_per_cycle_int8) &&
@@ -154,6 +157,7 @@ std::string hw_to_json(const HwDesc& h, const std::string& sources) {
   j["compute"] = {{"macs_per_cycle",
                    {{"int8", h.macs_per_cycle_int8}, {"bf16", h.macs_per_cycle_bf16}, {"f32", h.macs_per_cycle_f32}}},
                   {"vector_elems_per_cycle", h.vector_elems_per_cycle}};
+  if (h.weight_elems_per_cycle > 0) j["compute"]["weight_elems_per_cycle"] = h.weight_elems_per_cycle;
   j["sram"] = {{"bytes", h.sram_bytes}, {"bytes_per_cycle", h.sram_bytes_per_cycle}};
   j["offchip"] = json::array();
   for (uint32_t i = 0; i < h.tier_count; ++i) {

@@ -100,6 +100,7 @@ json counters_json(const DfCounters& c) {
           {"macs_bf16", c.macs_bf16},
           {"macs_f32", c.macs_f32},
           {"vector_elems", c.vector_elems},
+          {"weight_elems", c.weight_elems},
           {"sram_bytes", c.sram_bytes},
           {"tier0_bytes", c.tier_bytes[0]},
           {"tier1_bytes", c.tier_bytes[1]},
@@ -441,7 +442,7 @@ int cmd_emulate(int argc, char** argv) {
       DfCounters d = be.counters().op[i];
       const DfCounters& b = chunk_before.op[i];
       d.calls -= b.calls, d.macs_int8 -= b.macs_int8, d.macs_bf16 -= b.macs_bf16, d.macs_f32 -= b.macs_f32;
-      d.vector_elems -= b.vector_elems, d.sram_bytes -= b.sram_bytes;
+      d.vector_elems -= b.vector_elems, d.sram_bytes -= b.sram_bytes, d.weight_elems -= b.weight_elems;
       for (uint32_t t = 0; t < kHwMaxTiers; ++t)
         d.tier_bytes[t] -= b.tier_bytes[t], d.tier_transfers[t] -= b.tier_transfers[t];
       chunk_equal = chunk_equal && d == chunk_analytic.op[i];
@@ -457,7 +458,7 @@ int cmd_emulate(int argc, char** argv) {
       DfCounters& m = measured.op[i];
       const DfCounters& b = before.op[i];
       m.calls -= b.calls, m.macs_int8 -= b.macs_int8, m.macs_bf16 -= b.macs_bf16, m.macs_f32 -= b.macs_f32;
-      m.vector_elems -= b.vector_elems, m.sram_bytes -= b.sram_bytes;
+      m.vector_elems -= b.vector_elems, m.sram_bytes -= b.sram_bytes, m.weight_elems -= b.weight_elems;
       for (uint32_t t = 0; t < kHwMaxTiers; ++t)
         m.tier_bytes[t] -= b.tier_bytes[t], m.tier_transfers[t] -= b.tier_transfers[t];
       // A decode token's SnapKV scoring (snapkv's recompression) is not walked analytically; a

@@ -32,7 +32,8 @@ bool modelled(const ValidateTest& t, uint32_t op) {
 bool judged(const ValidateTest& t, uint32_t op) { return modelled(t, op) && t.op_s(op) > 0; }
 
 double cached_fraction(const ValidateTest& t, const HwDesc& hw, const DfModel& m, uint32_t op) {
-  return DfOp(op) == DfOp::KvPolicy ? df_snap_cached_fraction(hw, m, t.snap) : df_cached_fraction(hw, t.footprint_bytes);
+  return DfOp(op) == DfOp::KvPolicy ? df_snap_cached_fraction(hw, m, t.snap)
+                                    : df_cached_fraction(hw, t.footprint_bytes);
 }
 
 double predicted_s(const ValidateTest& t, const HwDesc& hw, uint32_t op) {
@@ -47,16 +48,10 @@ double predicted_s(const ValidateTest& t, const HwDesc& hw, uint32_t op) {
 // resolution) cannot pull a rate that the large ones share away from them.
 void fit(HwDesc& hw, const std::vector<ValidateTest>& tests) {
   double cache_bytes = double(hw.cache_bytes);
-  double* rates[] = {&hw.macs_per_cycle_int8,
-                     &hw.macs_per_cycle_bf16,
-                     &hw.macs_per_cycle_f32,
-                     &hw.vector_elems_per_cycle,
-                     &hw.sram_bytes_per_cycle,
-                     &hw.tiers[0].bandwidth_bytes_per_s,
-                     &hw.tiers[0].latency_ns,
-                     &hw.cache_bandwidth_bytes_per_s,
-                     &cache_bytes,
-                     &hw.call_overhead_ns};
+  double* rates[] = {&hw.macs_per_cycle_int8,    &hw.macs_per_cycle_bf16,         &hw.macs_per_cycle_f32,
+                     &hw.vector_elems_per_cycle, &hw.sram_bytes_per_cycle,        &hw.tiers[0].bandwidth_bytes_per_s,
+                     &hw.tiers[0].latency_ns,    &hw.cache_bandwidth_bytes_per_s, &cache_bytes,
+                     &hw.call_overhead_ns,       &hw.weight_elems_per_cycle};
   struct Term {
     const ValidateTest* test;
     uint32_t op;
@@ -135,18 +130,20 @@ json hw_rates_json(const HwDesc& hw) {
           {"latency_ns", hw.tiers[0].latency_ns},
           {"cache_bytes", hw.cache_bytes},
           {"cache_bytes_per_s", hw.cache_bandwidth_bytes_per_s},
-          {"call_overhead_ns", hw.call_overhead_ns}};
+          {"call_overhead_ns", hw.call_overhead_ns},
+          {"weight_elems_per_ns", hw.weight_elems_per_cycle}};
 }
 
 void print_report(const ValidateRun& run, const HwDesc& hw, const json& rows) {
   printf(
       "fitted on the calibration half (1 thread, %s): int8 %.1f, bf16 %.1f, f32 %.1f MACs/ns; vector %.2f "
-      "elements/ns; SRAM %.2f B/ns; DRAM %.2f GB/s, latency %.0f ns; cache %.1f MiB at %.2f GB/s; %.0f ns per "
-      "call\n",
+      "elements/ns; weights %.1f elements/ns; SRAM %.2f B/ns; DRAM %.2f GB/s, latency %.0f ns; cache %.1f MiB at "
+      "%.2f GB/s; %.0f ns per call\n",
       hw.serial ? "serial: compute plus transfer" : "overlapped: the larger of compute and transfer",
       hw.macs_per_cycle_int8, hw.macs_per_cycle_bf16, hw.macs_per_cycle_f32, hw.vector_elems_per_cycle,
-      hw.sram_bytes_per_cycle, hw.tiers[0].bandwidth_bytes_per_s / 1e9, hw.tiers[0].latency_ns,
-      double(hw.cache_bytes) / (1 << 20), hw.cache_bandwidth_bytes_per_s / 1e9, hw.call_overhead_ns);
+      hw.weight_elems_per_cycle, hw.sram_bytes_per_cycle, hw.tiers[0].bandwidth_bytes_per_s / 1e9,
+      hw.tiers[0].latency_ns, double(hw.cache_bytes) / (1 << 20), hw.cache_bandwidth_bytes_per_s / 1e9,
+      hw.call_overhead_ns);
   printf(
       "\nend to end, microseconds per token (native measured by Runtime; medians over %u repetitions of\n"
       "each decode token and each prefill chunk):\n",
@@ -210,8 +207,7 @@ double ValidateTest::op_s(uint32_t op) const { return op_us_per_token(op) * toke
 std::string validate_fingerprint(const DfModel& m) {
   const ModelShape& s = m.shape;
   char b[256];
-  snprintf(b, sizeof b,
-           "dim %u ffn %u layers %u heads %u kv_heads %u head_dim %u vocab %u weights %s/%s/%s%s", s.dim,
+  snprintf(b, sizeof b, "dim %u ffn %u layers %u heads %u kv_heads %u head_dim %u vocab %u weights %s/%s/%s%s", s.dim,
            s.ffn_dim, s.n_layers, s.n_heads, s.n_kv_heads, s.head_dim, s.vocab_size, fb::EnumNameDType(m.attn_dtype),
            fb::EnumNameDType(m.ffn_dtype), fb::EnumNameDType(m.lm_head_dtype), m.qkv_bias ? " qkv_bias" : "");
   return b;
@@ -223,12 +219,13 @@ int validate_report(ValidateRun& run, const DfModel& m, bool as_json) {
   HwDesc hw = run.start;
   // Terms the start description lacks start from fixed values the fit then moves (so that a
   // re-fit gives the same numbers on any machine): 32 MiB of cache at twice the DRAM rate, 10 ns
-  // per call.
+  // per call, 64 weight elements per ns.
   if (hw.cache_bytes == 0 || hw.cache_bandwidth_bytes_per_s <= 0) {
     hw.cache_bytes = 32ull << 20;
     hw.cache_bandwidth_bytes_per_s = 2 * hw.tiers[0].bandwidth_bytes_per_s;
   }
   if (hw.call_overhead_ns <= 0) hw.call_overhead_ns = 10;
+  if (hw.weight_elems_per_cycle <= 0) hw.weight_elems_per_cycle = 64;
   fit(hw, run.tests);
 
   json rows = json::array();
@@ -352,8 +349,9 @@ bool read_measured(const std::string& path, const DfModel& m, const ValidateSess
   run.snap_depth = snap_depth;
   const std::vector<ValidatePoint> points = validate_points(snap_depth);
   if (rows.size() != 2 * points.size())
-    return bad("tests", std::to_string(2 * points.size()) + " tests (decode and prefill at each of --validate's " +
-                            std::to_string(points.size()) + " points)",
+    return bad("tests",
+               std::to_string(2 * points.size()) + " tests (decode and prefill at each of --validate's " +
+                   std::to_string(points.size()) + " points)",
                nullptr);
   run.tests.clear();
   uint32_t snap_index = 0;
@@ -365,7 +363,8 @@ bool read_measured(const std::string& path, const DfModel& m, const ValidateSess
     t.point = p;
     t.prefill = i % 2 == 1;
     const std::string want = std::string(p.snapstream ? "snapstream" : "full") + " d" + std::to_string(p.depth) +
-                             (p.snapstream ? " b" + std::to_string(p.budget) : "") + (t.prefill ? " prefill" : " decode");
+                             (p.snapstream ? " b" + std::to_string(p.budget) : "") +
+                             (t.prefill ? " prefill" : " decode");
     if (!r.is_object() || !r.contains("policy") || !r.contains("depth") || !r.contains("budget") ||
         !r.contains("test") || !r.contains("half"))
       return bad(at, "a test (" + want + ")", &r);
@@ -435,13 +434,11 @@ bool read_measured(const std::string& path, const DfModel& m, const ValidateSess
   const struct {
     const char* key;
     double* rate;
-  } keys[] = {{"macs_per_ns_int8", &fitted.macs_per_cycle_int8},
-              {"macs_per_ns_bf16", &fitted.macs_per_cycle_bf16},
-              {"macs_per_ns_f32", &fitted.macs_per_cycle_f32},
-              {"vector_elems_per_ns", &fitted.vector_elems_per_cycle},
-              {"sram_bytes_per_ns", &fitted.sram_bytes_per_cycle},
-              {"dram_bytes_per_s", &fitted.tiers[0].bandwidth_bytes_per_s},
-              {"latency_ns", &fitted.tiers[0].latency_ns}};
+  } keys[] = {
+      {"macs_per_ns_int8", &fitted.macs_per_cycle_int8},   {"macs_per_ns_bf16", &fitted.macs_per_cycle_bf16},
+      {"macs_per_ns_f32", &fitted.macs_per_cycle_f32},     {"vector_elems_per_ns", &fitted.vector_elems_per_cycle},
+      {"sram_bytes_per_ns", &fitted.sram_bytes_per_cycle}, {"dram_bytes_per_s", &fitted.tiers[0].bandwidth_bytes_per_s},
+      {"latency_ns", &fitted.tiers[0].latency_ns}};
   for (const auto& k : keys)
     if (!number(*fr, k.key, "fitted", *k.rate)) return false;
   double cache_bytes = 0;
@@ -450,6 +447,9 @@ bool read_measured(const std::string& path, const DfModel& m, const ValidateSess
                                       !number(*fr, "call_overhead_ns", "fitted", fitted.call_overhead_ns)))
     return false;
   fitted.cache_bytes = uint64_t(cache_bytes);
+  if (fr->contains("weight_elems_per_ns") &&
+      !number(*fr, "weight_elems_per_ns", "fitted", fitted.weight_elems_per_cycle))
+    return false;
   for (uint32_t i = 0; i < run.tests.size(); ++i) {
     const ValidateTest& t = run.tests[i];
     for (const json& o : rows[i]["ops"]) {

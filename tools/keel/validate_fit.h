@@ -52,7 +52,7 @@ struct ValidateTest {
   const DfModel* model = nullptr;
   uint32_t tokens() const { return prefill ? kValidateChunk : 1; }
   double e2e_s() const;
-  double op_s(uint32_t op) const;           // per pass
+  double op_s(uint32_t op) const;  // per pass
   double op_us_per_token(uint32_t op) const;
 };
 

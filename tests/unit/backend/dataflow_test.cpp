@@ -65,7 +65,7 @@ DfCounterSet minus(const DfCounterSet& a, const DfCounterSet& b) {
     DfCounters& x = d.op[i];
     const DfCounters& y = b.op[i];
     x.calls -= y.calls, x.macs_int8 -= y.macs_int8, x.macs_bf16 -= y.macs_bf16, x.macs_f32 -= y.macs_f32;
-    x.vector_elems -= y.vector_elems, x.sram_bytes -= y.sram_bytes;
+    x.vector_elems -= y.vector_elems, x.sram_bytes -= y.sram_bytes, x.weight_elems -= y.weight_elems;
     for (uint32_t t = 0; t < kHwMaxTiers; ++t)
       x.tier_bytes[t] -= y.tier_bytes[t], x.tier_transfers[t] -= y.tier_transfers[t];
   }
@@ -177,10 +177,11 @@ TEST(DataflowCost, SerialHardwareAddsWhatDoubleBufferingOverlaps) {
   EXPECT_EQ(serial.bound, DfBound::Tier0);
 }
 
-// A host's cache and per-call overhead, by hand: the counters above on serial hardware with a
-// 1000-byte cache at 4e10 B/s under a 4000-byte footprint (a quarter cached): 1500 tier bytes
-// at 1e10 B/s = 150 cycles, 500 at 4e10 = 12.5; 2 calls of 7 ns = 14. Without a cache or an
-// overhead the cost is what it was; the description's JSON carries both and reads them back.
+// A host's cache, per-call overhead and weight unpacking, by hand: the counters above plus 500
+// weight elements, on serial hardware with a 1000-byte cache at 4e10 B/s under a 4000-byte
+// footprint (a quarter cached): 1500 tier bytes at 1e10 B/s = 150 cycles, 500 at 4e10 = 12.5;
+// 2 calls of 7 ns = 14; 500 weight elements at 50/cycle = 10 more compute cycles. Without them
+// the cost is what it was; the description's JSON carries them and reads them back.
 TEST(DataflowCost, HostCacheAndCallOverhead) {
   HwDesc hw;
   std::snprintf(hw.name, sizeof hw.name, "host");
@@ -198,23 +199,26 @@ TEST(DataflowCost, HostCacheAndCallOverhead) {
   hw.serial = true;
   DfCounters c;
   c.calls = 2, c.macs_int8 = 1000, c.vector_elems = 40, c.sram_bytes = 300;
-  c.tier_bytes[0] = 2000, c.tier_transfers[0] = 4;
+  c.tier_bytes[0] = 2000, c.tier_transfers[0] = 4, c.weight_elems = 500;
   const double before = df_cost(c, hw, true, DfOp::QkvProj, 0.25).total_cycles;
   EXPECT_DOUBLE_EQ(before, 110 + 30 + 200 + 10);  // no cache in the description: fraction ignored
   hw.cache_bytes = 1000, hw.cache_bandwidth_bytes_per_s = 4e10, hw.call_overhead_ns = 7;
+  hw.weight_elems_per_cycle = 50;
   EXPECT_DOUBLE_EQ(df_cached_fraction(hw, 4000), 0.25);
   EXPECT_DOUBLE_EQ(df_cached_fraction(hw, 800), 1.0);
   const DfCost k = df_cost(c, hw, true, DfOp::QkvProj, df_cached_fraction(hw, 4000));
   EXPECT_DOUBLE_EQ(k.tier_cycles[0], 150);
   EXPECT_DOUBLE_EQ(k.cache_cycles, 12.5);
   EXPECT_DOUBLE_EQ(k.overhead_cycles, 14);
-  EXPECT_DOUBLE_EQ(k.total_cycles, 110 + 30 + 150 + 12.5 + 10 + 14);
+  EXPECT_DOUBLE_EQ(k.compute_cycles, 110 + 10);
+  EXPECT_DOUBLE_EQ(k.total_cycles, 120 + 30 + 150 + 12.5 + 10 + 14);
   HwDesc back;
   std::string err;
   ASSERT_TRUE(hw::parse_hw_json(hw::hw_to_json(hw, "test"), "x.json", back, err)) << err;
   EXPECT_EQ(back.cache_bytes, 1000u);
   EXPECT_DOUBLE_EQ(back.cache_bandwidth_bytes_per_s, 4e10);
   EXPECT_DOUBLE_EQ(back.call_overhead_ns, 7);
+  EXPECT_DOUBLE_EQ(back.weight_elems_per_cycle, 50);
   std::string text = hw::hw_to_json(hw, "test");
   const std::string rate = "\"bandwidth_bytes_per_s\": 40000000000.0";
   ASSERT_NE(text.find(rate), std::string::npos) << text;
