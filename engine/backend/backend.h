@@ -51,9 +51,13 @@ struct AttentionArgs {
   uint32_t window;
   const int32_t* positions;
   uint64_t positions_stride;
-  float* rows;  // [threads][row_capacity] score rows, one per worker
-  float* qrot;  // [threads][head_dim] re-rotated queries, one per worker
+  // Per worker, `query_rows` score rows of row_capacity entries and as many re-rotated queries:
+  // rows [threads][query_rows][row_capacity], qrot [threads][query_rows][head_dim]. A backend may
+  // take up to query_rows query heads of one KV head together.
+  float* rows;
+  float* qrot;
   uint32_t row_capacity;
+  uint32_t query_rows;
 };
 
 class Backend {
@@ -78,6 +82,11 @@ class Backend {
   // xq[t] = quantized x[t][0..cols) for t < n.
   virtual void quantize_rows(const float* x, uint32_t n, uint32_t cols, uint32_t x_stride, ActBlock* xq) = 0;
   virtual void attention(const AttentionArgs& a) = 0;
+  // Several attentions of one pass (each segment's own cache, q and out rows; the same per-worker
+  // rows), in any order or at once. Default: one after the other.
+  virtual void attention_many(const AttentionArgs* a, uint32_t count) {
+    for (uint32_t i = 0; i < count; ++i) attention(a[i]);
+  }
 
   // Row ops, one row of `n` floats each.
   virtual void rmsnorm(const float* x, const float* w, uint32_t n, float eps, float* out) = 0;

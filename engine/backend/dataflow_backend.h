@@ -26,6 +26,8 @@ class DataflowBackend final : public KernelBackend {
               float* y, uint32_t y_stride) override;
   void quantize_rows(const float* x, uint32_t n, uint32_t cols, uint32_t x_stride, ActBlock* xq) override;
   void attention(const AttentionArgs& a) override;
+  // The model's attention tiles one call at a time (not the kernel backend's combined split).
+  void attention_many(const AttentionArgs* a, uint32_t count) override { Backend::attention_many(a, count); }
   void rmsnorm(const float* x, const float* w, uint32_t n, float eps, float* out) override;
   void add(const float* a, const float* b, uint32_t n, float* out) override;
   void silu_mul(const float* gate, const float* up, uint32_t n, float* out) override;

@@ -33,52 +33,79 @@ void matmul_task(void* ctx, size_t i) {
   }
 }
 
+// Attention work of up to kMaxAttentionArgs calls (a pass's slots) split as one list of items.
+constexpr uint32_t kMaxAttentionArgs = 16;
+
 struct AttentionJob {
   KernelBackend* backend;
   const AttentionKernels* ak;
   const AttentionArgs* a;
+  uint32_t count;
+  // Items of a[i]: [first[i], first[i + 1]), each (token, KV head, run of take[i] query heads);
+  // take 1 is one query head, more are heads of one KV head together.
+  uint32_t take[kMaxAttentionArgs];
+  uint32_t first[kMaxAttentionArgs + 1];
   uint32_t tasks;
 };
 
-void attention_task(void* ctx, size_t task) {
-  const AttentionJob& job = *static_cast<const AttentionJob*>(ctx);
-  const AttentionArgs& j = *job.a;
-  const uint32_t total = j.n * j.n_heads;
-  const uint32_t begin = uint32_t(uint64_t(total) * task / job.tasks);
-  const uint32_t end = uint32_t(uint64_t(total) * (task + 1) / job.tasks);
-  float* scores = j.rows + uint64_t(task) * j.row_capacity;
-  float* qc = j.qrot + uint64_t(task) * j.head_dim;
+void attend(const AttentionJob& job, const AttentionArgs& j, uint32_t take, uint32_t item, uint32_t worker) {
+  const uint32_t query_rows = j.query_rows ? j.query_rows : 1;
+  float* scores = j.rows + uint64_t(worker) * query_rows * j.row_capacity;
+  float* qc = j.qrot + uint64_t(worker) * query_rows * j.head_dim;
   const float scale = j.attn_scale > 0.0f ? j.attn_scale : 1.0f / std::sqrt(float(j.head_dim));
   const uint32_t q_dim = j.n_heads * j.head_dim;
   const uint32_t group = j.n_heads / j.n_kv_heads;
-  const uint64_t hd = j.head_dim;
+  const uint32_t runs = (group + take - 1) / take;  // items per (token, KV head)
+  const uint64_t hd = j.head_dim, stride = j.row_capacity;
   const uint64_t row = kv_row_halves(j.kv_type, j.head_dim);
-  const KvScoresFn scores_fn = job.ak->scores_of(j.kv_type);
-  const KvWeightedSumFn sum_fn = job.ak->weighted_sum_of(j.kv_type);
-  for (uint32_t item = begin; item < end; ++item) {
-    const uint32_t t = item / j.n_heads, h = item % j.n_heads;
-    const uint32_t kvh = h / group;
-    // Causal: token t of the chunk sees the visible entries and chunk tokens <= t.
-    const uint32_t len = j.visible + t + 1;
-    const float* qh = j.q + uint64_t(t) * q_dim + uint64_t(h) * j.head_dim;
-    const uint16_t* keys = j.keys + kvh * j.head_stride;
-    if (j.prefix > 0) {
-      // Moves the query from its position to its cache index for the prefix keys (docs/kv.md).
-      memcpy(qc, qh, hd * sizeof(float));
-      rope_rotate(qc, j.rope_pairs, j.rope_halves, j.shift_cos, j.shift_sin);
-      scores_fn(qc, keys, j.prefix, j.head_dim, scale, scores);
-    }
-    scores_fn(qh, keys + j.prefix * row, len - j.prefix, j.head_dim, scale, scores + j.prefix);
+  const uint32_t t = item / (j.n_kv_heads * runs), kvh = item / runs % j.n_kv_heads, run = item % runs;
+  const uint32_t h0 = kvh * group + run * take;  // query heads [h0, h0 + g)
+  const uint32_t g = group - run * take < take ? group - run * take : take;
+  // Causal: token t of the chunk sees the visible entries and chunk tokens <= t.
+  const uint32_t len = j.visible + t + 1;
+  const float* qh = j.q + uint64_t(t) * q_dim + uint64_t(h0) * hd;
+  float* out = j.out + uint64_t(t) * q_dim + uint64_t(h0) * hd;
+  const uint16_t* keys = j.keys + kvh * j.head_stride;
+  const uint16_t* values = j.values + kvh * j.head_stride;
+  // A query's scores and output are the same bits whether its heads go together or one by one.
+  auto scores_of = [&](const float* q, const uint16_t* k, uint32_t n, float* s) {
+    if (take > 1) return job.ak->scores_group(q, g, k, n, j.head_dim, scale, s, stride);
+    job.ak->scores_of(j.kv_type)(q, k, n, j.head_dim, scale, s);
+  };
+  if (j.prefix > 0) {
+    // Moves the queries from their position to their cache index for the prefix keys (docs/kv.md).
+    memcpy(qc, qh, g * hd * sizeof(float));
+    for (uint32_t i = 0; i < g; ++i) rope_rotate(qc + i * hd, j.rope_pairs, j.rope_halves, j.shift_cos, j.shift_sin);
+    scores_of(qc, keys, j.prefix, scores);
+  }
+  scores_of(qh, keys + j.prefix * row, len - j.prefix, scores + j.prefix);
+  for (uint32_t i = 0; i < g; ++i) {
+    float* s = scores + i * stride;
     if (j.window > 0) {
       const int32_t* pos = j.positions + kvh * j.positions_stride;
       const int64_t oldest_seen = int64_t(pos[j.visible + t]) - int64_t(j.window);
       for (uint32_t e = 0; e < len; ++e) {
-        if (pos[e] <= oldest_seen) scores[e] = -INFINITY;
+        if (pos[e] <= oldest_seen) s[e] = -INFINITY;
       }
     }
-    job.backend->softmax(uint32_t(task), scores, len);
-    sum_fn(scores, j.values + kvh * j.head_stride, len, j.head_dim,
-           j.out + uint64_t(t) * q_dim + uint64_t(h) * j.head_dim);
+    job.backend->softmax(worker, s, len);
+  }
+  if (take > 1) {
+    job.ak->weighted_sum_group(scores, stride, g, values, len, j.head_dim, out);
+  } else {
+    job.ak->weighted_sum_of(j.kv_type)(scores, values, len, j.head_dim, out);
+  }
+}
+
+void attention_task(void* ctx, size_t task) {
+  const AttentionJob& job = *static_cast<const AttentionJob*>(ctx);
+  const uint32_t total = job.first[job.count];
+  const uint32_t begin = uint32_t(uint64_t(total) * task / job.tasks);
+  const uint32_t end = uint32_t(uint64_t(total) * (task + 1) / job.tasks);
+  uint32_t i = 0;
+  for (uint32_t item = begin; item < end; ++item) {
+    while (item >= job.first[i + 1]) ++i;
+    attend(job, job.a[i], job.take[i], item - job.first[i], uint32_t(task));
   }
 }
 
@@ -111,9 +138,28 @@ void KernelBackend::matmul(const TensorView& w, const float* x, uint32_t x_strid
   parallel_for(pool_, j.tasks, matmul_task, &j);
 }
 
-void KernelBackend::attention(const AttentionArgs& a) {
-  AttentionJob j{this, &ak_, &a, 0};
-  const uint32_t items = a.n * a.n_heads;
+void KernelBackend::attention(const AttentionArgs& a) { attention_many(&a, 1); }
+
+void KernelBackend::attention_many(const AttentionArgs* a, uint32_t count) {
+  for (; count > kMaxAttentionArgs; a += kMaxAttentionArgs, count -= kMaxAttentionArgs)
+    attention_many(a, kMaxAttentionArgs);
+  AttentionJob j{this, &ak_, a, count, {}, {}, 0};
+  // The query heads of a KV head go together where the table can (f16 rows: each row is then
+  // converted once for all of them), unless that leaves a worker without an item.
+  const bool can_group = ak_.scores_group && ak_.weighted_sum_group;
+  for (int grouped = can_group ? 1 : 0; grouped >= 0; --grouped) {
+    for (uint32_t i = 0; i < count; ++i) {
+      const uint32_t group = a[i].n_heads / a[i].n_kv_heads;
+      uint32_t take = 1;
+      if (grouped && group > 1 && a[i].query_rows > 1 && a[i].kv_type == KvType::F16)
+        take = group < a[i].query_rows ? group : a[i].query_rows;
+      j.take[i] = take;
+      j.first[i + 1] = j.first[i] + a[i].n * a[i].n_kv_heads * ((group + take - 1) / take);
+    }
+    if (j.first[count] >= threads()) break;
+  }
+  const uint32_t items = j.first[count];
+  if (items == 0) return;
   j.tasks = items < threads() ? items : threads();
   parallel_for(pool_, j.tasks, attention_task, &j);
 }

@@ -1,6 +1,6 @@
 // The CPU backend over Keel's own kernel tables: `ref` (the portable oracle) and `native` (x86
-// AVX2 / AVX-512 VNNI). Matmuls split their row panels, attention its (token, head) items,
-// over the port's thread pool.
+// AVX2 / AVX-512 VNNI). Matmuls split their row panels, attention its (token, head) items (or
+// (token, KV head) items taking the heads of a KV head together), over the port's thread pool.
 #pragma once
 
 #include "backend/backend.h"
@@ -20,6 +20,7 @@ class KernelBackend : public Backend {
               float* y, uint32_t y_stride) override;
   void quantize_rows(const float* x, uint32_t n, uint32_t cols, uint32_t x_stride, ActBlock* xq) override;
   void attention(const AttentionArgs& a) override;
+  void attention_many(const AttentionArgs* a, uint32_t count) override;
   void rmsnorm(const float* x, const float* w, uint32_t n, float eps, float* out) override {
     vk_.rmsnorm(x, w, n, eps, out);
   }

@@ -17,6 +17,11 @@ using KvScoresFn = void (*)(const float* q, const uint16_t* k, uint32_t n, uint3
 // probabilities): the AVX-512 quantized sums scale their integer coefficients as unsigned.
 using KvWeightedSumFn = void (*)(const float* p, const uint16_t* v, uint32_t n, uint32_t head_dim, float* out);
 
+using KvScoresGroupFn = void (*)(const float* q, uint32_t g, const uint16_t* k, uint32_t n, uint32_t head_dim,
+                                 float scale, float* s, uint64_t s_stride);
+using KvWeightedSumGroupFn = void (*)(const float* p, uint64_t p_stride, uint32_t g, const uint16_t* v, uint32_t n,
+                                      uint32_t head_dim, float* out);
+
 struct AttentionKernels {
   const char* name;
   KvScoresFn scores;             // f16 rows
@@ -32,6 +37,13 @@ struct AttentionKernels {
   KvWeightedSumFn weighted_sum_q8;
   KvScoresFn scores_q4;
   KvWeightedSumFn weighted_sum_q4;
+  // Grouped-query attention over f16 rows: the g queries of the heads that share one KV head,
+  // each row converted once for all of them. Query i at q + i * head_dim, its scores at
+  // s + i * s_stride; probabilities of query i at p + i * p_stride, its output at
+  // out + i * head_dim. Each query's results are bit for bit what `scores` and `weighted_sum`
+  // give for it alone. nullptr where a table has none (callers then take the queries one by one).
+  KvScoresGroupFn scores_group;
+  KvWeightedSumGroupFn weighted_sum_group;
 
   KvScoresFn scores_of(KvType t) const { return t == KvType::Q8 ? scores_q8 : t == KvType::Q4 ? scores_q4 : scores; }
   KvWeightedSumFn weighted_sum_of(KvType t) const {

@@ -77,6 +77,13 @@ constexpr uint64_t kStepEntryBytes = 64;
 constexpr uint64_t plan_step_rows(uint32_t chunk_tokens, uint32_t slots) {
   return uint64_t(chunk_tokens ? chunk_tokens : 1) + (slots ? slots : 1) - 1;
 }
+// Query heads one attention work item may take together: those sharing a KV head (grouped-query
+// attention), at most four; each needs its own score row and re-rotated query per worker.
+constexpr uint32_t kMaxQueryRows = 4;
+constexpr uint32_t plan_query_rows(uint32_t n_heads, uint32_t n_kv_heads) {
+  const uint32_t group = n_kv_heads ? n_heads / n_kv_heads : 1;
+  return group < 1 ? 1 : group > kMaxQueryRows ? kMaxQueryRows : group;
+}
 // Scratch one tokenizer encode() call may take (text::Tokenizer::scratch_bytes() fits in it).
 constexpr uint64_t kTextScratchBytes = 64 * 1024;
 
@@ -196,8 +203,9 @@ inline constexpr RegionInfo kRegions[kRegionCount] = {
     {Region::RopeCos, "rope_cos", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[rows][head_dim/2] f32"},
     {Region::RopeSin, "rope_sin", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[rows][head_dim/2] f32"},
     {Region::AttRows, "att_rows", PlanArena::Scratch, RegionGroup::Attention, false, 4,
-     "[threads][max(capacity, local capacity)] f32"},
-    {Region::QRot, "q_rotated", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[threads][head_dim] f32"},
+     "[threads][query rows][max(capacity, local capacity)] f32"},
+    {Region::QRot, "q_rotated", PlanArena::Scratch, RegionGroup::Attention, false, 4,
+     "[threads][query rows][head_dim] f32"},
     {Region::ShiftCos, "shift_cos", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[slots][head_dim/2] f32"},
     {Region::ShiftSin, "shift_sin", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[slots][head_dim/2] f32"},
     {Region::SnapRows, "snap_rows", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[threads][capacity] f32"},
@@ -287,8 +295,8 @@ constexpr uint64_t region_elements(Region r, const PlanShape& s, const PlanConfi
     case Region::Xq: return rows * act_block_count(max_u64(max_u64(s.dim, q_dim), s.ffn_dim));
     case Region::RopeCos:
     case Region::RopeSin: return rows * pairs;
-    case Region::AttRows: return threads * max_u64(cap, local_cap);
-    case Region::QRot: return threads * s.head_dim;
+    case Region::AttRows: return threads * plan_query_rows(s.n_heads, s.n_kv_heads) * max_u64(cap, local_cap);
+    case Region::QRot: return threads * plan_query_rows(s.n_heads, s.n_kv_heads) * s.head_dim;
     case Region::ShiftCos:
     case Region::ShiftSin: return slots * pairs;
     case Region::SnapRows:

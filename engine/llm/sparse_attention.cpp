@@ -147,6 +147,7 @@ bool Transformer::sparse_attention(KvCache& kv, uint32_t layer, uint32_t row0, u
     a.rows = att_rows_;
     a.qrot = qrot_;
     a.row_capacity = capacity_;
+    a.query_rows = query_rows_;
     backend_->attention(a);
   }
   return true;

@@ -76,7 +76,8 @@ Error Transformer::init(const Model& model, Backend& backend, const PlanConfig& 
   output_norm_ = model.tensor(TensorRole::OutputNorm);
   output_ = model.meta()->arch()->tied_output() ? token_embd_ : model.tensor(TensorRole::Output);
   // Score rows span the larger of the two caches (att_rows is planned so).
-  capacity_ = uint32_t(regions.bytes(Region::AttRows) / sizeof(float) / config.threads);
+  query_rows_ = plan_query_rows(shape_.n_heads, shape_.n_kv_heads);
+  capacity_ = uint32_t(regions.bytes(Region::AttRows) / sizeof(float) / config.threads / query_rows_);
   step_rows_ = uint32_t(plan_step_rows(config.chunk_tokens, config.slots));
 
   inv_freq_ = regions.get<double>(Region::RopeInvFreq);
@@ -147,10 +148,11 @@ void Transformer::apply_rope(float* rows, uint32_t n, uint32_t n_heads, uint32_t
   }
 }
 
-void Transformer::attention(KvCache& kv, uint32_t layer, uint32_t row0, uint32_t n, uint32_t seg, bool local) {
-  if (n == 1 && sparse_.budget && !local && sparse_attention(kv, layer, row0, seg)) return;
+bool Transformer::attention(KvCache& kv, uint32_t layer, uint32_t row0, uint32_t n, uint32_t seg, bool local,
+                            AttentionArgs& a) {
+  if (n == 1 && sparse_.budget && !local && sparse_attention(kv, layer, row0, seg)) return false;
   const uint64_t q_dim = uint64_t(shape_.n_heads) * shape_.head_dim, pairs = rope_dim_ / 2;
-  AttentionArgs a{};
+  a = AttentionArgs{};
   a.q = q_ + row0 * q_dim;
   a.out = att_ + row0 * q_dim;
   a.keys = kv.keys(layer, 0);  // `layer` is the index in kv (cache_layer)
@@ -174,7 +176,8 @@ void Transformer::attention(KvCache& kv, uint32_t layer, uint32_t row0, uint32_t
   a.rows = att_rows_;
   a.qrot = qrot_;
   a.row_capacity = capacity_;
-  backend_->attention(a);
+  a.query_rows = query_rows_;
+  return true;
 }
 
 void Transformer::rope_angles(int64_t position, float* cos, float* sin) const {
@@ -319,7 +322,8 @@ Error Transformer::forward(const ForwardSegment* segs, uint32_t count) {
     apply_rope(q_, rows, shape_.n_heads, q_dim);
     apply_rope(k_, rows, shape_.n_kv_heads, kv_dim);
     // Each segment's keys and values (rows of the cache's type) and positions go behind its
-    // cache's visible entries.
+    // cache's visible entries; then its rows attend to its cache (segments never share one).
+    uint32_t pending = 0;
     for (uint32_t i = 0, row0 = 0; i < count; row0 += segs[i].n, ++i) {
       KvCache& kv = layer_cache(segs[i], l);
       const uint32_t n = segs[i].n, size_before = kv.visible();
@@ -341,7 +345,11 @@ Error Transformer::forward(const ForwardSegment* segs, uint32_t count) {
           pc[size_before + t] = int32_t(pos0 + t);
         }
       }
-      attention(kv, cl, row0, n, i, local);  // att [R][q_dim]
+      if (attention(kv, cl, row0, n, i, local, attention_batch_[pending])) ++pending;  // att [R][q_dim]
+      if (pending == kAttentionBatch || (i + 1 == count && pending > 0)) {
+        be.attention_many(attention_batch_, pending);
+        pending = 0;
+      }
     }
     be.matmul(w.wo, att_, q_dim, xq_, false, rows, xb_, dim);
     if (gemma3_) {

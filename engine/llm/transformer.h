@@ -86,14 +86,20 @@ class Transformer final : public KvModelHooks {
   // Gemma 3: RMSNorm of each of `n_heads` heads of every row, in place.
   void norm_heads(float* rows, uint32_t n, uint32_t n_heads, uint32_t row_stride, const TensorView& w);
   void apply_rope(float* rows, uint32_t n, uint32_t n_heads, uint32_t row_stride);
-  // Segment `seg`'s rows [row0, row0 + n) against its cache.
-  void attention(KvCache& kv, uint32_t layer, uint32_t row0, uint32_t n, uint32_t seg, bool local);
+  // Segment `seg`'s rows [row0, row0 + n) against its cache: the backend's arguments for it in
+  // `a`, or false when the sparse decode attention already did it.
+  bool attention(KvCache& kv, uint32_t layer, uint32_t row0, uint32_t n, uint32_t seg, bool local, AttentionArgs& a);
   void logits(const ForwardSegment* segments, uint32_t count);
   // The decode row `row0` of segment `seg` against the tokens stage 2 selects; false (nothing
   // done) for an empty cache.
   bool sparse_attention(KvCache& kv, uint32_t layer, uint32_t row0, uint32_t seg);
   struct SparseJob;
   static void sparse_task(void* ctx, size_t kv_head);
+
+  // A pass's attention goes to the backend in calls of up to kAttentionBatch segments, so the
+  // work of every slot is split across the workers at once.
+  static constexpr uint32_t kAttentionBatch = 16;
+  AttentionArgs attention_batch_[kAttentionBatch] = {};
 
   ModelShape shape_;
   PlanConfig config_;
@@ -108,8 +114,9 @@ class Transformer final : public KvModelHooks {
   uint32_t local_layers_ = 0;  // layers whose keys go to a segment's local_kv
   TensorView token_embd_, output_norm_, output_;
   const Model* model_ = nullptr;
-  uint32_t capacity_ = 0;
-  uint32_t step_rows_ = 0;  // rows of one pass (plan_step_rows)
+  uint32_t capacity_ = 0;    // entries of one score row
+  uint32_t query_rows_ = 1;  // score rows (re-rotated queries) per worker: plan_query_rows
+  uint32_t step_rows_ = 0;   // rows of one pass (plan_step_rows)
 
   double* inv_freq_ = nullptr;        // [rope_dim / 2] global layers' (every layer's but Gemma 3's local)
   double* inv_freq_local_ = nullptr;  // [rope_dim / 2] Gemma 3's local layers'
@@ -117,8 +124,8 @@ class Transformer final : public KvModelHooks {
         *hb2_ = nullptr;
   ActBlock* xq_ = nullptr;
   float *cos_ = nullptr, *sin_ = nullptr;
-  float* att_rows_ = nullptr;                          // [threads][capacity]
-  float* qrot_ = nullptr;                              // [threads][head_dim]
+  float* att_rows_ = nullptr;                          // [threads][query_rows][capacity]
+  float* qrot_ = nullptr;                              // [threads][query_rows][head_dim]
   float *shift_cos_ = nullptr, *shift_sin_ = nullptr;  // [slots][rope_dim / 2], per segment
   float* logit_rows_ = nullptr;                        // [max(logit_rows, slots)][vocab]
   SparseSplit sparse_;                                 // budget 0: exact attention only

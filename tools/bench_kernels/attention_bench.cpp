@@ -4,7 +4,8 @@
 // numbers stored as f16, q8 and q4; every layer has its own cache, so a step reads
 // depth x 23,040 bytes in f16 as the engine does, mostly from DRAM past a few hundred tokens.
 // The quantized formats run with each x86 table the CPU has (AVX2; AVX-512 VNNI, which the
-// engine picks when present); f16 is the same functions in both.
+// engine picks when present); f16 runs one query head per call (the AVX2 functions, both tables)
+// and, where the table has them, the grouped-query entries: a KV head's 3 query heads per call.
 //
 // Times are the thread's CPU time (a shared host's other work does not count; cache and memory
 // contention still do), median of 7 steps, formats alternating within each repetition.
@@ -41,6 +42,7 @@ constexpr KvType kTypes[3] = {KvType::F16, KvType::Q8, KvType::Q4};
 struct Variant {
   int type;  // index into kTypes
   const AttentionKernels* k;
+  bool grouped = false;  // f16: the query heads of a KV head in one call
 };
 
 struct Cache {
@@ -79,14 +81,16 @@ int main(int argc, char** argv) {
   std::vector<Variant> variants{{0, avx2}, {1, avx2}, {2, avx2}};
   if (avx512 != nullptr) variants.insert(variants.begin() + 2, {1, avx512});
   if (avx512 != nullptr) variants.push_back({2, avx512});
+  if (avx512 != nullptr && avx512->scores_group != nullptr) variants.insert(variants.begin() + 1, {0, avx512, true});
   std::mt19937 rng(1);
   std::normal_distribution<float> nd;
-  std::vector<float> q(kHeadDim * kHeads), out(kHeadDim);
+  constexpr uint32_t kGroup = kHeads / kKvHeads;
+  std::vector<float> q(kHeadDim * kHeads), out(kHeadDim * kGroup);
   for (float& x : q) x = nd(rng);
   std::printf("%-6s %-4s %-11s %12s %12s %12s %14s\n", "depth", "type", "kernels", "scores ms", "sums ms", "step ms",
               "KV bytes/step");
   for (uint32_t depth : depths) {
-    std::vector<float> p(depth);
+    std::vector<float> p(uint64_t(depth) * kGroup);
     Cache caches[3];
     for (int t = 0; t < 3; ++t) caches[t] = make_cache(kTypes[t], depth, rng);
     const size_t nv = variants.size();
@@ -98,6 +102,21 @@ int main(int argc, char** argv) {
         const uint64_t row = kv_row_halves(kTypes[t], kHeadDim);
         double a = 0, b = 0;
         for (uint32_t l = 0; l < kLayers; ++l) {
+          if (variants[v].grouped) {
+            for (uint32_t g = 0; g < kKvHeads; ++g) {
+              const uint64_t off = (uint64_t(l) * kKvHeads + g) * depth * row;
+              const double t0 = thread_seconds();
+              k->scores_group(&q[g * kGroup * kHeadDim], kGroup, &caches[t].keys[off], depth, kHeadDim, 0.125f,
+                              p.data(), depth);
+              const double t1 = thread_seconds();
+              std::fill(p.begin(), p.end(), 1.0f / float(depth));
+              const double t2 = thread_seconds();
+              k->weighted_sum_group(p.data(), depth, kGroup, &caches[t].values[off], depth, kHeadDim, out.data());
+              b += thread_seconds() - t2;
+              a += t1 - t0;
+            }
+            continue;
+          }
           for (uint32_t h = 0; h < kHeads; ++h) {
             const uint64_t off = (uint64_t(l) * kKvHeads + h / (kHeads / kKvHeads)) * depth * row;
             const double t0 = thread_seconds();
@@ -120,8 +139,8 @@ int main(int argc, char** argv) {
       std::sort(sums_s[v].begin(), sums_s[v].end());
       const double s = scores_s[v][kReps / 2] * 1e3, w = sums_s[v][kReps / 2] * 1e3;
       const uint64_t bytes = uint64_t(depth) * kLayers * kKvHeads * 2 * kv_row_bytes(kTypes[t], kHeadDim);
-      std::printf("%-6u %-4s %-11s %12.2f %12.2f %12.2f %14llu\n", depth, kv_type_name(kTypes[t]), variants[v].k->name,
-                  s, w, s + w, (unsigned long long)bytes);
+      std::printf("%-6u %-4s %-11s %12.2f %12.2f %12.2f %14llu\n", depth, kv_type_name(kTypes[t]),
+                  variants[v].grouped ? "grouped" : variants[v].k->name, s, w, s + w, (unsigned long long)bytes);
     }
   }
   return 0;

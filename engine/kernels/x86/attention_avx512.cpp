@@ -1,7 +1,8 @@
 // AVX-512 VNNI attention over quantized rows whose heads are 64 to 256 numbers, a multiple of
 // 64 (SmolLM2's 64, 128, Gemma 3's 256). A row is taken as chunks of 64 numbers, two groups of
-// 32, one 512-bit vector each. The f16 entries and other head sizes are the AVX2 table's
-// functions, so f16 results are the same bits whichever table runs.
+// 32, one 512-bit vector each. The single-query f16 entries and other head sizes are the AVX2
+// table's functions, and the grouped-query f16 entries (at the end) repeat their arithmetic, so
+// f16 results are the same bits whichever table runs.
 //
 // Scores: the query is quantized to int8 per group exactly as the AVX2 kernels do (scale
 // max|q|/127), and vpdpbusd sums a key row's products with it in int32, four bytes per lane; 16
@@ -24,6 +25,7 @@
 #include "core/f16.h"
 #include "kernels/attention.h"
 #include "kernels/x86/avx512_intrin.h"
+#include "kernels/x86/f16_lane_sums.h"
 #include "kernels/x86/query_q8.h"
 
 namespace keel {
@@ -362,13 +364,115 @@ void weighted_sum_q4_avx512(const float* p, const uint16_t* v, uint32_t n, uint3
   weighted_sum_for<Q4Rows>(hd)(p, v, n, hd, out);
 }
 
+// ---- f16 rows, the queries of one KV head together ----
+//
+// The AVX2 f16 kernels take one query and convert every key and value number from f16 for it;
+// with grouped-query attention (SmolLM2: 9 query heads over 3 KV heads) the same rows were
+// converted once per query. These take up to kGroupBlock queries at a time and convert a row once
+// for all of them. Per query, every operation is the AVX2 kernel's, on 256-bit vectors, in the
+// same order (the same 8-lane FMA chains over the head, the same shuffle tree per eight keys, the
+// same FMA chain per output lane over the rows), so the results are its bits; AVX-512VL's 32
+// vector registers hold the accumulators of three queries.
+constexpr uint32_t kGroupBlock = 3;
+
+// scores_avx2's path for head_dim a multiple of 8 above 16.
+template <uint32_t G>
+void scores_f16_block(const float* q, const uint16_t* k, uint32_t n, uint32_t hd, float scale, float* s,
+                      uint64_t s_stride) {
+  const __m256 sc = _mm256_set1_ps(scale);
+  uint32_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const uint16_t* kj = k + uint64_t(j) * hd;
+    __m256 acc[G][8];
+    for (uint32_t g = 0; g < G; ++g)
+      for (uint32_t r = 0; r < 8; ++r) acc[g][r] = _mm256_setzero_ps();
+    for (uint32_t i = 0; i < hd; i += 8) {
+      __m256 qv[G];
+      for (uint32_t g = 0; g < G; ++g) qv[g] = _mm256_loadu_ps(q + uint64_t(g) * hd + i);
+      for (uint32_t r = 0; r < 8; ++r) {
+        const __m256 kv = load_half8(kj + uint64_t(r) * hd + i);
+        for (uint32_t g = 0; g < G; ++g) acc[g][r] = _mm256_fmadd_ps(qv[g], kv, acc[g][r]);
+      }
+    }
+    for (uint32_t g = 0; g < G; ++g) _mm256_storeu_ps(s + g * s_stride + j, _mm256_mul_ps(hsum8_in_order(acc[g]), sc));
+  }
+  for (; j < n; ++j) {
+    const uint16_t* kj = k + uint64_t(j) * hd;
+    __m256 acc[G];
+    for (uint32_t g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
+    for (uint32_t i = 0; i < hd; i += 8) {
+      const __m256 kv = load_half8(kj + i);
+      for (uint32_t g = 0; g < G; ++g) acc[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + uint64_t(g) * hd + i), kv, acc[g]);
+    }
+    for (uint32_t g = 0; g < G; ++g) s[g * s_stride + j] = hsum(acc[g]) * scale;
+  }
+}
+
+void scores_f16_group(const float* q, uint32_t g, const uint16_t* k, uint32_t n, uint32_t hd, float scale, float* s,
+                      uint64_t s_stride) {
+  if (hd % 8 != 0 || hd <= 16) {
+    const KvScoresFn one = attention_kernels_x86_avx2_table()->scores;
+    for (uint32_t i = 0; i < g; ++i) one(q + uint64_t(i) * hd, k, n, hd, scale, s + i * s_stride);
+    return;
+  }
+  for (uint32_t i = 0; i < g; i += kGroupBlock) {
+    const float* qi = q + uint64_t(i) * hd;
+    float* si = s + i * s_stride;
+    switch (g - i < kGroupBlock ? g - i : kGroupBlock) {
+      case 1: scores_f16_block<1>(qi, k, n, hd, scale, si, s_stride); break;
+      case 2: scores_f16_block<2>(qi, k, n, hd, scale, si, s_stride); break;
+      default: scores_f16_block<3>(qi, k, n, hd, scale, si, s_stride); break;
+    }
+  }
+}
+
+// weighted_sum_avx2's paths for head_dim a multiple of 8 other than 8: one FMA chain per output
+// lane over the rows in order, from zero. Here 64 lanes of G queries at a time.
+template <uint32_t G>
+void weighted_sum_f16_block(const float* p, uint64_t p_stride, const uint16_t* v, uint32_t n, uint32_t hd, float* out) {
+  for (uint32_t c = 0; c < hd; c += 64) {
+    __m256 acc[G][8];
+    for (uint32_t g = 0; g < G; ++g)
+      for (uint32_t b = 0; b < 8; ++b) acc[g][b] = _mm256_setzero_ps();
+    for (uint32_t j = 0; j < n; ++j) {
+      __m256 pj[G];
+      for (uint32_t g = 0; g < G; ++g) pj[g] = _mm256_set1_ps(p[g * p_stride + j]);
+      const uint16_t* vj = v + uint64_t(j) * hd + c;
+      for (uint32_t b = 0; b < 8; ++b) {
+        const __m256 vv = load_half8(vj + 8 * b);
+        for (uint32_t g = 0; g < G; ++g) acc[g][b] = _mm256_fmadd_ps(pj[g], vv, acc[g][b]);
+      }
+    }
+    for (uint32_t g = 0; g < G; ++g)
+      for (uint32_t b = 0; b < 8; ++b) _mm256_storeu_ps(out + uint64_t(g) * hd + c + 8 * b, acc[g][b]);
+  }
+}
+
+void weighted_sum_f16_group(const float* p, uint64_t p_stride, uint32_t g, const uint16_t* v, uint32_t n, uint32_t hd,
+                            float* out) {
+  if (hd % 64 != 0) {
+    const KvWeightedSumFn one = attention_kernels_x86_avx2_table()->weighted_sum;
+    for (uint32_t i = 0; i < g; ++i) one(p + i * p_stride, v, n, hd, out + uint64_t(i) * hd);
+    return;
+  }
+  for (uint32_t i = 0; i < g; i += kGroupBlock) {
+    const float* pi = p + i * p_stride;
+    float* oi = out + uint64_t(i) * hd;
+    switch (g - i < kGroupBlock ? g - i : kGroupBlock) {
+      case 1: weighted_sum_f16_block<1>(pi, p_stride, v, n, hd, oi); break;
+      case 2: weighted_sum_f16_block<2>(pi, p_stride, v, n, hd, oi); break;
+      default: weighted_sum_f16_block<3>(pi, p_stride, v, n, hd, oi); break;
+    }
+  }
+}
+
 }  // namespace
 
 const AttentionKernels* attention_kernels_x86_avx512_table() {
   const AttentionKernels& a = *attention_kernels_x86_avx2_table();
-  static const AttentionKernels k{"avx512vnni",          a.scores,         a.weighted_sum,         a.to_half,
-                                  a.weighted_sum_more,   scores_q8_avx512, weighted_sum_q8_avx512, scores_q4_avx512,
-                                  weighted_sum_q4_avx512};
+  static const AttentionKernels k{"avx512vnni",           a.scores,         a.weighted_sum,         a.to_half,
+                                  a.weighted_sum_more,    scores_q8_avx512, weighted_sum_q8_avx512, scores_q4_avx512,
+                                  weighted_sum_q4_avx512, scores_f16_group, weighted_sum_f16_group};
   return &k;
 }
 

@@ -206,7 +206,7 @@ void q4_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* 
       accf_hi[t] = scale_add(accf_hi[t], dw_hi, a.d, i_hi);
       if constexpr (kMin) {
         const __m256 da = _mm256_set1_ps(a.d);
-        const __m256 sa = _mm256_set1_ps(float(a.sum));
+        const __m256 sa = _mm256_cvtepi32_ps(_mm256_set1_epi32(a.sum));  // exact, as in the AVX-512 kernel
         accf_lo[t] = _mm256_fmadd_ps(_mm256_mul_ps(load_scales8(mins + b * 32), da), sa, accf_lo[t]);
         accf_hi[t] = _mm256_fmadd_ps(_mm256_mul_ps(load_scales8(mins + b * 32 + 16), da), sa, accf_hi[t]);
       }

@@ -20,7 +20,20 @@ namespace {
 
 constexpr uint32_t kTileTokens = 8;
 constexpr uint32_t kFloatTileTokens = 4;
-constexpr uint64_t kPrefetchAheadBytes = 1024;
+// Multi-token prefetch distances in Q4 weight bytes (Q8: twice as far): a block with several
+// tokens takes long enough that the hardware prefetcher's lead no longer hides the latency of
+// L3 or DRAM. Far ahead into L2 (its queue holds many more misses than L1's fill buffers), near
+// ahead into L1 (docs/performance.md, "Many sequences at once").
+constexpr uint64_t kPrefetchL2Bytes = 8192;
+constexpr uint64_t kPrefetchL1Bytes = 1024;
+
+// The prefetches for one block of `lines` cache lines at qb.
+inline void prefetch_block(const uint8_t* qb, int lines, uint64_t scale) {
+  for (int line = 0; line < lines; ++line) {
+    _mm_prefetch(reinterpret_cast<const char*>(qb + scale * kPrefetchL2Bytes + line * 64), _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char*>(qb + scale * kPrefetchL1Bytes + line * 64), _MM_HINT_T0);
+  }
+}
 
 inline int32_t load_i32(const void* p) {
   int32_t v;
@@ -98,8 +111,7 @@ void q8_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* 
       accf[0] = scale_add(accf[0], dw, a.d, _mm512_add_epi32(acc0, acc1));
     } else {
       __m512i acc[T];
-      for (int line = 0; line < 8; ++line)  // as in q4_panel
-        _mm_prefetch(reinterpret_cast<const char*>(qb + 2 * kPrefetchAheadBytes + line * 64), _MM_HINT_T0);
+      prefetch_block(qb, 8, 2);  // as in q4_panel
       for (int t = 0; t < T; ++t) acc[t] = _mm512_set1_epi32(-128 * x[uint64_t(t) * nb + b].sum);
       for (int g = 0; g < 8; ++g) {
         const __m512i w = load_quants(qb + g * 64);
@@ -142,10 +154,9 @@ void q4_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* 
       acc[0] = _mm512_add_epi32(acc_lo, acc_hi);
     } else {
       // Several tokens spend long enough on a block that the hardware prefetcher's lead no longer
-      // hides DRAM latency: ask for the weights a few blocks ahead (past the panel's end that is
-      // the next panel, which follows it in memory).
-      for (int line = 0; line < 4; ++line)
-        _mm_prefetch(reinterpret_cast<const char*>(qb + kPrefetchAheadBytes + line * 64), _MM_HINT_T0);
+      // hides the latency: ask for the weights ahead (past the panel's end that is the next
+      // panel, which follows it in memory).
+      prefetch_block(qb, 4, 1);
       for (int t = 0; t < T; ++t)
         acc[t] = kMin ? _mm512_setzero_si512() : _mm512_set1_epi32(-8 * x[uint64_t(t) * nb + b].sum);
       for (int c = 0; c < 4; ++c) {
@@ -163,8 +174,11 @@ void q4_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* 
       const __m512 mw = load_scales(mins + b * 32);
       for (int t = 0; t < T; ++t) {
         const ActBlock& a = x[uint64_t(t) * nb + b];
-        accf[t] = scale_add(accf[t], dw, a.d, acc[t]);
-        accf[t] = _mm512_fmadd_ps(_mm512_mul_ps(mw, _mm512_set1_ps(a.d)), _mm512_set1_ps(float(a.sum)), accf[t]);
+        const __m512 da = _mm512_set1_ps(a.d);
+        accf[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(acc[t]), accf[t]);
+        // float(sum) exactly (|sum| <= 32 * 127), converted in the vector unit from a broadcast
+        // load: one operation instead of a scalar conversion and a broadcast.
+        accf[t] = _mm512_fmadd_ps(_mm512_mul_ps(mw, da), _mm512_cvtepi32_ps(_mm512_set1_epi32(a.sum)), accf[t]);
       }
     } else {
       for (int t = 0; t < T; ++t) accf[t] = scale_add(accf[t], dw, x[uint64_t(t) * nb + b].d, acc[t]);

@@ -79,6 +79,53 @@ TEST(AttentionKernels, ScoresDoNotDependOnTheKeysTakenTogether) {
   }
 }
 
+// The grouped-query entries give each query the bits the single-query entries give it alone
+// (a request's tokens then do not depend on whether its heads went through together), for
+// groups split into blocks of three and head dims inside and outside their fast paths.
+TEST(AttentionKernels, GroupedQueriesGetTheirBitsAlone) {
+  std::vector<const AttentionKernels*> grouped;
+  for (const AttentionKernels* k : tables()) {
+    if (k->scores_group != nullptr) grouped.push_back(k);
+  }
+  if (attention_kernels_x86_avx512() != nullptr) {
+    ASSERT_FALSE(grouped.empty()) << "the AVX-512 table has grouped-query kernels";
+  }
+  std::mt19937 rng(13);
+  std::normal_distribution<float> nd(0.0f, 1.5f);
+  std::uniform_real_distribution<float> ud(0.0f, 1.0f);
+  for (const AttentionKernels* k : grouped) {
+    ASSERT_NE(k->weighted_sum_group, nullptr);
+    for (uint32_t hd : {8u, 24u, 64u, 72u, 128u, 256u}) {
+      for (uint32_t g : {1u, 2u, 3u, 4u, 7u}) {
+        for (uint32_t n : {0u, 1u, 7u, 8u, 9u, 17u, 41u}) {
+          SCOPED_TRACE(testing::Message() << k->name << " hd " << hd << " g " << g << " n " << n);
+          const uint64_t stride = n + 3;
+          std::vector<float> q(uint64_t(g) * hd), p(g * stride);
+          std::vector<uint16_t> rows(uint64_t(n) * hd);
+          for (float& x : q) x = nd(rng);
+          for (float& x : p) x = ud(rng);
+          for (uint16_t& x : rows) x = f32_to_f16(nd(rng));
+          const float scale = 1.0f / std::sqrt(float(hd));
+          std::vector<float> together(g * stride, -7.0f), alone(n + 1);
+          k->scores_group(q.data(), g, rows.data(), n, hd, scale, together.data(), stride);
+          std::vector<float> sums(uint64_t(g + 1) * hd, -7.0f), one(hd);
+          k->weighted_sum_group(p.data(), stride, g, rows.data(), n, hd, sums.data());
+          for (uint32_t i = 0; i < g; ++i) {
+            k->scores(q.data() + uint64_t(i) * hd, rows.data(), n, hd, scale, alone.data());
+            for (uint32_t j = 0; j < n; ++j)
+              ASSERT_EQ(together[i * stride + j], alone[j]) << "query " << i << " key " << j;
+            for (uint64_t j = n; j < stride; ++j) ASSERT_EQ(together[i * stride + j], -7.0f) << "wrote past the scores";
+            k->weighted_sum(p.data() + i * stride, rows.data(), n, hd, one.data());
+            for (uint32_t c = 0; c < hd; ++c)
+              ASSERT_EQ(sums[uint64_t(i) * hd + c], one[c]) << "query " << i << " lane " << c;
+          }
+          for (uint32_t c = 0; c < hd; ++c) ASSERT_EQ(sums[uint64_t(g) * hd + c], -7.0f) << "wrote past the outputs";
+        }
+      }
+    }
+  }
+}
+
 TEST(AttentionKernels, WeightedSumMatchesDoubleArithmetic) {
   std::mt19937 rng(11);
   std::normal_distribution<float> nd(0.0f, 1.0f);

@@ -225,6 +225,12 @@ const uint32_t kTokens[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 17};
 
 std::string dname(DType dt) { return fb::EnumNameDType(dt); }
 
+uint32_t bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+
 // ---- ref against exact arithmetic ----
 
 TEST(RefKernels, QuantizeActFollowsItsRule) {
@@ -500,6 +506,45 @@ TEST_P(X86Kernels, DispatcherPicksTheWidestSupportedLevel) {
     EXPECT_STREQ(best->name, "avx2");
   }
   EXPECT_EQ(&kernels_best(), best);
+}
+
+// A token's outputs do not depend on the tokens multiplied beside it nor on the x86 table
+// (batched decode relies on it: a request's tokens are the same alone or batched): for Q8, Q4 and
+// Q4M, every token of a call over 1..17 tokens (tiles of 8 and their remainders) gets the bits it
+// gets alone, from AVX-512 and from AVX2.
+TEST(X86TokenTiles, TokensGiveTheSameBitsAloneOrTogether) {
+  const MatmulKernels* k512 = kernels_x86_avx512();
+  const MatmulKernels* k2 = kernels_x86_avx2();
+  if (k512 == nullptr || k2 == nullptr) GTEST_SKIP() << "needs AVX2 and AVX-512 VNNI";
+  std::mt19937 rng(41);
+  for (DType dt : {DType::Q8, DType::Q4, DType::Q4M}) {
+    for (uint32_t cols : {64u, 576u, 1000u}) {
+      const uint32_t rows = 37;
+      const TestWeights w = make_weights(dt, rows, cols, rng);
+      const uint32_t n_max = 17, nb = act_blocks(cols);
+      const std::vector<float> x = make_acts(n_max, cols, rng);
+      const std::vector<ActBlock> a = quantize(kernels_ref(), x, n_max, cols);
+      std::vector<std::vector<float>> alone(n_max);
+      for (uint32_t t = 0; t < n_max; ++t) {
+        const std::vector<ActBlock> one(a.begin() + t * nb, a.begin() + (t + 1) * nb);
+        alone[t] = run(*k2, w.view, {}, one, 1, rows);
+        const std::vector<float> y512 = run(*k512, w.view, {}, one, 1, rows);
+        for (uint32_t r = 0; r < rows; ++r)
+          ASSERT_EQ(bits(y512[r]), bits(alone[t][r]))
+              << dname(dt) << " cols " << cols << " token " << t << " row " << r;
+      }
+      for (uint32_t n : {2u, 3u, 4u, 5u, 7u, 8u, 9u, 12u, 16u, 17u}) {
+        for (const MatmulKernels* k : {k512, k2}) {
+          const std::vector<float> y = run(*k, w.view, {}, a, n, rows);
+          for (uint32_t t = 0; t < n; ++t)
+            for (uint32_t r = 0; r < rows; ++r)
+              ASSERT_EQ(bits(y[uint64_t(t) * rows + r]), bits(alone[t][r]))
+                  << dname(dt) << " " << k->name << " cols " << cols << ", " << n << " tokens: token " << t << " row "
+                  << r;
+        }
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, X86Kernels, ::testing::Values("avx2", "avx512"),

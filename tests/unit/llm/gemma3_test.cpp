@@ -171,7 +171,9 @@ TEST(Gemma3, PlanGivesLocalLayersWindowRings) {
   EXPECT_EQ(snap.kv_local_budget_tokens, 512u);
   EXPECT_EQ(snap.kv_capacity_tokens, 256 + chunk);
   EXPECT_EQ(snap.region_bytes(Region::KvObservations), plan_align(3 * 32 * 1024 * 4));
-  EXPECT_EQ(snap.region_bytes(Region::AttRows), plan_align((512 + chunk) * 4));
+  // A score row per query head of the KV head (4 over 1), per worker.
+  EXPECT_EQ(plan_query_rows(shape.n_heads, shape.n_kv_heads), 4u);
+  EXPECT_EQ(snap.region_bytes(Region::AttRows), plan_align(4 * (512 + chunk) * 4));
 }
 
 // Logits of one slot, copied.
