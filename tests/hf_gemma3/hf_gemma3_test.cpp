@@ -30,6 +30,7 @@
 #include "ports/linux/backend_plan.h"
 #include "ports/linux/mapped_file.h"
 #include "ports/linux/thread_pool.h"
+#include "support/runtime_fixture.h"
 #include "support/test_support.h"
 
 namespace keel {
@@ -40,18 +41,7 @@ constexpr double kClearMargin = 0.1;  // nats between transformers' top-1 and to
 constexpr double kMaxDLogit = 0.05;   // over transformers' top 20 (measured 0.005)
 constexpr uint32_t kEssays = 6;       // whole essays whose ids the two conversions must agree on
 
-struct FreeDeleter {
-  void operator()(uint8_t* p) const { free(p); }
-};
-using Buffer = std::unique_ptr<uint8_t, FreeDeleter>;
-
-struct Engine {
-  port::MappedFile file;
-  Model model;
-  std::unique_ptr<port::LinuxThreadPool> pool;
-  Buffer persistent, scratch;
-  Runtime runtime;
-};
+using Engine = test::TestRuntime;
 
 // The Hugging Face directory as `keel convert DIR --quant f32` writes it, once per process.
 const std::string& hf_keel() {
@@ -83,42 +73,11 @@ const std::string& gguf_keel() {
 // A converted model run with policy full over `budget` tokens.
 std::unique_ptr<Engine> make_engine(const std::string& path, uint32_t budget) {
   if (path.empty()) return nullptr;
-  std::string err;
-  auto e = std::make_unique<Engine>();
-  if (!e->file.open(path, err)) {
-    ADD_FAILURE() << err;
-    return nullptr;
-  }
-  Error st = e->model.load(Span<const uint8_t>(e->file.data(), e->file.size()));
-  if (!st.ok()) {
-    ADD_FAILURE() << to_string(st.status()) << ": " << st.message();
-    return nullptr;
-  }
   RunOverrides o;
   o.kv_policy = run_policy(KvPolicyKind::Full);
   o.kv_budget_tokens = budget;
   o.threads = kThreads;
-  RuntimeConfig cfg;
-  st = make_runtime_config(e->model, o, &cfg);
-  if (!st.ok()) {
-    ADD_FAILURE() << to_string(st.status()) << ": " << st.message();
-    return nullptr;
-  }
-  if (!port::reserve_backend_bytes(e->model, cfg, err)) {
-    ADD_FAILURE() << err;
-    return nullptr;
-  }
-  const MemoryPlan plan = Runtime::plan(e->model, cfg);
-  e->persistent.reset(static_cast<uint8_t*>(aligned_alloc(kPlanAlign, plan_align(plan.persistent_bytes))));
-  e->scratch.reset(static_cast<uint8_t*>(aligned_alloc(kPlanAlign, plan_align(plan.scratch_bytes))));
-  e->pool = std::make_unique<port::LinuxThreadPool>(kThreads);
-  st = e->runtime.init(e->model, cfg, Span<uint8_t>(e->persistent.get(), plan.persistent_bytes),
-                       Span<uint8_t>(e->scratch.get(), plan.scratch_bytes), e->pool->pool());
-  if (!st.ok()) {
-    ADD_FAILURE() << to_string(st.status()) << ": " << st.message();
-    return nullptr;
-  }
-  return e;
+  return test::start_runtime(path, o);
 }
 
 std::optional<convert::SourceModel> read_hf() {

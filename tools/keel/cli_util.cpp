@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "kv/kv_policy.h"
+
 namespace keel::cli {
 
 int usage_error(const char* cmd, const std::string& message) {
@@ -86,34 +88,19 @@ bool split_list(const std::string& s, std::vector<std::string>& out) {
   }
 }
 
+// A file's default policy is the engine's policy of the same name; the schema's enum is the
+// engine's first five kinds (rocketkv is chosen at run time only).
+static_assert(unsigned(fb::KvPolicy::MAX) == unsigned(KvPolicyKind::SnapStream) &&
+              unsigned(fb::KvPolicy::SnapKV) == unsigned(KvPolicyKind::SnapKV));
+
 bool parse_kv_policy(const std::string& s, fb::KvPolicy& out) {
-  static const struct {
-    const char* name;
-    fb::KvPolicy p;
-  } kPolicies[] = {{"full", fb::KvPolicy::Full},
-                   {"window", fb::KvPolicy::Window},
-                   {"streaming", fb::KvPolicy::Streaming},
-                   {"snapkv", fb::KvPolicy::SnapKV},
-                   {"snapstream", fb::KvPolicy::SnapStream}};
-  for (const auto& p : kPolicies) {
-    if (s == p.name) {
-      out = p.p;
-      return true;
-    }
-  }
-  return false;
+  KvPolicyKind k;
+  if (!parse_kv_policy(s.c_str(), k) || unsigned(k) > unsigned(fb::KvPolicy::MAX)) return false;
+  out = fb::KvPolicy(k);
+  return true;
 }
 
-const char* kv_policy_name(fb::KvPolicy p) {
-  switch (p) {
-    case fb::KvPolicy::Full: return "full";
-    case fb::KvPolicy::Window: return "window";
-    case fb::KvPolicy::Streaming: return "streaming";
-    case fb::KvPolicy::SnapKV: return "snapkv";
-    case fb::KvPolicy::SnapStream: return "snapstream";
-  }
-  return "?";
-}
+const char* kv_policy_name(fb::KvPolicy p) { return kv_policy_name(KvPolicyKind(p)); }
 
 void ProgressBar::update(size_t done, size_t total, uint64_t bytes) {
   if (!enabled_ || total == 0) return;

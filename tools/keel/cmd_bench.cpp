@@ -66,7 +66,8 @@ const char kHelpTail[] =
     "  --bandwidth            also measure DRAM read bandwidth with the same threads and report\n"
     "                         the decode ceiling: bandwidth / bytes read per token (the weights\n"
     "                         shared by the slots of a step, plus the K,V each slot attends to:\n"
-    "                         mean_cached_tokens, at most the budget)\n"
+    "                         mean_cached_tokens, at most the budget; with sparse attention the\n"
+    "                         rows of the chosen pages and the page summaries it reads)\n"
     "  --json                 JSON lines, one object per configuration: model, weights_bytes, backend,\n"
     "                         matmul_kernels, threads, slots, kv_policy, kv_budget, depth, repetitions,\n"
     "                         peak_rss_bytes, bytes_per_token, kv_bytes_per_cached_token,\n"
@@ -134,6 +135,10 @@ struct Config {
   uint32_t threads = 0, slots = 1, depth = 0, reps = 0, budget = 0;
   std::string policy;  // with "+q8" / "+q4" for a quantized cache
   double kv_bytes_per_cached_token = 0;
+  // Sparse decode attention (docs/kv.md, "Bytes per step"): a step reads the K,V rows of the
+  // pages it chose (at most topk + page - 1 tokens) and its own, and 2r f32 numbers per page.
+  SparseSplit sparse;
+  uint32_t kv_layer_heads = 0;                               // layers x KV heads
   double mean_cached = 0, bytes_per_token = 0, ceiling = 0;  // the last tg test's, else at the depth
   double gbps = 0;                                           // 0 without --bandwidth
   std::vector<Test> tests;
@@ -411,7 +416,13 @@ bool run_tests(Runtime& rt, const std::vector<int32_t>& ids, const Grid& g, Conf
   // slot's cached K and V of every layer it attends to, on average over a tg test (what the
   // policy holds, not the depth).
   auto bytes = [&](double cached) {
-    return (double(c.weights_bytes) + c.slots * c.kv_bytes_per_cached_token * cached) / c.slots;
+    double kv = c.kv_bytes_per_cached_token * cached;
+    if (c.sparse.budget) {
+      const double pages = std::ceil((cached - 1) / c.sparse.page);
+      const double rows = std::min(cached - 1, double(c.sparse.topk + c.sparse.page - 1)) + 1;
+      kv = c.kv_bytes_per_cached_token * rows + c.kv_layer_heads * pages * 2.0 * c.sparse.dims * sizeof(float);
+    }
+    return (double(c.weights_bytes) + c.slots * kv) / c.slots;
   };
   c.bytes_per_token = bytes(c.mean_cached);
   c.ceiling = c.gbps * 1e9 / c.bytes_per_token;
@@ -500,6 +511,8 @@ int cmd_bench(int argc, char** argv) {
               c.reps = g.reps;
               c.kv_bytes_per_cached_token =
                   2.0 * ms.n_layers * ms.n_kv_heads * kv_row_bytes(o.kv_type, ms.head_dim);  // K and V rows
+              c.sparse = rt.memory_plan().sparse;
+              c.kv_layer_heads = ms.n_layers * ms.n_kv_heads;
               c.gbps = bandwidth ? gbps_by_threads[t] : 0;
               if (!run_tests(rt, ids, g, c, error)) return fail("bench", error);
               if (!begun) printer->begin();

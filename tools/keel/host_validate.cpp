@@ -258,6 +258,7 @@ int run_validate(const SessionOptions& base, const std::string& start_hw, uint32
 
   SessionOptions so = base;
   so.backend = "native";
+  so.hw.clear();  // --hw names the description to fit, not a backend: the runs are native
   so.threads = 1;
   so.chunk = kChunk;
   Session probe;

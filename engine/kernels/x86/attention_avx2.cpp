@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/f16.h"
+#include "kernels/x86/query_q8.h"
 #include "kernels/attention.h"
 
 namespace keel {
@@ -176,28 +177,9 @@ void to_half_avx2(const float* x, uint32_t n, uint16_t* out) {
 // max|q|/127, kept in f32), each key group's 32 products are summed exactly in int32, and the
 // two scales are applied once per group. Eight keys go through together so the horizontal
 // sums, the scale loads and the conversions are shared by a vector of eight keys.
-constexpr uint32_t kMaxGroups = 8;
-
-struct QueryQ8 {
-  alignas(32) int8_t q[32 * kMaxGroups];
-  float d[kMaxGroups];    // q[i] ~ d * int8
-  float sum[kMaxGroups];  // the f32 query's sum per group (q4's minimum term)
-};
-
-void quantize_query(const float* x, uint32_t groups, QueryQ8& out) {
-  for (uint32_t b = 0; b < groups; ++b) {
-    const float* xb = x + 32 * b;
-    float amax = 0.0f, sum = 0.0f;
-    for (uint32_t i = 0; i < 32; ++i) {
-      amax = std::fmax(amax, std::fabs(xb[i]));
-      sum += xb[i];
-    }
-    const float d = amax / 127.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
-    for (uint32_t i = 0; i < 32; ++i) out.q[32 * b + i] = int8_t(std::nearbyint(xb[i] * inv));
-    out.d[b] = d;
-    out.sum[b] = sum;
-  }
-}
+constexpr uint32_t kMaxGroups = x86::kQueryMaxGroups;
+using x86::quantize_query;
+using x86::QueryQ8;
 
 // Eight int32 8-lane sums to one vector of eight totals, as sum8 does for floats.
 inline __m256i sum8_epi32(const __m256i* a) {

@@ -18,21 +18,13 @@
 // coefficient, for each row times |v_j| (kv_quant_test states the bound). q4's minima are summed
 // in f32 (sum_j p_j m_j per group). Rows past the last whole block are summed in f32.
 
-// GCC 12 flags the self-initialized placeholders inside its own AVX-512 intrinsics
-// (_mm512_undefined_*) as uninitialized at every inlined use; the warning is about the header.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-
 #include <cmath>
 #include <cstdint>
 
 #include "core/f16.h"
 #include "kernels/attention.h"
+#include "kernels/x86/avx512_intrin.h"
+#include "kernels/x86/query_q8.h"
 
 namespace keel {
 
@@ -143,28 +135,13 @@ void scores_chunked(const float* q, const uint16_t* k, uint32_t n, float scale, 
   const uint32_t groups = 2 * lay.chunks;
   // The query per group: int8 numbers (the AVX2 kernels' rounding), their scale and sums; per
   // chunk the numbers in the rows' lane order.
-  int8_t qi[kChunk * kMaxChunks];
-  float dq[2 * kMaxChunks], sum_f[2 * kMaxChunks];
-  int32_t sum_i[2 * kMaxChunks];
-  for (uint32_t g = 0; g < groups; ++g) {
-    const float* x = q + 32 * g;
-    float amax = 0.0f, sum = 0.0f;
-    for (uint32_t i = 0; i < 32; ++i) {
-      amax = std::fmax(amax, std::fabs(x[i]));
-      sum += x[i];
-    }
-    const float d = amax / 127.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
-    int32_t si = 0;
-    for (uint32_t i = 0; i < 32; ++i) si += qi[32 * g + i] = int8_t(std::nearbyint(x[i] * inv));
-    dq[g] = d;
-    sum_f[g] = sum;
-    sum_i[g] = si;
-  }
+  x86::QueryQ8 qq;
+  x86::quantize_query(q, groups, qq);
   __m512i qv[kMaxChunks];
   for (uint32_t c = 0; c < lay.chunks; ++c) {
     alignas(64) int8_t q_lanes[kChunk];
     for (uint32_t lane = 0; lane < 4; ++lane) {
-      for (uint32_t t = 0; t < 16; ++t) q_lanes[16 * lane + t] = qi[kChunk * c + Rows::pos(lane, t)];
+      for (uint32_t t = 0; t < 16; ++t) q_lanes[16 * lane + t] = qq.q[kChunk * c + Rows::pos(lane, t)];
     }
     qv[c] = _mm512_load_si512(q_lanes);
   }
@@ -188,17 +165,17 @@ void scores_chunked(const float* q, const uint16_t* k, uint32_t n, float scale, 
       }
       __m512i g0, g1;
       reduce16<Rows>(dots, g0, g1);
-      g0 = _mm512_sub_epi32(g0, _mm512_set1_epi32(bias * sum_i[2 * c]));
-      g1 = _mm512_sub_epi32(g1, _mm512_set1_epi32(bias * sum_i[2 * c + 1]));
+      g0 = _mm512_sub_epi32(g0, _mm512_set1_epi32(bias * qq.sum_q[2 * c]));
+      g1 = _mm512_sub_epi32(g1, _mm512_set1_epi32(bias * qq.sum_q[2 * c + 1]));
       __m512 d0, d1;
       load_pairs(offsets, rows, 4 * c, d0, d1);
-      acc = _mm512_fmadd_ps(_mm512_mul_ps(d0, _mm512_set1_ps(dq[2 * c])), _mm512_cvtepi32_ps(g0), acc);
-      acc = _mm512_fmadd_ps(_mm512_mul_ps(d1, _mm512_set1_ps(dq[2 * c + 1])), _mm512_cvtepi32_ps(g1), acc);
+      acc = _mm512_fmadd_ps(_mm512_mul_ps(d0, _mm512_set1_ps(qq.d[2 * c])), _mm512_cvtepi32_ps(g0), acc);
+      acc = _mm512_fmadd_ps(_mm512_mul_ps(d1, _mm512_set1_ps(qq.d[2 * c + 1])), _mm512_cvtepi32_ps(g1), acc);
       if (Rows::kHasMin) {
         __m512 m0, m1;
         load_pairs(offsets, rows, lay.min_offset + 4 * c, m0, m1);
-        acc = _mm512_fmadd_ps(m0, _mm512_set1_ps(sum_f[2 * c]), acc);
-        acc = _mm512_fmadd_ps(m1, _mm512_set1_ps(sum_f[2 * c + 1]), acc);
+        acc = _mm512_fmadd_ps(m0, _mm512_set1_ps(qq.sum[2 * c]), acc);
+        acc = _mm512_fmadd_ps(m1, _mm512_set1_ps(qq.sum[2 * c + 1]), acc);
       }
     }
     _mm512_storeu_ps(s + j, _mm512_mul_ps(acc, _mm512_set1_ps(scale)));
@@ -213,9 +190,9 @@ void scores_chunked(const float* q, const uint16_t* k, uint32_t n, float scale, 
       for (uint32_t h = 0; h < 2; ++h) {
         const uint32_t g = 2 * c + h;
         const __mmask16 lanes = h == 0 ? __mmask16(~Rows::kGroup1Lanes) : Rows::kGroup1Lanes;
-        const int32_t dot = _mm512_mask_reduce_add_epi32(lanes, dots) - bias * sum_i[g];
-        acc += f16_to_f32(halves[g]) * dq[g] * float(dot);
-        if (Rows::kHasMin) acc += f16_to_f32(halves[lay.min_offset / 2 + g]) * sum_f[g];
+        const int32_t dot = _mm512_mask_reduce_add_epi32(lanes, dots) - bias * qq.sum_q[g];
+        acc += f16_to_f32(halves[g]) * qq.d[g] * float(dot);
+        if (Rows::kHasMin) acc += f16_to_f32(halves[lay.min_offset / 2 + g]) * qq.sum[g];
       }
     }
     s[j] = acc * scale;

@@ -7,19 +7,10 @@
 // loaded once per tile of up to kTileTokens tokens and every load feeds all of them; a panel
 // (~10 KB at 576 columns) stays in L1/L2 across tiles.
 
-// GCC 12 flags the self-initialized placeholders inside its own AVX-512 intrinsics
-// (_mm512_undefined_*) as uninitialized at every inlined use; the warning is about the header.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-
 #include <cstring>
 
 #include "kernels/kernels.h"
+#include "kernels/x86/avx512_intrin.h"
 #include "kernels/kquant_kernels.h"
 #include "kernels/x86/x86_tables.h"
 

@@ -6,17 +6,10 @@
 // Every float operation per row lane is the one the AVX2 kernel performs, in the same order, on
 // the same exact integers, so a token's outputs are bit for bit the same whichever kernel (and
 // however many tokens beside it) computed them.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-
 #include <cstring>
 
 #include "kernels/kquant_kernels.h"
+#include "kernels/x86/avx512_intrin.h"
 #include "model/weight_format.h"
 
 namespace keel::x86 {

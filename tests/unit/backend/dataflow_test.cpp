@@ -15,15 +15,11 @@
 #include "llm/runtime.h"
 #include "ports/linux/backend_plan.h"
 #include "ports/linux/mapped_file.h"
+#include "support/runtime_fixture.h"
 #include "support/test_support.h"
 
 namespace keel {
 namespace {
-
-struct FreeDeleter {
-  void operator()(uint8_t* p) const { free(p); }
-};
-using Buffer = std::unique_ptr<uint8_t, FreeDeleter>;
 
 HwDesc preset(const char* name) {
   HwDesc h;
@@ -32,25 +28,7 @@ HwDesc preset(const char* name) {
   return h;
 }
 
-struct Loaded {
-  port::MappedFile file;
-  Model model;
-};
-
-std::unique_ptr<Loaded> load(const std::string& path) {
-  auto l = std::make_unique<Loaded>();
-  std::string err;
-  if (path.empty() || !l->file.open(path, err)) {
-    ADD_FAILURE() << "cannot open '" << path << "': " << err;
-    return nullptr;
-  }
-  const Error e = l->model.load(Span<const uint8_t>(l->file.data(), l->file.size()));
-  if (!e.ok()) {
-    ADD_FAILURE() << e.message();
-    return nullptr;
-  }
-  return l;
-}
+using test::load_keel;
 
 const std::string& smollm2_keel() {
   static const std::string path = [] {
@@ -62,10 +40,7 @@ const std::string& smollm2_keel() {
   return path;
 }
 
-struct Engine {
-  Buffer persistent, scratch;
-  Runtime runtime;
-};
+using Engine = test::TestRuntime;
 
 std::unique_ptr<Engine> start(const Model& model, BackendKind kind, const HwDesc* hw, KvPolicyKind policy,
                               uint32_t budget, uint32_t chunk) {
@@ -76,17 +51,9 @@ std::unique_ptr<Engine> start(const Model& model, BackendKind kind, const HwDesc
   cfg.plan.threads = 1;
   cfg.plan.hw = hw;
   cfg.kv.kind = policy;
-  std::string err;
-  EXPECT_TRUE(port::reserve_backend_bytes(model, cfg, err)) << err;
-  if (!err.empty()) return nullptr;
-  const MemoryPlan plan = Runtime::plan(model, cfg);
-  auto e = std::make_unique<Engine>();
-  e->persistent.reset(static_cast<uint8_t*>(aligned_alloc(64, plan_align(plan.persistent_bytes))));
-  e->scratch.reset(static_cast<uint8_t*>(aligned_alloc(64, plan_align(plan.scratch_bytes))));
-  const Error r = e->runtime.init(model, cfg, Span<uint8_t>(e->persistent.get(), plan.persistent_bytes),
-                                  Span<uint8_t>(e->scratch.get(), plan.scratch_bytes), nullptr);
-  EXPECT_TRUE(r.ok()) << to_string(r.status()) << ": " << r.message();
-  if (!r.ok()) return nullptr;
+  auto e = std::make_unique<Engine>(model, cfg);
+  EXPECT_TRUE(e->error.ok()) << to_string(e->error.status()) << ": " << e->error.message();
+  if (!e->error.ok()) return nullptr;
   return e;
 }
 
@@ -288,7 +255,7 @@ TEST(DataflowSchedule, OffchipBytesPerDecodeTokenAreExact) {
 // continuation, and how far the orders drift apart depends on how the compiler vectorizes the
 // portable loops: 4.0e-4 measured in the Release build, 1.5e-3 in the sanitizer build at -O2).
 TEST(DataflowBackend, Stories260KMatchesNative) {
-  auto l = load(test::stories260k_keel());
+  auto l = load_keel(test::stories260k_keel());
   ASSERT_NE(l, nullptr);
   HwDesc hw = preset("edge-npu-2mib");
   hw.sram_bytes = 160 << 10;
@@ -316,7 +283,7 @@ TEST(DataflowBackend, Stories260KMatchesNative) {
 // A bounded policy's schedule is the same for every token: past the budget every decode token
 // moves exactly the same bytes (SnapKV scoring, kv_policy, aside).
 TEST(DataflowBackend, BoundedPolicySameCountersEveryToken) {
-  auto l = load(test::stories260k_keel());
+  auto l = load_keel(test::stories260k_keel());
   ASSERT_NE(l, nullptr);
   HwDesc hw = preset("edge-npu-2mib");
   auto df = start(l->model, BackendKind::Dataflow, &hw, KvPolicyKind::Streaming, 64, 16);
@@ -341,7 +308,7 @@ TEST(DataflowBackend, BoundedPolicySameCountersEveryToken) {
 // to the native backend's (the value tiles continue the kernel's own sum), and the counters of
 // the executed prefill chunks and decode tokens equal the analytic walk.
 TEST(DataflowBackend, SmolLM2ExecutedEqualsAnalyticAndNative) {
-  auto l = load(smollm2_keel());
+  auto l = load_keel(smollm2_keel());
   ASSERT_NE(l, nullptr);
   HwDesc hw = preset("edge-npu-2mib");
   hw.sram_bytes = 1280 << 10;
@@ -385,7 +352,7 @@ TEST(DataflowBackend, SmolLM2ExecutedEqualsAnalyticAndNative) {
 }
 
 TEST(DataflowBackend, RefusesWithoutHardwareOrSram) {
-  auto l = load(test::stories260k_keel());
+  auto l = load_keel(test::stories260k_keel());
   ASSERT_NE(l, nullptr);
   RuntimeConfig cfg;
   cfg.backend = BackendKind::Dataflow;

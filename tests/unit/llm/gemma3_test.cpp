@@ -28,6 +28,7 @@
 #include "ports/linux/backend_plan.h"
 #include "ports/linux/mapped_file.h"
 #include "ports/linux/thread_pool.h"
+#include "support/runtime_fixture.h"
 #include "support/test_support.h"
 #include "text/stream_decoder.h"
 
@@ -38,18 +39,7 @@ constexpr uint32_t kThreads = 2;
 constexpr double kClearMargin = 0.5;  // nats between the reference's top-1 and top-2
 constexpr double kMaxDLogit = 0.75;   // over the reference's top 5 (measured below 0.3)
 
-struct FreeDeleter {
-  void operator()(uint8_t* p) const { free(p); }
-};
-using Buffer = std::unique_ptr<uint8_t, FreeDeleter>;
-
-struct Engine {
-  port::MappedFile file;
-  Model model;
-  std::unique_ptr<port::LinuxThreadPool> pool;
-  Buffer persistent, scratch;
-  Runtime runtime;
-};
+using Engine = test::TestRuntime;
 
 std::unique_ptr<Engine> make_engine(KvPolicyKind policy, uint32_t budget) {
   const std::string gguf = test::require_file(test::gemma3_gguf());
@@ -72,41 +62,11 @@ std::unique_ptr<Engine> make_engine(KvPolicyKind policy, uint32_t budget) {
     }
     path = out;
   }
-  auto e = std::make_unique<Engine>();
-  if (!e->file.open(path, err)) {
-    ADD_FAILURE() << err;
-    return nullptr;
-  }
-  Error st = e->model.load(Span<const uint8_t>(e->file.data(), e->file.size()));
-  if (!st.ok()) {
-    ADD_FAILURE() << to_string(st.status()) << ": " << st.message();
-    return nullptr;
-  }
   RunOverrides o;
   o.kv_policy = run_policy(policy);
   o.kv_budget_tokens = budget;
   o.threads = kThreads;
-  RuntimeConfig cfg;
-  st = make_runtime_config(e->model, o, &cfg);
-  if (!st.ok()) {
-    ADD_FAILURE() << to_string(st.status()) << ": " << st.message();
-    return nullptr;
-  }
-  if (!port::reserve_backend_bytes(e->model, cfg, err)) {
-    ADD_FAILURE() << err;
-    return nullptr;
-  }
-  const MemoryPlan plan = Runtime::plan(e->model, cfg);
-  e->persistent.reset(static_cast<uint8_t*>(aligned_alloc(kPlanAlign, plan_align(plan.persistent_bytes))));
-  e->scratch.reset(static_cast<uint8_t*>(aligned_alloc(kPlanAlign, plan_align(plan.scratch_bytes))));
-  e->pool = std::make_unique<port::LinuxThreadPool>(kThreads);
-  st = e->runtime.init(e->model, cfg, Span<uint8_t>(e->persistent.get(), plan.persistent_bytes),
-                       Span<uint8_t>(e->scratch.get(), plan.scratch_bytes), e->pool->pool());
-  if (!st.ok()) {
-    ADD_FAILURE() << to_string(st.status()) << ": " << st.message();
-    return nullptr;
-  }
-  return e;
+  return test::start_runtime(path, o);
 }
 
 nlohmann::json golden() {

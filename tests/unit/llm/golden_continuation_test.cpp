@@ -19,6 +19,7 @@
 #include "ports/linux/backend_plan.h"
 #include "ports/linux/mapped_file.h"
 #include "ports/linux/thread_pool.h"
+#include "support/runtime_fixture.h"
 #include "support/test_support.h"
 
 namespace keel {
@@ -31,15 +32,6 @@ namespace {
 // One thread: every output element is computed by one thread whatever the count, so the ids do
 // not depend on it, and a tiny model gains nothing from a pool.
 constexpr uint32_t kThreads = 1;
-
-struct FreeDeleter {
-  void operator()(uint8_t* p) const { free(p); }
-};
-using Buffer = std::unique_ptr<uint8_t, FreeDeleter>;
-
-Buffer aligned_buffer(uint64_t bytes) {
-  return Buffer(static_cast<uint8_t*>(aligned_alloc(kPlanAlign, plan_align(bytes ? bytes : 1))));
-}
 
 struct GreedyGolden {
   std::vector<int32_t> prompt;
@@ -63,47 +55,7 @@ bool load_golden(GreedyGolden& g) {
 }
 
 // The converted model, shared by every test of this file.
-struct Converted {
-  port::MappedFile file;
-  Model model;
-};
-
-std::unique_ptr<Converted> convert_stories() {
-  const std::string ckpt = test::require_file(test::shared_path("models/stories260K/stories260K.bin"));
-  const std::string tok = test::require_file(test::shared_path("models/stories260K/tok512.bin"));
-  if (ckpt.empty() || tok.empty()) return nullptr;
-  std::string err;
-  auto src = convert::read_llama2c(ckpt, tok, err);
-  if (!src) {
-    ADD_FAILURE() << err;
-    return nullptr;
-  }
-  convert::WriteOptions opts;
-  opts.quant = convert::QuantMode::Keep;
-  convert::WriteStats stats;
-  const std::string path = test::tmp_path("golden_continuation_stories260K.keel");
-  if (!convert::write_keel(*src, opts, path, stats, err)) {
-    ADD_FAILURE() << err;
-    return nullptr;
-  }
-  auto c = std::make_unique<Converted>();
-  if (!c->file.open(path, err)) {
-    ADD_FAILURE() << err;
-    return nullptr;
-  }
-  const Error e = c->model.load(Span<const uint8_t>(c->file.data(), c->file.size()));
-  if (!e.ok()) {
-    ADD_FAILURE() << to_string(e.status()) << ": " << e.message();
-    return nullptr;
-  }
-  return c;
-}
-
-struct Engine {
-  std::unique_ptr<port::LinuxThreadPool> pool;
-  Buffer persistent, scratch;
-  Runtime runtime;
-};
+const Model& stories() { return test::stories260k(convert::QuantMode::Keep).model; }
 
 class GreedyContinuation : public ::testing::TestWithParam<BackendKind> {
  protected:
@@ -112,13 +64,10 @@ class GreedyContinuation : public ::testing::TestWithParam<BackendKind> {
     if (tried_) return;
     tried_ = true;
     golden_ = new GreedyGolden();
-    if (!load_golden(*golden_)) return;
-    converted_ = convert_stories().release();
+    load_golden(*golden_);
   }
   static void TearDownTestSuite() {
-    delete converted_;
     delete golden_;
-    converted_ = nullptr;
     golden_ = nullptr;
     tried_ = false;
   }
@@ -128,7 +77,7 @@ class GreedyContinuation : public ::testing::TestWithParam<BackendKind> {
     ASSERT_NE(golden_, nullptr);
     ASSERT_EQ(golden_->ids.size(), 200u) << "golden data did not load";
     ASSERT_EQ(golden_->prompt, std::vector<int32_t>{1});
-    ASSERT_NE(converted_, nullptr) << "stories260K did not convert or load";
+    ASSERT_TRUE(stories().loaded()) << "stories260K did not convert or load";
     const BackendKind kind = GetParam();
     const Error offered = backend_supported(kind);
     if (!offered.ok()) {
@@ -147,17 +96,8 @@ class GreedyContinuation : public ::testing::TestWithParam<BackendKind> {
     cfg.plan.chunk_tokens = 64;
     cfg.plan.threads = kThreads;
     cfg.plan.logit_rows = 1;
-    std::string err;
-    ASSERT_TRUE(port::reserve_backend_bytes(converted_->model, cfg, err)) << err;
-    const MemoryPlan plan = Runtime::plan(converted_->model, cfg);
-    engine_ = std::make_unique<Engine>();
-    engine_->persistent = aligned_buffer(plan.persistent_bytes);
-    engine_->scratch = aligned_buffer(plan.scratch_bytes);
-    if (kThreads > 1) engine_->pool = std::make_unique<port::LinuxThreadPool>(kThreads);
-    const Error e = engine_->runtime.init(
-        converted_->model, cfg, Span<uint8_t>(engine_->persistent.get(), plan.persistent_bytes),
-        Span<uint8_t>(engine_->scratch.get(), plan.scratch_bytes), engine_->pool ? engine_->pool->pool() : nullptr);
-    ASSERT_TRUE(e.ok()) << to_string(e.status()) << ": " << e.message();
+    engine_ = std::make_unique<test::TestRuntime>(stories(), cfg);
+    ASSERT_TRUE(engine_->error.ok()) << to_string(engine_->error.status()) << ": " << engine_->error.message();
   }
 
   // `count` greedy ids after prefilling `context` (sample, then decode what was sampled).
@@ -191,12 +131,10 @@ class GreedyContinuation : public ::testing::TestWithParam<BackendKind> {
 
   static bool tried_;
   static GreedyGolden* golden_;
-  static Converted* converted_;
-  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<test::TestRuntime> engine_;
 };
 bool GreedyContinuation::tried_ = false;
 GreedyGolden* GreedyContinuation::golden_ = nullptr;
-Converted* GreedyContinuation::converted_ = nullptr;
 
 size_t first_difference(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   size_t i = 0;

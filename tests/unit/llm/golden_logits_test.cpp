@@ -35,6 +35,7 @@
 #include "ports/linux/backend_plan.h"
 #include "ports/linux/mapped_file.h"
 #include "ports/linux/thread_pool.h"
+#include "support/runtime_fixture.h"
 #include "support/test_support.h"
 
 namespace keel {
@@ -115,24 +116,8 @@ bool load_golden(Golden& g) {
   return true;
 }
 
-struct FreeDeleter {
-  void operator()(uint8_t* p) const { free(p); }
-};
-using Buffer = std::unique_ptr<uint8_t, FreeDeleter>;
-
-Buffer aligned_buffer(uint64_t bytes) {
-  return Buffer(static_cast<uint8_t*>(aligned_alloc(kPlanAlign, plan_align(bytes ? bytes : 1))));
-}
-
 // The converted model with an initialized runtime, shared by the tests of this file.
-struct Engine {
-  port::MappedFile file;
-  Model model;
-  std::unique_ptr<port::LinuxThreadPool> pool;
-  Buffer persistent, scratch;
-  MemoryPlan plan;
-  Runtime runtime;
-};
+using Engine = test::TestRuntime;
 
 std::unique_ptr<Engine> make_engine(uint32_t kv_budget) {
   const std::string gguf = test::require_file(test::smollm2_gguf());
@@ -143,45 +128,14 @@ std::unique_ptr<Engine> make_engine(uint32_t kv_budget) {
     ADD_FAILURE() << err;
     return nullptr;
   }
-  convert::WriteOptions opts;
-  opts.quant = convert::QuantMode::Keep;
-  convert::WriteStats stats;
-  const std::string path = test::tmp_path("golden_logits_smollm2_keep.keel");
-  if (!convert::write_keel(*src, opts, path, stats, err)) {
-    ADD_FAILURE() << err;
-    return nullptr;
-  }
-  auto e = std::make_unique<Engine>();
-  if (!e->file.open(path, err)) {
-    ADD_FAILURE() << err;
-    return nullptr;
-  }
-  Error st = e->model.load(Span<const uint8_t>(e->file.data(), e->file.size()));
-  if (!st.ok()) {
-    ADD_FAILURE() << to_string(st.status()) << ": " << st.message();
-    return nullptr;
-  }
   RuntimeConfig cfg;
   cfg.backend = BackendKind::Auto;
   cfg.plan.kv_budget_tokens = kv_budget;
   cfg.plan.chunk_tokens = 64;
   cfg.plan.threads = kThreads;
   cfg.plan.logit_rows = kLogitRows;
-  if (!port::reserve_backend_bytes(e->model, cfg, err)) {
-    ADD_FAILURE() << err;
-    return nullptr;
-  }
-  e->plan = Runtime::plan(e->model, cfg);
-  e->persistent = aligned_buffer(e->plan.persistent_bytes);
-  e->scratch = aligned_buffer(e->plan.scratch_bytes);
-  e->pool = std::make_unique<port::LinuxThreadPool>(kThreads);
-  st = e->runtime.init(e->model, cfg, Span<uint8_t>(e->persistent.get(), e->plan.persistent_bytes),
-                       Span<uint8_t>(e->scratch.get(), e->plan.scratch_bytes), e->pool->pool());
-  if (!st.ok()) {
-    ADD_FAILURE() << to_string(st.status()) << ": " << st.message();
-    return nullptr;
-  }
-  return e;
+  return test::start_runtime(test::convert_and_load(*src, convert::QuantMode::Keep, "golden_logits_smollm2_keep.keel"),
+                             cfg);
 }
 
 class GoldenLogits : public ::testing::Test {

@@ -7,89 +7,35 @@
 #include <memory>
 #include <vector>
 
-#include "convert/keel_writer.h"
 #include "llm/runtime.h"
-#include "ports/linux/mapped_file.h"
+#include "support/runtime_fixture.h"
 #include "support/test_support.h"
 
 namespace keel {
 namespace {
 
-struct Stories {
-  port::MappedFile file;
-  Model model;
-};
+const test::LoadedModel& stories() { return test::stories260k(convert::QuantMode::Q8); }
 
-const Stories& stories() {
-  static std::unique_ptr<Stories> s = [] {
-    auto st = std::make_unique<Stories>();
-    std::string err;
-    auto src = convert::read_llama2c(test::require_file(test::shared_path("models/stories260K/stories260K.bin")),
-                                     test::require_file(test::shared_path("models/stories260K/tok512.bin")), err);
-    EXPECT_TRUE(src.has_value()) << err;
-    if (!src) return st;
-    convert::WriteOptions wo;
-    wo.quant = convert::QuantMode::Q8;
-    convert::WriteStats ws;
-    const std::string path = test::tmp_path("policy_stories.keel");
-    EXPECT_TRUE(convert::write_keel(*src, wo, path, ws, err)) << err;
-    EXPECT_TRUE(st->file.open(path, err)) << err;
-    EXPECT_TRUE(st->model.load(Span<const uint8_t>(st->file.data(), st->file.size())).ok());
-    return st;
-  }();
-  return *s;
-}
-
-struct Engine {
-  std::vector<uint8_t> persistent, scratch;
-  Runtime rt;
-  MemoryPlan plan;
-  Error error;
-  Engine(KvPolicyKind kind, uint32_t budget, uint32_t chunk) {
+struct Engine : test::TestRuntime {
+  static RuntimeConfig config(KvPolicyKind kind, uint32_t budget, uint32_t chunk) {
     RuntimeConfig rc;
     rc.backend = BackendKind::Native;
     rc.kv.kind = kind;
     rc.plan.kv_budget_tokens = budget;
     rc.plan.chunk_tokens = chunk;
-    plan = Runtime::plan(stories().model, rc);
-    persistent.resize(plan.persistent_bytes + 64);
-    scratch.resize(plan.scratch_bytes + 64);
-    uint8_t* p = persistent.data() + (64 - reinterpret_cast<uintptr_t>(persistent.data()) % 64) % 64;
-    uint8_t* s = scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64;
-    error = rt.init(stories().model, rc, Span<uint8_t>(p, plan.persistent_bytes), Span<uint8_t>(s, plan.scratch_bytes),
-                    nullptr);
+    return rc;
   }
+  Engine(KvPolicyKind kind, uint32_t budget, uint32_t chunk)
+      : TestRuntime(stories().model, config(kind, budget, chunk), false) {}
 };
 
-std::vector<int32_t> pseudo_random_ids(size_t n, uint32_t vocab, uint64_t seed) {
-  std::vector<int32_t> ids(n);
-  for (auto& id : ids) {
-    seed ^= seed << 13;
-    seed ^= seed >> 7;
-    seed ^= seed << 17;
-    id = int32_t(seed % vocab);
-  }
-  return ids;
-}
-
-// Logits after prefill and after every greedy decode step.
 std::vector<float> trace(Engine& e, const std::vector<int32_t>& prompt, int steps) {
-  std::vector<float> out;
-  EXPECT_TRUE(e.rt.prefill(0, Span<const int32_t>(prompt.data(), prompt.size())).ok());
-  for (int i = 0; i <= steps; ++i) {
-    const Span<const float> l = e.rt.logits(0);
-    out.insert(out.end(), l.begin(), l.end());
-    if (i == steps) break;
-    const Result<int32_t> t = e.rt.sample(0);
-    EXPECT_TRUE(t.ok());
-    EXPECT_TRUE(e.rt.decode(0, t.value()).ok());
-  }
-  return out;
+  return test::greedy_logit_trace(e.runtime, prompt, steps);
 }
 
 TEST(KvPolicies, BitIdenticalToFullWhileTheBudgetHoldsTheSequence) {
   ASSERT_TRUE(stories().model.loaded());
-  const auto prompt = pseudo_random_ids(150, 512, 11);
+  const auto prompt = test::pseudo_random_ids(150, 512, 11);
   Engine full(KvPolicyKind::Full, 300, 16);
   ASSERT_TRUE(full.error.ok()) << full.error.message();
   const std::vector<float> want = trace(full, prompt, 60);
@@ -100,31 +46,31 @@ TEST(KvPolicies, BitIdenticalToFullWhileTheBudgetHoldsTheSequence) {
     const std::vector<float> got = trace(e, prompt, 60);
     ASSERT_EQ(got.size(), want.size());
     EXPECT_EQ(memcmp(got.data(), want.data(), got.size() * 4), 0) << kv_policy_name(k) << " differs from full";
-    EXPECT_EQ(e.rt.kv_cache(0).evicted(), 0u);
+    EXPECT_EQ(e.runtime.kv_cache(0).evicted(), 0u);
   }
 }
 
 TEST(KvPolicies, HundredThousandTokenPromptStaysInTheBudget) {
   ASSERT_TRUE(stories().model.loaded());
-  const auto prompt = pseudo_random_ids(100000, 512, 5);
+  const auto prompt = test::pseudo_random_ids(100000, 512, 5);
   for (KvPolicyKind k :
        {KvPolicyKind::Window, KvPolicyKind::Streaming, KvPolicyKind::SnapKV, KvPolicyKind::SnapStream}) {
     SCOPED_TRACE(kv_policy_name(k));
     Engine e(k, 1024, 64);
     ASSERT_TRUE(e.error.ok()) << e.error.message();
-    ASSERT_TRUE(e.rt.prefill(0, Span<const int32_t>(prompt.data(), prompt.size())).ok());
+    ASSERT_TRUE(e.runtime.prefill(0, Span<const int32_t>(prompt.data(), prompt.size())).ok());
     for (int i = 0; i < 200; ++i) {
-      const Result<int32_t> t = e.rt.sample(0);
+      const Result<int32_t> t = e.runtime.sample(0);
       ASSERT_TRUE(t.ok());
-      ASSERT_TRUE(e.rt.decode(0, t.value()).ok());
+      ASSERT_TRUE(e.runtime.decode(0, t.value()).ok());
     }
-    const KvCache& kv = e.rt.kv_cache(0);
+    const KvCache& kv = e.runtime.kv_cache(0);
     EXPECT_LE(kv.visible(), 1024u);
     EXPECT_EQ(kv.next_position(), 100200);
     EXPECT_EQ(kv.evicted() + kv.visible(), 100200u);
-    for (float x : e.rt.logits(0)) ASSERT_TRUE(std::isfinite(x));
+    for (float x : e.runtime.logits(0)) ASSERT_TRUE(std::isfinite(x));
     // Memory is the plan's, whatever the length: arenas used exactly as planned.
-    const RuntimeStats st = e.rt.stats();
+    const RuntimeStats st = e.runtime.stats();
     EXPECT_EQ(st.persistent_used_bytes, e.plan.persistent_bytes);
     EXPECT_LE(st.scratch_high_water_bytes, e.plan.scratch_bytes);
     if (k == KvPolicyKind::Streaming) {
@@ -140,12 +86,12 @@ TEST(KvPolicies, FullRefusesPastItsBudgetAndStaysUsable) {
   ASSERT_TRUE(stories().model.loaded());
   Engine e(KvPolicyKind::Full, 64, 16);
   ASSERT_TRUE(e.error.ok());
-  const auto prompt = pseudo_random_ids(80, 512, 3);
-  const Error err = e.rt.prefill(0, Span<const int32_t>(prompt.data(), prompt.size()));
+  const auto prompt = test::pseudo_random_ids(80, 512, 3);
+  const Error err = e.runtime.prefill(0, Span<const int32_t>(prompt.data(), prompt.size()));
   EXPECT_EQ(err.status(), Status::KvFull);
   EXPECT_NE(std::string(err.message()).find("exceeds the KV budget of 64"), std::string::npos) << err.message();
-  EXPECT_EQ(e.rt.sequence_length(0), 0u);  // nothing was appended
-  EXPECT_TRUE(e.rt.prefill(0, Span<const int32_t>(prompt.data(), 40)).ok());
+  EXPECT_EQ(e.runtime.sequence_length(0), 0u);  // nothing was appended
+  EXPECT_TRUE(e.runtime.prefill(0, Span<const int32_t>(prompt.data(), 40)).ok());
 }
 
 TEST(KvPolicies, BudgetTooSmallForThePolicyIsRefusedAtInit) {

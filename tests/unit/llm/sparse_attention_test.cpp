@@ -8,54 +8,18 @@
 #include <memory>
 #include <vector>
 
-#include "convert/keel_writer.h"
 #include "llm/run_config.h"
 #include "llm/runtime.h"
-#include "ports/linux/mapped_file.h"
+#include "support/runtime_fixture.h"
 #include "support/test_support.h"
 
 namespace keel {
 namespace {
 
-struct Stories {
-  port::MappedFile file;
-  Model model;
-};
+const test::LoadedModel& stories() { return test::stories260k(convert::QuantMode::Q8); }
 
-const Stories& stories() {
-  static std::unique_ptr<Stories> s = [] {
-    auto st = std::make_unique<Stories>();
-    std::string err;
-    auto src = convert::read_llama2c(test::require_file(test::shared_path("models/stories260K/stories260K.bin")),
-                                     test::require_file(test::shared_path("models/stories260K/tok512.bin")), err);
-    EXPECT_TRUE(src.has_value()) << err;
-    if (!src) return st;
-    convert::WriteOptions wo;
-    wo.quant = convert::QuantMode::Q8;
-    convert::WriteStats ws;
-    const std::string path = test::tmp_path("sparse_stories.keel");
-    EXPECT_TRUE(convert::write_keel(*src, wo, path, ws, err)) << err;
-    EXPECT_TRUE(st->file.open(path, err)) << err;
-    EXPECT_TRUE(st->model.load(Span<const uint8_t>(st->file.data(), st->file.size())).ok());
-    return st;
-  }();
-  return *s;
-}
-
-struct Engine {
-  std::vector<uint8_t> persistent, scratch;
-  Runtime rt;
-  MemoryPlan plan;
-  Error error;
-  explicit Engine(const RuntimeConfig& rc) {
-    plan = Runtime::plan(stories().model, rc);
-    persistent.resize(plan.persistent_bytes + 64);
-    scratch.resize(plan.scratch_bytes + 64);
-    uint8_t* p = persistent.data() + (64 - reinterpret_cast<uintptr_t>(persistent.data()) % 64) % 64;
-    uint8_t* s = scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64;
-    error = rt.init(stories().model, rc, Span<uint8_t>(p, plan.persistent_bytes), Span<uint8_t>(s, plan.scratch_bytes),
-                    nullptr);
-  }
+struct Engine : test::TestRuntime {
+  explicit Engine(const RuntimeConfig& rc) : TestRuntime(stories().model, rc, false) {}
 };
 
 RuntimeConfig config(KvPolicyKind kind, uint32_t budget, uint32_t sparse_budget, uint32_t kernel = 0) {
@@ -69,35 +33,12 @@ RuntimeConfig config(KvPolicyKind kind, uint32_t budget, uint32_t sparse_budget,
   return rc;
 }
 
-std::vector<int32_t> ids(size_t n, uint32_t vocab) {
-  std::vector<int32_t> out(n);
-  uint64_t x = 0x9e3779b97f4a7c15ull;
-  for (auto& id : out) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    id = int32_t(x % vocab);
-  }
-  return out;
-}
-
-// Logits after prefill and after every greedy decode step.
 std::vector<float> trace(Engine& e, const std::vector<int32_t>& prompt, int steps) {
-  std::vector<float> out;
-  EXPECT_TRUE(e.rt.prefill(0, Span<const int32_t>(prompt.data(), prompt.size())).ok());
-  for (int i = 0; i <= steps; ++i) {
-    const Span<const float> l = e.rt.logits(0);
-    out.insert(out.end(), l.begin(), l.end());
-    if (i == steps) break;
-    const Result<int32_t> t = e.rt.sample(0);
-    EXPECT_TRUE(t.ok());
-    EXPECT_TRUE(e.rt.decode(0, t.value()).ok());
-  }
-  return out;
+  return test::greedy_logit_trace(e.runtime, prompt, steps);
 }
 
 TEST(SparseAttention, BudgetCoveringTheCacheIsFullAttentionBitForBit) {
-  const auto prompt = ids(150, stories().model.shape().vocab_size);
+  const auto prompt = test::pseudo_random_ids(150, stories().model.shape().vocab_size);
   Engine full(config(KvPolicyKind::Full, 256, 0));
   Engine topk(config(KvPolicyKind::Full, 256, 512));  // k = 256: every page, every step
   ASSERT_TRUE(full.error.ok()) << full.error.message();
@@ -108,17 +49,17 @@ TEST(SparseAttention, BudgetCoveringTheCacheIsFullAttentionBitForBit) {
 
 TEST(SparseAttention, RocketKvWithACoveringBudgetIsSnapStreamWithItsKernel) {
   // A prompt 3x the budget: SnapKV++ compresses every chunk; decoding then overwrites the ring.
-  const auto prompt = ids(400, stories().model.shape().vocab_size);
+  const auto prompt = test::pseudo_random_ids(400, stories().model.shape().vocab_size);
   Engine snap(config(KvPolicyKind::SnapStream, 128, 0, kSnapKernelRocketKV));
   Engine rocket(config(KvPolicyKind::RocketKV, 128, 256));
   ASSERT_TRUE(snap.error.ok()) << snap.error.message();
   ASSERT_TRUE(rocket.error.ok()) << rocket.error.message();
   EXPECT_EQ(trace(rocket, prompt, 80), trace(snap, prompt, 80));
-  EXPECT_GT(rocket.rt.kv_cache(0).prefix(), 0u);
+  EXPECT_GT(rocket.runtime.kv_cache(0).prefix(), 0u);
 }
 
 TEST(SparseAttention, SmallBudgetReadsASubsetAndStaysFinite) {
-  const auto prompt = ids(200, stories().model.shape().vocab_size);
+  const auto prompt = test::pseudo_random_ids(200, stories().model.shape().vocab_size);
   Engine full(config(KvPolicyKind::Full, 320, 0));
   Engine topk(config(KvPolicyKind::Full, 320, 32));
   ASSERT_TRUE(topk.error.ok()) << topk.error.message();
