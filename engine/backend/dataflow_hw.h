@@ -26,6 +26,9 @@ struct HwDesc {
   double macs_per_cycle_bf16 = 0;
   double macs_per_cycle_f32 = 0;
   double vector_elems_per_cycle = 0;  // norms, softmax, activations, conversions
+  // Weight elements a matmul unpacks per cycle, once per call whatever its tokens (a host's
+  // kernel decoding quantized blocks); 0 = no such cost (an accelerator's datapath).
+  double weight_elems_per_cycle = 0;
   uint64_t sram_bytes = 0;
   double sram_bytes_per_cycle = 0;
   uint32_t tier_count = 0;  // 1 or 2; tier 0 holds the weights and a spilled KV cache
@@ -34,6 +37,13 @@ struct HwDesc {
   // One engine computes and moves data in turn (a CPU thread streaming from DRAM): an op costs
   // the sum of its compute, SRAM and transfer time even when the schedule double-buffers.
   bool serial = false;
+  // A host's last-level cache (none on an accelerator: 0 bytes). What a forward pass streams
+  // from tier 0 and re-reads the next pass is served from it in the proportion it fits
+  // (df_cached_fraction), at its own bandwidth.
+  uint64_t cache_bytes = 0;
+  double cache_bandwidth_bytes_per_s = 0;
+  // Fixed cost of every op call (a kernel's dispatch and its loop set-up on a host); 0 = none.
+  double call_overhead_ns = 0;
 };
 
 }  // namespace keel

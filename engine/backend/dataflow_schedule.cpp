@@ -84,6 +84,7 @@ struct Walker {
       const uint32_t end = p + s.tile_panels < panels ? p + s.tile_panels : panels;
       const uint32_t row0 = p * kPanelRows, row1 = end * kPanelRows < w.rows ? end * kPanelRows : w.rows;
       offchip_or_sram(c, s.weights_onchip, s.weight_tier, df_weight_rows_bytes(w.dtype, row1 - row0, w.cols));
+      c.weight_elems += uint64_t(row1 - row0) * w.cols;
       c.sram_bytes += uint64_t(n) * (row1 - row0) * 4;
     }
     count_macs(c, w.dtype, uint64_t(n) * w.rows * w.cols);
@@ -176,6 +177,8 @@ const char* df_bound_name(DfBound b) {
     case DfBound::Tier0: return "offchip0";
     case DfBound::Tier1: return "offchip1";
     case DfBound::Latency: return "latency";
+    case DfBound::Cache: return "cache";
+    case DfBound::Overhead: return "overhead";
   }
   return "?";
 }
@@ -186,6 +189,7 @@ void DfCounters::add(const DfCounters& o) {
   macs_bf16 += o.macs_bf16;
   macs_f32 += o.macs_f32;
   vector_elems += o.vector_elems;
+  weight_elems += o.weight_elems;
   sram_bytes += o.sram_bytes;
   for (uint32_t i = 0; i < kHwMaxTiers; ++i) {
     tier_bytes[i] += o.tier_bytes[i];
@@ -195,7 +199,7 @@ void DfCounters::add(const DfCounters& o) {
 
 bool DfCounters::operator==(const DfCounters& o) const {
   bool same = calls == o.calls && macs_int8 == o.macs_int8 && macs_bf16 == o.macs_bf16 && macs_f32 == o.macs_f32 &&
-              vector_elems == o.vector_elems && sram_bytes == o.sram_bytes;
+              vector_elems == o.vector_elems && sram_bytes == o.sram_bytes && weight_elems == o.weight_elems;
   for (uint32_t i = 0; i < kHwMaxTiers; ++i)
     same = same && tier_bytes[i] == o.tier_bytes[i] && tier_transfers[i] == o.tier_transfers[i];
   return same;
@@ -385,22 +389,63 @@ void df_count_forward(const DfSchedule& s, const DfModel& m, uint32_t n, uint32_
   }
 }
 
-DfCost df_cost(const DfCounters& c, const HwDesc& hw, bool double_buffered, DfOp op) {
+void df_count_snap_scoring(const DfSchedule& s, const DfModel& m, const DfSnapScoring& j, DfCounterSet& out) {
+  DfCounters& c = out.op[uint32_t(DfOp::KvPolicy)];
+  const ModelShape& sh = m.shape;
+  const uint32_t hd = sh.head_dim, group = sh.n_kv_heads ? sh.n_heads / sh.n_kv_heads : 1;
+  const uint64_t rows = uint64_t(sh.n_layers) * sh.n_kv_heads * j.queries * group;
+  const uint64_t calls_per_row = j.prefix > 0 ? 2 : 1;
+  c.calls += rows * calls_per_row;
+  c.macs_bf16 += rows * j.total * hd;
+  c.vector_elems += rows * j.total;
+  const uint64_t bytes = rows * j.total * hd * 2;
+  if (s.kv_onchip) {
+    c.sram_bytes += bytes;
+  } else {
+    c.tier_bytes[s.kv_tier] += bytes;
+    c.tier_transfers[s.kv_tier] += rows * calls_per_row;
+  }
+}
+
+uint64_t df_pass_footprint_bytes(const DfSchedule& s, const DfModel& m, uint32_t entries) {
+  const uint64_t kv_per_entry = uint64_t(m.shape.n_layers) * 2 * m.shape.n_kv_heads * m.shape.head_dim * 2;
+  return (s.weights_onchip ? 0 : s.weight_bytes) + (s.kv_onchip ? 0 : kv_per_entry * entries);
+}
+
+double df_cached_fraction(const HwDesc& hw, uint64_t footprint_bytes) {
+  if (hw.cache_bytes == 0 || footprint_bytes == 0) return 0;
+  return hw.cache_bytes >= footprint_bytes ? 1.0 : double(hw.cache_bytes) / double(footprint_bytes);
+}
+
+double df_snap_cached_fraction(const HwDesc& hw, const DfModel& m, const DfSnapScoring& j) {
+  const uint32_t group = m.shape.n_kv_heads ? m.shape.n_heads / m.shape.n_kv_heads : 1;
+  const uint64_t rows = uint64_t(j.queries) * group;
+  if (rows == 0) return 0;
+  return (1.0 - 1.0 / double(rows)) * df_cached_fraction(hw, uint64_t(j.total) * m.shape.head_dim * 2);
+}
+
+DfCost df_cost(const DfCounters& c, const HwDesc& hw, bool double_buffered, DfOp op, double cached_fraction) {
   DfCost k;
   auto rate = [](double r) { return r > 0 ? r : 1e-30; };
   k.compute_cycles =
       double(c.macs_int8) / rate(hw.macs_per_cycle_int8) + double(c.macs_bf16) / rate(hw.macs_per_cycle_bf16) +
       double(c.macs_f32) / rate(hw.macs_per_cycle_f32) + double(c.vector_elems) / rate(hw.vector_elems_per_cycle);
+  if (hw.weight_elems_per_cycle > 0) k.compute_cycles += double(c.weight_elems) / hw.weight_elems_per_cycle;
   k.sram_cycles = double(c.sram_bytes) / rate(hw.sram_bytes_per_cycle);
+  const double cached = hw.cache_bytes > 0 && hw.cache_bandwidth_bytes_per_s > 0 ? cached_fraction : 0;
   double latency_all = 0;
   for (uint32_t i = 0; i < hw.tier_count && i < kHwMaxTiers; ++i) {
-    k.tier_cycles[i] = double(c.tier_bytes[i]) * hw.clock_hz / rate(hw.tiers[i].bandwidth_bytes_per_s);
+    const double from_tier = i == 0 ? double(c.tier_bytes[0]) * (1 - cached) : double(c.tier_bytes[i]);
+    k.tier_cycles[i] = from_tier * hw.clock_hz / rate(hw.tiers[i].bandwidth_bytes_per_s);
     latency_all += double(c.tier_transfers[i]) * hw.tiers[i].latency_ns * 1e-9 * hw.clock_hz /
                    double(hw.dma_engines ? hw.dma_engines : 1);
   }
-  double parts[] = {k.compute_cycles, k.sram_cycles, k.tier_cycles[0], k.tier_cycles[1]};
+  if (cached > 0) k.cache_cycles = double(c.tier_bytes[0]) * cached * hw.clock_hz / hw.cache_bandwidth_bytes_per_s;
+  k.overhead_cycles = double(c.calls) * hw.call_overhead_ns * 1e-9 * hw.clock_hz;
+  const double parts[] = {k.compute_cycles, k.sram_cycles, k.tier_cycles[0], k.tier_cycles[1], k.cache_cycles};
+  const DfBound part_bound[] = {DfBound::Compute, DfBound::Sram, DfBound::Tier0, DfBound::Tier1, DfBound::Cache};
   uint32_t worst = 0;
-  for (uint32_t i = 1; i < 4; ++i)
+  for (uint32_t i = 1; i < 5; ++i)
     if (parts[i] > parts[worst]) worst = i;
   if (double_buffered && !hw.serial) {
     // Transfers overlap compute and each other; a transfer's latency hides behind the previous
@@ -409,12 +454,14 @@ DfCost df_cost(const DfCounters& c, const HwDesc& hw, bool double_buffered, DfOp
       const uint64_t exposed = op == DfOp::KvWrite ? 0 : c.tier_transfers[i] < c.calls ? c.tier_transfers[i] : c.calls;
       k.latency_cycles += double(exposed) * hw.tiers[i].latency_ns * 1e-9 * hw.clock_hz;
     }
-    k.total_cycles = parts[worst] + k.latency_cycles;
+    k.total_cycles = parts[worst] + k.latency_cycles + k.overhead_cycles;
   } else {
     k.latency_cycles = latency_all;
-    k.total_cycles = parts[0] + parts[1] + parts[2] + parts[3] + latency_all;
+    k.total_cycles = parts[0] + parts[1] + parts[2] + parts[3] + parts[4] + latency_all + k.overhead_cycles;
   }
-  k.bound = k.latency_cycles > parts[worst] ? DfBound::Latency : DfBound(worst);
+  k.bound = part_bound[worst];
+  if (k.latency_cycles > parts[worst] && k.latency_cycles >= k.overhead_cycles) k.bound = DfBound::Latency;
+  if (k.overhead_cycles > parts[worst] && k.overhead_cycles > k.latency_cycles) k.bound = DfBound::Overhead;
   k.stall_cycles = k.total_cycles - k.compute_cycles;
   return k;
 }

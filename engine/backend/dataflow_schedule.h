@@ -35,7 +35,8 @@ struct DfCounters {
   uint64_t calls = 0;
   uint64_t macs_int8 = 0, macs_bf16 = 0, macs_f32 = 0;
   uint64_t vector_elems = 0;
-  uint64_t sram_bytes = 0;  // bytes copied into or out of the SRAM, and read/written there by row ops
+  uint64_t weight_elems = 0;  // weight elements a matmul's tiles carry (rows x cols a call, whatever its tokens)
+  uint64_t sram_bytes = 0;    // bytes copied into or out of the SRAM, and read/written there by row ops
   uint64_t tier_bytes[kHwMaxTiers] = {};
   uint64_t tier_transfers[kHwMaxTiers] = {};
   void add(const DfCounters& o);
@@ -106,20 +107,43 @@ DfSchedule df_schedule(const DfScheduleInput& in);
 void df_count_forward(const DfSchedule& s, const DfModel& m, uint32_t n, uint32_t visible, uint32_t prefix,
                       uint32_t n_logits, DfCounterSet& out);
 
+// SnapKV scoring of one compression (a prefill chunk that overflows a snapkv or snapstream
+// budget, kv/snapkv_compress.cpp): per layer and KV head, each of `queries` observation queries
+// of each query head of the group scores all `total` entries (the chunk's own included), the
+// first `prefix` with one scores call and the rest with another; each row is softmaxed. The
+// backend counts the same calls into KvPolicy as the policy makes them.
+struct DfSnapScoring {
+  uint32_t queries = 0, total = 0, prefix = 0;
+};
+void df_count_snap_scoring(const DfSchedule& s, const DfModel& m, const DfSnapScoring& j, DfCounterSet& out);
+
 // Bytes one weight tile of rows [row0, row0 + rows) takes (whole panels for quantized types).
 uint64_t df_weight_rows_bytes(fb::DType t, uint32_t rows, uint32_t cols);
 uint64_t df_matmul_input_bytes(fb::DType t, uint32_t n, uint32_t cols);
 
 // The cost model (docs/emulator.md has the formulas).
-enum class DfBound : uint8_t { Compute, Sram, Tier0, Tier1, Latency };
+enum class DfBound : uint8_t { Compute, Sram, Tier0, Tier1, Latency, Cache, Overhead };
 const char* df_bound_name(DfBound b);
 struct DfCost {
   double compute_cycles = 0, sram_cycles = 0, tier_cycles[kHwMaxTiers] = {}, latency_cycles = 0;
+  double cache_cycles = 0;     // tier-0 bytes served by the host's cache
+  double overhead_cycles = 0;  // calls x call_overhead_ns
   double total_cycles = 0, stall_cycles = 0;
   DfBound bound = DfBound::Compute;
 };
 // `op` matters for KvWrite only: its writes are posted, so their latency is never exposed.
 // Overlap needs both a double-buffered schedule and hardware that is not `serial`.
-DfCost df_cost(const DfCounters& c, const HwDesc& hw, bool double_buffered, DfOp op);
+// `cached_fraction` of the tier-0 bytes come from hw's cache (df_cached_fraction).
+DfCost df_cost(const DfCounters& c, const HwDesc& hw, bool double_buffered, DfOp op, double cached_fraction = 0);
+
+// Bytes a forward pass with `entries` cached entries (its own included) reads from tier 0 and
+// reads again the next pass: the streamed weights and the entries' keys and values.
+uint64_t df_pass_footprint_bytes(const DfSchedule& s, const DfModel& m, uint32_t entries);
+// min(1, cache / footprint): what of that footprint the host's cache holds from one pass to the
+// next (0 without a cache).
+double df_cached_fraction(const HwDesc& hw, uint64_t footprint_bytes);
+// The same for SnapKV scoring, whose rows re-read one KV head's keys (total x head_dim x 2 bytes)
+// queries x group times in a row: all but the first read come from the cache when they fit it.
+double df_snap_cached_fraction(const HwDesc& hw, const DfModel& m, const DfSnapScoring& j);
 
 }  // namespace keel

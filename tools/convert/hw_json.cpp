@@ -85,10 +85,15 @@ bool parse_hw_json(const std::string& text, const std::string& origin, HwDesc& o
   Reader r{origin, ""};
   HwDesc h;
   uint64_t dma = 0;
-  bool ok = r.object(j, "", {"name", "clock_hz", "compute", "sram", "offchip", "dma_engines", "serial", "sources"}) &&
+  bool ok = r.object(j, "",
+                     {"name", "clock_hz", "compute", "sram", "offchip", "dma_engines", "serial", "cache",
+                      "call_overhead_ns", "sources"}) &&
             r.name(j, "", "name", h.name) && r.positive(j, "", "clock_hz", h.clock_hz);
   const json* compute = ok ? r.member(j, "", "compute") : nullptr;
-  ok = ok && compute && r.object(*compute, "compute", {"macs_per_cycle", "vector_elems_per_cycle"});
+  ok = ok && compute &&
+       r.object(*compute, "compute", {"macs_per_cycle", "vector_elems_per_cycle", "weight_elems_per_cycle"});
+  if (ok && compute->contains("weight_elems_per_cycle"))
+    ok = r.positive(*compute, "compute", "weight_elems_per_cycle", h.weight_elems_per_cycle);
   const json* macs = ok ? r.member(*compute, "compute", "macs_per_cycle") : nullptr;
   ok = ok && macs && r.object(*macs, "compute.macs_per_cycle", {"int8", "bf16", "f32"}) &&
        r.positive(*macs, "compute.macs_per_cycle", "int8", h.macs_per_cycle_int8) &&
@@ -123,6 +128,18 @@ bool parse_hw_json(const std::string& text, const std::string& origin, HwDesc& o
   if (ok && dma > 1024) ok = r.fail("dma_engines", "at most 1024", &j["dma_engines"]);
   if (ok && j.contains("serial") && !j["serial"].is_boolean()) ok = r.fail("serial", "true or false", &j["serial"]);
   if (ok && j.contains("sources") && !j["sources"].is_string()) ok = r.fail("sources", "a string", &j["sources"]);
+  if (ok && j.contains("cache")) {
+    const json& c = j["cache"];
+    ok = r.object(c, "cache", {"bytes", "bandwidth_bytes_per_s"}) && r.count(c, "cache", "bytes", h.cache_bytes) &&
+         r.positive(c, "cache", "bandwidth_bytes_per_s", h.cache_bandwidth_bytes_per_s);
+  }
+  if (ok && j.contains("call_overhead_ns")) {
+    const json& o = j["call_overhead_ns"];
+    if (!o.is_number() || !(o.get<double>() >= 0) || !std::isfinite(o.get<double>()))
+      ok = r.fail("call_overhead_ns", "a number >= 0", &o);
+    else
+      h.call_overhead_ns = o.get<double>();
+  }
   if (!ok) {
     error = r.error;
     return false;
@@ -140,6 +157,7 @@ std::string hw_to_json(const HwDesc& h, const std::string& sources) {
   j["compute"] = {{"macs_per_cycle",
                    {{"int8", h.macs_per_cycle_int8}, {"bf16", h.macs_per_cycle_bf16}, {"f32", h.macs_per_cycle_f32}}},
                   {"vector_elems_per_cycle", h.vector_elems_per_cycle}};
+  if (h.weight_elems_per_cycle > 0) j["compute"]["weight_elems_per_cycle"] = h.weight_elems_per_cycle;
   j["sram"] = {{"bytes", h.sram_bytes}, {"bytes_per_cycle", h.sram_bytes_per_cycle}};
   j["offchip"] = json::array();
   for (uint32_t i = 0; i < h.tier_count; ++i) {
@@ -150,6 +168,9 @@ std::string hw_to_json(const HwDesc& h, const std::string& sources) {
   }
   j["dma_engines"] = h.dma_engines;
   j["serial"] = h.serial;
+  if (h.cache_bytes > 0)
+    j["cache"] = {{"bytes", h.cache_bytes}, {"bandwidth_bytes_per_s", h.cache_bandwidth_bytes_per_s}};
+  if (h.call_overhead_ns > 0) j["call_overhead_ns"] = h.call_overhead_ns;
   j["sources"] = sources;
   return j.dump(2) + "\n";
 }

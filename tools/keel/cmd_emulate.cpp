@@ -29,6 +29,7 @@ const char kHelp[] =
     "       keel emulate --list-hw\n"
     "       keel emulate --calibrate [-t N]\n"
     "       keel emulate --validate -m MODEL.keel [--hw FILE] [--reps N] [--context N] [--json]\n"
+    "       keel emulate --validate --measured FILE.json -m MODEL.keel [--hw FILE] [--json]\n"
     "\n"
     "Predicts what a model does on an emulated dataflow accelerator (docs/emulator.md): the static\n"
     "schedule (tiles, SRAM offsets, what stays on chip), and per decode token the cycles of every\n"
@@ -48,14 +49,17 @@ const char kHelp[] =
     "  --json                 one JSON document: tokens_per_second, cycles_per_token,\n"
     "                         offchip_bytes_per_token, sram_capacity_bytes, sram_peak_bytes,\n"
     "                         kv_onchip_bytes, kv_offchip_bytes, fits, schedule, ops[] (op, calls,\n"
-    "                         cycles, share, compute/sram/offchip/latency/stall cycles, offchip_bytes,\n"
-    "                         sram_bytes, bound), prefill, sweep_sram, executed\n"
+    "                         cycles, share, compute/sram/offchip/latency/cache/overhead/stall\n"
+    "                         cycles, offchip_bytes, sram_bytes, bound), prefill, sweep_sram,\n"
+    "                         executed\n"
     "  --schedule FILE        write the static schedule as JSON (buffers, tiles, transfers)\n"
     "  --sweep-sram           find the smallest SRAM with no KV spill and its token rate\n"
     "  --plot FILE.png        on-chip KV bytes against context for full and the bounded policies\n"
     "  --execute              with -m: run the dataflow backend over --context tokens and one\n"
     "                         decode token in the first of --slots sequences (the schedule holds\n"
-    "                         them all); compare its counters with the analytic ones\n"
+    "                         them all); compare the counters of the prompt's last chunk (with a\n"
+    "                         bounded policy's SnapKV scoring) and of the decode token with the\n"
+    "                         analytic ones\n"
     "  --list-hw              list the hardware presets\n"
     "  --calibrate            measure this machine and write the `host` description\n"
     "  --validate             the host preset against the native backend on one thread: measures\n"
@@ -66,6 +70,11 @@ const char kHelp[] =
     "                         512, 2048, 6144 and snapstream at 4096 and prints the error on the\n"
     "                         others\n"
     "  --reps N               --validate: repetitions, alternating; medians (default 3)\n"
+    "  --measured FILE.json   --validate without measuring: counters, fit and report again from a\n"
+    "                         previous --validate --json output of the same model (refused when it\n"
+    "                         is another model's or another shape set); a file that does not record\n"
+    "                         its start description starts from --hw (default: the start_hw it\n"
+    "                         names)\n"
     "  Defaults: --kv-policy full, --kv-budget 1024, --chunk 64.\n"
     "\n"
     "model options (-m, --kv-policy, --kv-budget, --chunk, --hw, --sram-bytes, -t as for run):\n"
@@ -91,6 +100,7 @@ json counters_json(const DfCounters& c) {
           {"macs_bf16", c.macs_bf16},
           {"macs_f32", c.macs_f32},
           {"vector_elems", c.vector_elems},
+          {"weight_elems", c.weight_elems},
           {"sram_bytes", c.sram_bytes},
           {"tier0_bytes", c.tier_bytes[0]},
           {"tier1_bytes", c.tier_bytes[1]},
@@ -98,12 +108,12 @@ json counters_json(const DfCounters& c) {
           {"tier1_transfers", c.tier_transfers[1]}};
 }
 
-json ops_json(const DfCounterSet& set, const HwDesc& hw, bool dbl, double total) {
+json ops_json(const DfCounterSet& set, const HwDesc& hw, bool dbl, double total, double cached) {
   json ops = json::array();
   for (uint32_t i = 0; i < kDfOps; ++i) {
     const DfCounters& c = set.op[i];
     if (c.calls == 0 && c.vector_elems == 0) continue;
-    const DfCost k = df_cost(c, hw, dbl, DfOp(i));
+    const DfCost k = df_cost(c, hw, dbl, DfOp(i), cached);
     ops.push_back({{"op", df_op_name(DfOp(i))},
                    {"calls", c.calls},
                    {"cycles", k.total_cycles},
@@ -112,6 +122,8 @@ json ops_json(const DfCounterSet& set, const HwDesc& hw, bool dbl, double total)
                    {"sram_cycles", k.sram_cycles},
                    {"offchip_cycles", {k.tier_cycles[0], k.tier_cycles[1]}},
                    {"latency_cycles", k.latency_cycles},
+                   {"cache_cycles", k.cache_cycles},
+                   {"overhead_cycles", k.overhead_cycles},
                    {"stall_cycles", k.stall_cycles},
                    {"offchip_bytes", offchip(c)},
                    {"sram_bytes", c.sram_bytes},
@@ -230,13 +242,13 @@ std::string fmt_num(double v) {
   return b;
 }
 
-void print_table(const DfCounterSet& set, const HwDesc& hw, bool dbl, double total, const char* title) {
+void print_table(const DfCounterSet& set, const HwDesc& hw, bool dbl, double total, double cached, const char* title) {
   printf("%s\n", title);
   printf("  %-13s %8s %10s %6s %12s %12s  %s\n", "op", "calls", "cycles", "share", "offchip B", "sram B", "bound");
   for (uint32_t i = 0; i < kDfOps; ++i) {
     const DfCounters& c = set.op[i];
     if (c.calls == 0 && c.vector_elems == 0) continue;
-    const DfCost k = df_cost(c, hw, dbl, DfOp(i));
+    const DfCost k = df_cost(c, hw, dbl, DfOp(i), cached);
     printf("  %-13s %8" PRIu64 " %10s %5.1f%% %12s %12s  %s\n", df_op_name(DfOp(i)), c.calls,
            fmt_num(k.total_cycles).c_str(), total > 0 ? 100 * k.total_cycles / total : 0,
            fmt_num(double(offchip(c))).c_str(), fmt_num(double(c.sram_bytes)).c_str(), df_bound_name(k.bound));
@@ -267,7 +279,9 @@ int cmd_emulate(int argc, char** argv) {
   const bool execute = cl.args.flag("--execute");
   const bool validate = cl.args.flag("--validate");
   uint32_t reps = 3;
-  cl.args.u32("--reps", nullptr, reps);
+  const bool reps_given = cl.args.u32("--reps", nullptr, reps);
+  std::string measured_path;
+  const bool refit = cl.args.value("--measured", nullptr, measured_path);
   const bool dtype_given = cl.args.value("--weight-dtype", nullptr, dtype_name);
   cl.args.value("--shape", nullptr, shape_name);
   cl.args.u32("--slots", nullptr, slots);
@@ -278,8 +292,14 @@ int cmd_emulate(int argc, char** argv) {
   if (!cl.finish()) return 2;
   if (list) return list_hw();
   if (calibrate) return run_calibrate(so.threads);
+  if (refit && !validate) return usage_error("emulate", "--measured applies to --validate");
   if (validate) {
     if (so.model_path.empty()) return usage_error("emulate", "--validate needs -m MODEL.keel");
+    if (refit) {
+      if (reps_given || context_given)
+        return usage_error("emulate", "--measured re-fits a measurement: --reps and --context do not apply");
+      return run_validate_measured(so, so.hw, measured_path, as_json);
+    }
     if (reps == 0) return usage_error("emulate", "--reps must be at least 1");
     if (context_given && context < 2 * 4096)
       return usage_error("emulate", "--validate needs --context of at least 8192");
@@ -308,6 +328,7 @@ int cmd_emulate(int argc, char** argv) {
   c.slots = slots;
   c.context = context;
   c.prompt = prompt;
+  c.snap_queries = kv_policy_uses_snapkv(policy) ? kDefaultObsWindow : 0;
 
   Session session;
   if (!shape_name.empty()) {
@@ -361,13 +382,14 @@ int cmd_emulate(int argc, char** argv) {
   out["offchip_bytes_per_token"] = offchip(dec);
   out["sram_bytes_per_token"] = dec.sram_bytes;
   out["decode_cached_tokens"] = r.decode_cached;
-  out["ops"] = ops_json(r.decode, c.hw, s.double_buffered, r.decode_cycles);
+  out["ops"] = ops_json(r.decode, c.hw, s.double_buffered, r.decode_cycles, r.decode_cached_fraction);
   if (c.prompt > 0) {
-    out["prefill"] = {{"tokens", c.prompt},
-                      {"cycles_per_token", r.prefill_cycles / c.prompt},
-                      {"tokens_per_second", c.hw.clock_hz * c.prompt / r.prefill_cycles},
-                      {"offchip_bytes_per_token", double(offchip(r.prefill.total())) / c.prompt},
-                      {"ops", ops_json(r.prefill, c.hw, s.double_buffered, r.prefill_cycles)}};
+    out["prefill"] = {
+        {"tokens", c.prompt},
+        {"cycles_per_token", r.prefill_cycles / c.prompt},
+        {"tokens_per_second", c.hw.clock_hz * c.prompt / r.prefill_cycles},
+        {"offchip_bytes_per_token", double(offchip(r.prefill.total())) / c.prompt},
+        {"ops", ops_json(r.prefill, c.hw, s.double_buffered, r.prefill_cycles, r.prefill_cached_fraction)}};
   }
   uint64_t sweep_bytes = 0;
   if (sweep) {
@@ -398,8 +420,34 @@ int cmd_emulate(int argc, char** argv) {
     const uint32_t vocab = rt.model().shape().vocab_size;
     std::vector<int32_t> ids(c.context);
     for (uint32_t i = 0; i < c.context; ++i) ids[i] = int32_t((uint64_t(i) * 7919 + 13) % vocab);
-    Error e = rt.prefill(0, Span<const int32_t>(ids.data(), ids.size()));
+    // The prompt's last chunk alone, so that its counters (a bounded policy's SnapKV scoring
+    // too) are checked against the analytic walk of that chunk.
+    const uint32_t last = c.context < c.chunk ? c.context : c.chunk;
+    Error e;
+    if (ids.size() > last) e = rt.prefill(0, Span<const int32_t>(ids.data(), ids.size() - last));
     if (!e.ok()) return fail("emulate", std::string(to_string(e.status())) + ": " + e.message());
+    DfCounterSet chunk_analytic;
+    {
+      const KvCache& kv = rt.kv_cache(0);
+      df_count_forward(s, c.model, last, kv.visible(), kv.prefix(), 1, chunk_analytic);
+      DfSnapScoring j;
+      j.queries = emu_snap_queries(rt, last), j.total = kv.visible() + last, j.prefix = kv.prefix();
+      if (j.queries > 0) df_count_snap_scoring(s, c.model, j, chunk_analytic);
+    }
+    const DfCounterSet chunk_before = be.counters();
+    e = rt.prefill(0, Span<const int32_t>(ids.data() + ids.size() - last, last));
+    if (!e.ok()) return fail("emulate", std::string(to_string(e.status())) + ": " + e.message());
+    bool chunk_equal = true;
+    for (uint32_t i = 0; i < kDfOps; ++i) {
+      DfCounters d = be.counters().op[i];
+      const DfCounters& b = chunk_before.op[i];
+      d.calls -= b.calls, d.macs_int8 -= b.macs_int8, d.macs_bf16 -= b.macs_bf16, d.macs_f32 -= b.macs_f32;
+      d.vector_elems -= b.vector_elems, d.sram_bytes -= b.sram_bytes, d.weight_elems -= b.weight_elems;
+      for (uint32_t t = 0; t < kHwMaxTiers; ++t)
+        d.tier_bytes[t] -= b.tier_bytes[t], d.tier_transfers[t] -= b.tier_transfers[t];
+      chunk_equal = chunk_equal && d == chunk_analytic.op[i];
+    }
+    executed_equal = chunk_equal;
     const DfCounterSet before = be.counters();
     const uint32_t cached_before = rt.kv_cache(0).visible();
     e = rt.decode(0, ids[0]);
@@ -410,16 +458,20 @@ int cmd_emulate(int argc, char** argv) {
       DfCounters& m = measured.op[i];
       const DfCounters& b = before.op[i];
       m.calls -= b.calls, m.macs_int8 -= b.macs_int8, m.macs_bf16 -= b.macs_bf16, m.macs_f32 -= b.macs_f32;
-      m.vector_elems -= b.vector_elems, m.sram_bytes -= b.sram_bytes;
+      m.vector_elems -= b.vector_elems, m.sram_bytes -= b.sram_bytes, m.weight_elems -= b.weight_elems;
       for (uint32_t t = 0; t < kHwMaxTiers; ++t)
         m.tier_bytes[t] -= b.tier_bytes[t], m.tier_transfers[t] -= b.tier_transfers[t];
-      if (DfOp(i) == DfOp::KvPolicy) continue;  // SnapKV scoring is not modelled analytically
+      // A decode token's SnapKV scoring (snapkv's recompression) is not walked analytically; a
+      // prompt chunk's is (checked above).
+      if (DfOp(i) == DfOp::KvPolicy) continue;
       const bool same = m == r.decode.op[i];
       executed_equal = executed_equal && same;
       ex.push_back({{"op", df_op_name(DfOp(i))}, {"equal", same}, {"executed", counters_json(m)}});
     }
     out["executed"] = {{"cached_tokens", cached_before},
                        {"counters_equal_analytic", executed_equal},
+                       {"prompt_chunk_equal_analytic", chunk_equal},
+                       {"prompt_chunk_kv_policy_counters", counters_json(chunk_analytic.op[uint32_t(DfOp::KvPolicy)])},
                        {"kv_policy_counters", counters_json(measured.op[uint32_t(DfOp::KvPolicy)])},
                        {"ops", ex}};
   }
@@ -437,11 +489,11 @@ int cmd_emulate(int argc, char** argv) {
          human_bytes(s.weight_bytes).c_str(), s.tile_panels * kPanelRows, s.kv_tile_tokens, s.q_block,
          s.double_buffered ? (c.hw.serial ? ", double-buffered (serial hardware: costs add up)" : ", double-buffered")
                            : "");
-  print_table(r.decode, c.hw, s.double_buffered, r.decode_cycles, "decode token:");
+  print_table(r.decode, c.hw, s.double_buffered, r.decode_cycles, r.decode_cached_fraction, "decode token:");
   printf("  total: %s cycles/token, %.2f tokens/s, %s off-chip bytes/token\n", fmt_num(r.decode_cycles).c_str(),
          c.hw.clock_hz / r.decode_cycles, human_bytes(offchip(dec)).c_str());
   if (c.prompt > 0) {
-    print_table(r.prefill, c.hw, s.double_buffered, r.prefill_cycles, "prefill:");
+    print_table(r.prefill, c.hw, s.double_buffered, r.prefill_cycles, r.prefill_cached_fraction, "prefill:");
     printf("  total: %.2f tokens/s over %u prompt tokens\n", c.hw.clock_hz * c.prompt / r.prefill_cycles, c.prompt);
   }
   if (sweep) {

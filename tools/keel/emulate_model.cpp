@@ -9,9 +9,10 @@ namespace keel::cli {
 uint32_t emu_budget(const EmuConfig& c) { return c.bounded ? c.budget : c.context + 1; }
 uint32_t emu_kv_capacity(const EmuConfig& c) { return emu_budget(c) + c.chunk; }
 
-double emu_cycles(const DfCounterSet& s, const HwDesc& hw, bool double_buffered) {
+double emu_cycles(const DfCounterSet& s, const HwDesc& hw, bool double_buffered, double cached_fraction) {
   double total = 0;
-  for (uint32_t i = 0; i < kDfOps; ++i) total += df_cost(s.op[i], hw, double_buffered, DfOp(i)).total_cycles;
+  for (uint32_t i = 0; i < kDfOps; ++i)
+    total += df_cost(s.op[i], hw, double_buffered, DfOp(i), cached_fraction).total_cycles;
   return total;
 }
 
@@ -28,18 +29,48 @@ EmuResult emulate(const EmuConfig& c) {
   // Prefill: chunk by chunk; a bounded policy settles back to the budget after each chunk.
   uint32_t visible = 0;
   bool evicted = false;
+  DfSnapScoring snap;  // the last chunk's scoring, for its cached fraction
   for (uint32_t done = 0; done < c.prompt;) {
     const uint32_t n = c.prompt - done < c.chunk ? c.prompt - done : c.chunk;
     df_count_forward(r.schedule, c.model, n, visible, evicted ? 1 : 0, done + n == c.prompt ? 1 : 0, r.prefill);
+    if (c.bounded && c.snap_queries > 0 && visible + n > c.budget) {
+      DfSnapScoring j;
+      j.queries = c.snap_queries < done + n ? c.snap_queries : done + n;
+      j.total = visible + n, j.prefix = evicted ? 1 : 0;
+      df_count_snap_scoring(r.schedule, c.model, j, r.prefill);
+      snap = j;
+    }
     visible += n;
     if (c.bounded && visible > c.budget) visible = c.budget, evicted = true;
     done += n;
   }
   r.decode_cached = c.bounded && c.context > c.budget ? c.budget : c.context;
   df_count_forward(r.schedule, c.model, 1, r.decode_cached, c.bounded && c.context > c.budget ? 1 : 0, 1, r.decode);
-  r.decode_cycles = emu_cycles(r.decode, c.hw, r.schedule.double_buffered);
-  r.prefill_cycles = emu_cycles(r.prefill, c.hw, r.schedule.double_buffered);
+  r.decode_cached_fraction =
+      df_cached_fraction(c.hw, df_pass_footprint_bytes(r.schedule, c.model, r.decode_cached + 1));
+  r.prefill_cached_fraction = df_cached_fraction(c.hw, df_pass_footprint_bytes(r.schedule, c.model, visible));
+  r.decode_cycles = emu_cycles(r.decode, c.hw, r.schedule.double_buffered, r.decode_cached_fraction);
+  r.prefill_cycles = emu_cycles(r.prefill, c.hw, r.schedule.double_buffered, r.prefill_cached_fraction);
+  // SnapKV scoring re-reads one head's keys row after row (df_snap_cached_fraction).
+  const uint32_t kvp = uint32_t(DfOp::KvPolicy);
+  r.prefill_cycles +=
+      df_cost(r.prefill.op[kvp], c.hw, r.schedule.double_buffered, DfOp::KvPolicy,
+              df_snap_cached_fraction(c.hw, c.model, snap))
+          .total_cycles -
+      df_cost(r.prefill.op[kvp], c.hw, r.schedule.double_buffered, DfOp::KvPolicy, r.prefill_cached_fraction)
+          .total_cycles;
   return r;
+}
+
+uint32_t emu_snap_queries(const Runtime& rt, uint32_t n) {
+  const KvCache& kv = rt.kv_cache(0);
+  if (!kv_policy_uses_snapkv(rt.config().kv.kind) || kv.visible() + n <= rt.config().plan.kv_budget_tokens) return 0;
+  const uint32_t planned = kv.shape().obs_window, policy = rt.config().kv.obs_window;
+  uint32_t q = policy < planned ? policy : planned;
+  const uint64_t positions = uint64_t(kv.next_position()) + n;
+  if (q > positions) q = uint32_t(positions);
+  const uint32_t total = kv.visible() + n;
+  return q < total ? q : total;
 }
 
 const char* builtin_shape_names() { return "llama-3.1-8b, smollm2-135m"; }

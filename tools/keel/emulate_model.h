@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backend/dataflow_schedule.h"
+#include "llm/runtime.h"
 
 namespace keel::cli {
 
@@ -14,6 +15,9 @@ struct EmuConfig {
   HwDesc hw;
   bool bounded = false;  // a bounded KV policy (not full): the cache holds at most the budget
   uint32_t budget = 1024, slots = 1, chunk = 64, context = 4096, prompt = 0;
+  // Observation queries of the SnapKV scoring a bounded policy runs on every prompt chunk past
+  // its budget (snapkv, snapstream, rocketkv); 0 for the others.
+  uint32_t snap_queries = 0;
 };
 
 struct EmuResult {
@@ -22,6 +26,8 @@ struct EmuResult {
   DfCounterSet decode;         // one decode token at `context` tokens of history
   DfCounterSet prefill;        // the whole prompt (prompt tokens, chunked)
   double decode_cycles = 0, prefill_cycles = 0;
+  // Of the tier-0 bytes, what a host's cache serves (df_cached_fraction; 0 on an accelerator).
+  double decode_cached_fraction = 0, prefill_cached_fraction = 0;
 };
 
 // KV budget of the plan: a bounded policy's, or under full the context plus the decode token.
@@ -29,7 +35,12 @@ uint32_t emu_budget(const EmuConfig& c);
 uint32_t emu_kv_capacity(const EmuConfig& c);
 EmuResult emulate(const EmuConfig& c);
 // Cycles of a counter set: the sum of its ops' costs (ops run one after another).
-double emu_cycles(const DfCounterSet& s, const HwDesc& hw, bool double_buffered);
+double emu_cycles(const DfCounterSet& s, const HwDesc& hw, bool double_buffered, double cached_fraction = 0);
+
+// Observation queries of the SnapKV scoring that a prompt chunk of n tokens (one prefill call
+// of at most a chunk: no lookahead) triggers in slot 0 of `rt`, as KvManager::compress_snapkv
+// counts them; 0 when its policy does not compress there.
+uint32_t emu_snap_queries(const Runtime& rt, uint32_t n);
 
 // Built-in shapes (`llama-3.1-8b`, `smollm2-135m`) or a header from `keel convert --header`.
 bool load_shape(const std::string& name_or_path, ModelShape& out, std::string& error);

@@ -35,18 +35,28 @@ double measure_read_bandwidth_gbps(uint64_t bytes, unsigned threads, unsigned re
   if (threads == 0) threads = 1;
   std::vector<double> gbps;
   volatile uint64_t sink = 0;
+  // A buffer that sits in a cache reads in microseconds, less than starting a thread takes:
+  // each thread reads its part this many times, so that a pass moves at least 64 MiB.
+  const uint64_t passes = bytes >= (64ull << 20) ? 1 : ((64ull << 20) + bytes - 1) / bytes;
   for (unsigned r = 0; r < reps; ++r) {
     std::vector<uint64_t> partial(threads);
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::thread> pool;
     const uint64_t per = bytes / threads / 128 * 128;
     for (unsigned t = 0; t < threads; ++t) {
-      pool.emplace_back([&, t] { partial[t] = read_range(buf + t * per, per); });
+      pool.emplace_back([&, t] {
+        uint64_t x = 0;
+        for (uint64_t k = 0; k < passes; ++k) {
+          x ^= read_range(buf + t * per, per);
+          asm volatile("" ::: "memory");  // every pass reads the memory again
+        }
+        partial[t] = x;
+      });
     }
     for (auto& th : pool) th.join();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (uint64_t v : partial) sink = sink ^ v;
-    gbps.push_back(double(per) * threads / s / 1e9);
+    gbps.push_back(double(per) * threads * double(passes) / s / 1e9);
   }
   free(buf);
   std::sort(gbps.begin(), gbps.end());

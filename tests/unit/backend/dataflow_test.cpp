@@ -65,7 +65,7 @@ DfCounterSet minus(const DfCounterSet& a, const DfCounterSet& b) {
     DfCounters& x = d.op[i];
     const DfCounters& y = b.op[i];
     x.calls -= y.calls, x.macs_int8 -= y.macs_int8, x.macs_bf16 -= y.macs_bf16, x.macs_f32 -= y.macs_f32;
-    x.vector_elems -= y.vector_elems, x.sram_bytes -= y.sram_bytes;
+    x.vector_elems -= y.vector_elems, x.sram_bytes -= y.sram_bytes, x.weight_elems -= y.weight_elems;
     for (uint32_t t = 0; t < kHwMaxTiers; ++t)
       x.tier_bytes[t] -= y.tier_bytes[t], x.tier_transfers[t] -= y.tier_transfers[t];
   }
@@ -175,6 +175,56 @@ TEST(DataflowCost, SerialHardwareAddsWhatDoubleBufferingOverlaps) {
   EXPECT_DOUBLE_EQ(serial.total_cycles, single.total_cycles);
   EXPECT_DOUBLE_EQ(serial.stall_cycles, 30 + 200 + 10);
   EXPECT_EQ(serial.bound, DfBound::Tier0);
+}
+
+// A host's cache, per-call overhead and weight unpacking, by hand: the counters above plus 500
+// weight elements, on serial hardware with a 1000-byte cache at 4e10 B/s under a 4000-byte
+// footprint (a quarter cached): 1500 tier bytes at 1e10 B/s = 150 cycles, 500 at 4e10 = 12.5;
+// 2 calls of 7 ns = 14; 500 weight elements at 50/cycle = 10 more compute cycles. Without them
+// the cost is what it was; the description's JSON carries them and reads them back.
+TEST(DataflowCost, HostCacheAndCallOverhead) {
+  HwDesc hw;
+  std::snprintf(hw.name, sizeof hw.name, "host");
+  std::snprintf(hw.tiers[0].name, sizeof hw.tiers[0].name, "dram");
+  hw.tiers[0].capacity_bytes = 1 << 30;
+  hw.sram_bytes = 1 << 20;
+  hw.clock_hz = 1e9;
+  hw.macs_per_cycle_int8 = hw.macs_per_cycle_bf16 = hw.macs_per_cycle_f32 = 10;
+  hw.vector_elems_per_cycle = 4;
+  hw.sram_bytes_per_cycle = 10;
+  hw.tier_count = 1;
+  hw.tiers[0].bandwidth_bytes_per_s = 1e10;
+  hw.tiers[0].latency_ns = 5;
+  hw.dma_engines = 2;
+  hw.serial = true;
+  DfCounters c;
+  c.calls = 2, c.macs_int8 = 1000, c.vector_elems = 40, c.sram_bytes = 300;
+  c.tier_bytes[0] = 2000, c.tier_transfers[0] = 4, c.weight_elems = 500;
+  const double before = df_cost(c, hw, true, DfOp::QkvProj, 0.25).total_cycles;
+  EXPECT_DOUBLE_EQ(before, 110 + 30 + 200 + 10);  // no cache in the description: fraction ignored
+  hw.cache_bytes = 1000, hw.cache_bandwidth_bytes_per_s = 4e10, hw.call_overhead_ns = 7;
+  hw.weight_elems_per_cycle = 50;
+  EXPECT_DOUBLE_EQ(df_cached_fraction(hw, 4000), 0.25);
+  EXPECT_DOUBLE_EQ(df_cached_fraction(hw, 800), 1.0);
+  const DfCost k = df_cost(c, hw, true, DfOp::QkvProj, df_cached_fraction(hw, 4000));
+  EXPECT_DOUBLE_EQ(k.tier_cycles[0], 150);
+  EXPECT_DOUBLE_EQ(k.cache_cycles, 12.5);
+  EXPECT_DOUBLE_EQ(k.overhead_cycles, 14);
+  EXPECT_DOUBLE_EQ(k.compute_cycles, 110 + 10);
+  EXPECT_DOUBLE_EQ(k.total_cycles, 120 + 30 + 150 + 12.5 + 10 + 14);
+  HwDesc back;
+  std::string err;
+  ASSERT_TRUE(hw::parse_hw_json(hw::hw_to_json(hw, "test"), "x.json", back, err)) << err;
+  EXPECT_EQ(back.cache_bytes, 1000u);
+  EXPECT_DOUBLE_EQ(back.cache_bandwidth_bytes_per_s, 4e10);
+  EXPECT_DOUBLE_EQ(back.call_overhead_ns, 7);
+  EXPECT_DOUBLE_EQ(back.weight_elems_per_cycle, 50);
+  std::string text = hw::hw_to_json(hw, "test");
+  const std::string rate = "\"bandwidth_bytes_per_s\": 40000000000.0";
+  ASSERT_NE(text.find(rate), std::string::npos) << text;
+  text.replace(text.find(rate), rate.size(), "\"bandwidth_bytes_per_s\": -1");
+  EXPECT_FALSE(hw::parse_hw_json(text, "x.json", back, err));
+  EXPECT_NE(err.find("x.json: cache.bandwidth_bytes_per_s: expected a positive number"), std::string::npos) << err;
 }
 
 DfModel smollm2_shape(fb::DType t) {
@@ -301,6 +351,46 @@ TEST(DataflowBackend, BoundedPolicySameCountersEveryToken) {
     for (uint32_t i = 0; i < kDfOps; ++i)
       EXPECT_TRUE(d.op[i] == first.op[i]) << df_op_name(DfOp(i)) << " step " << step;
   }
+}
+
+// Snapstream's SnapKV scoring, prompt chunk by prompt chunk past the budget (each chunk one
+// prefill call, so no lookahead): the backend's kv_policy counters equal df_count_snap_scoring's
+// and every other class equals the forward walk, through several compressions.
+TEST(DataflowBackend, SnapScoringExecutedEqualsAnalytic) {
+  auto l = load_keel(test::stories260k_keel());
+  ASSERT_NE(l, nullptr);
+  HwDesc hw = preset("edge-npu-2mib");
+  hw.sram_bytes = 160 << 10;
+  const uint32_t budget = 64, chunk = 16;
+  auto df = start(l->model, BackendKind::Dataflow, &hw, KvPolicyKind::SnapStream, budget, chunk);
+  ASSERT_NE(df, nullptr);
+  Runtime& rt = df->runtime;
+  const DfModel m = df_model(l->model);
+  const std::vector<int32_t> prompt = prompt_ids(160, l->model.shape().vocab_size);
+  uint32_t compressions = 0;
+  for (uint32_t at = 0; at < prompt.size(); at += chunk) {
+    const KvCache& kv = rt.kv_cache(0);
+    DfCounterSet analytic;
+    df_count_forward(dataflow(*df).schedule(), m, chunk, kv.visible(), kv.prefix(), 1, analytic);
+    if (kv.visible() + chunk > budget) {
+      const uint32_t planned = kv.shape().obs_window, policy = rt.config().kv.obs_window;
+      DfSnapScoring j;
+      j.queries = policy < planned ? policy : planned;
+      j.total = kv.visible() + chunk, j.prefix = kv.prefix();
+      df_count_snap_scoring(dataflow(*df).schedule(), m, j, analytic);
+      ++compressions;
+    }
+    const DfCounterSet before = dataflow(*df).counters();
+    ASSERT_TRUE(rt.prefill(0, Span<const int32_t>(prompt.data() + at, chunk)).ok());
+    const DfCounterSet d = minus(dataflow(*df).counters(), before);
+    for (uint32_t i = 0; i < kDfOps; ++i)
+      EXPECT_TRUE(d.op[i] == analytic.op[i])
+          << df_op_name(DfOp(i)) << " at " << at << ": executed " << d.op[i].calls << " calls, " << d.op[i].macs_bf16
+          << " MACs; analytic " << analytic.op[i].calls << ", " << analytic.op[i].macs_bf16;
+    EXPECT_LE(rt.kv_cache(0).visible(), budget);
+  }
+  EXPECT_GE(compressions, 5u);
+  EXPECT_GT(dataflow(*df).counters().op[uint32_t(DfOp::KvPolicy)].macs_bf16, 0u);
 }
 
 // SmolLM2 (Q4_1, GQA, head_dim 64) on the edge preset with 1.25 MiB of SRAM, so that attention

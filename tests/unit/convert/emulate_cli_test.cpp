@@ -108,6 +108,9 @@ TEST(Emulate, ExecutedCountersEqualAnalyticWithSlots) {
   const json j1 = parse_last_line(one.out), j4 = parse_last_line(four.out);
   ASSERT_FALSE(j1.is_discarded() || j4.is_discarded()) << one.out << four.out;
   EXPECT_TRUE(j4["executed"]["counters_equal_analytic"].get<bool>()) << j4["executed"].dump();
+  // The prompt's last chunk runs past the budget: its SnapKV scoring is counted and checked.
+  EXPECT_TRUE(j1["executed"]["prompt_chunk_equal_analytic"].get<bool>()) << j1["executed"].dump();
+  EXPECT_GT(j1["executed"]["prompt_chunk_kv_policy_counters"]["macs_bf16"].get<uint64_t>(), 0u);
   EXPECT_EQ(j4["schedule"]["slots"].get<uint32_t>(), 4u);
   EXPECT_EQ(j4["kv_offchip_bytes"].get<uint64_t>() + j4["kv_onchip_bytes"].get<uint64_t>(),
             4 * (j1["kv_offchip_bytes"].get<uint64_t>() + j1["kv_onchip_bytes"].get<uint64_t>()));
@@ -120,6 +123,80 @@ TEST(Emulate, ValidateRefusesWhatItCannotMeasure) {
   const auto shallow = run_cli("emulate --validate -m " + q(test::stories260k_keel()) + " --context 100");
   EXPECT_EQ(shallow.exit_code, 2);
   EXPECT_NE(shallow.out.find("at least 8192"), std::string::npos) << shallow.out;
+}
+
+// --validate --measured re-fits a measurement without measuring. The committed measurement of
+// stories260K (`keel emulate --validate -m stories260K.keel --reps 1 --context 8192 --hw
+// tests/golden/validate_start_hw.json --json`) re-fits carrying its measured values through; a
+// re-fit of that output gives the same output; the output with the fields an older file lacks
+// removed re-fits identically (prefix, capacity and SnapKV queries derived from the sessions);
+// other models, descriptions and shape sets are refused, each with a specific error.
+TEST(Emulate, ValidateMeasuredRefits) {
+  const std::string fixture = test::require_file(test::source_path("tests/golden/validate_stories260k.json"));
+  const std::string start_hw = test::require_file(test::source_path("tests/golden/validate_start_hw.json"));
+  const std::string base = "emulate --validate -m " + q(test::stories260k_keel()) + " --json --measured ";
+  const auto r1 = run_cli(base + q(fixture));
+  ASSERT_EQ(r1.exit_code, 0) << r1.out;
+  const json j1 = parse_last_line(r1.out);
+  std::ifstream f(fixture);
+  const json measured = json::parse(f, nullptr, false);
+  ASSERT_FALSE(j1.is_discarded() || measured.is_discarded()) << r1.out;
+  ASSERT_EQ(j1["tests"].size(), 16u);
+  ASSERT_EQ(measured["tests"].size(), 16u);
+  for (size_t i = 0; i < 16; ++i) {
+    EXPECT_EQ(j1["tests"][i]["e2e_measured_us"], measured["tests"][i]["e2e_measured_us"]) << i;
+    EXPECT_EQ(j1["tests"][i]["measured_op_us"], measured["tests"][i]["measured_op_us"]) << i;
+    EXPECT_GT(j1["tests"][i]["predicted_us"].get<double>(), 0) << i;
+  }
+  EXPECT_EQ(j1["model"], measured["model"]);
+
+  const std::string again = test::tmp_path("validate_refit.json");
+  std::ofstream(again) << j1.dump();
+  const auto r2 = run_cli(base + q(again));
+  ASSERT_EQ(r2.exit_code, 0) << r2.out;
+  EXPECT_EQ(parse_last_line(r2.out).dump(), j1.dump());
+
+  json older = j1;
+  for (const char* k : {"format", "model", "start_description", "fitted_description", "snap_depth"}) older.erase(k);
+  for (json& t : older["tests"])
+    for (const char* k : {"prefix", "capacity", "snap_queries", "measured_op_us"}) t.erase(k);
+  const std::string older_path = test::tmp_path("validate_older.json");
+  std::ofstream(older_path) << older.dump();
+  const auto r3 = run_cli(base + q(older_path) + " --hw " + q(start_hw));
+  ASSERT_EQ(r3.exit_code, 0) << r3.out;
+  const json j3 = parse_last_line(r3.out);
+  EXPECT_EQ(j3["tests"].dump(), j1["tests"].dump());
+  EXPECT_EQ(j3["fitted"].dump(), j1["fitted"].dump());
+
+  // Started from another description, the older file's predictions do not come out as recorded.
+  const auto other_hw = run_cli(base + q(older_path) + " --hw edge-npu-2mib");
+  EXPECT_EQ(other_hw.exit_code, 1);
+  EXPECT_NE(other_hw.out.find("measured on another model, or fitted on another description"), std::string::npos)
+      << other_hw.out;
+
+  json other_model = j1;
+  other_model["model"] = "dim 576 ffn 1536 layers 30 heads 9 kv_heads 3 head_dim 64 vocab 49152 weights Q4_1/Q4_1/Q4_1";
+  const std::string other_model_path = test::tmp_path("validate_other_model.json");
+  std::ofstream(other_model_path) << other_model.dump();
+  const auto r4 = run_cli(base + q(other_model_path));
+  EXPECT_EQ(r4.exit_code, 1);
+  EXPECT_NE(r4.out.find("measured on another model ('dim 576"), std::string::npos) << r4.out;
+
+  json other_shapes = j1;
+  other_shapes["tests"][4]["depth"] = 999;
+  const std::string other_shapes_path = test::tmp_path("validate_other_shapes.json");
+  std::ofstream(other_shapes_path) << other_shapes.dump();
+  const auto r5 = run_cli(base + q(other_shapes_path));
+  EXPECT_EQ(r5.exit_code, 1);
+  EXPECT_NE(r5.out.find("tests[4]: expected full d1024 decode (the shape set of this --validate)"), std::string::npos)
+      << r5.out;
+
+  const auto missing = run_cli(base + "/nonexistent.json");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.out.find("cannot read /nonexistent.json"), std::string::npos) << missing.out;
+  const auto stray = run_cli("emulate --measured " + q(fixture) + " -m " + q(test::stories260k_keel()));
+  EXPECT_EQ(stray.exit_code, 2);
+  EXPECT_NE(stray.out.find("--measured applies to --validate"), std::string::npos) << stray.out;
 }
 
 }  // namespace
