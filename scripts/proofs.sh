@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The proofs that run after the Release suite (README "Tests"; docs/memcheck.md,
 # docs/freestanding.md): the whole test suite again under AddressSanitizer + UndefinedBehavior-
-# Sanitizer, the loader fuzzer for a fixed time over its seed corpus, and the freestanding
-# Cortex-M33 build with its symbol check. Exits non-zero on the first failure.
+# Sanitizer (but the tests labelled slow: real-model runs the Release suite has just done), the
+# loader fuzzer for a fixed time over its seed corpus, and the freestanding Cortex-M33 build
+# with its symbol check. Exits non-zero on the first failure.
 #
 #   BUILD_DIR     the Release build (default build): its keel tool makes the fuzz corpus
 #   FUZZ_SECONDS  libFuzzer run time (default 120)
@@ -16,12 +17,12 @@ KEEL="$PWD/$BUILD_DIR/tools/keel"
 [ -x "$KEEL" ] || { echo "proofs: expected the Release keel tool at $KEEL; run scripts/test.sh" >&2; exit 1; }
 step() { echo; echo "== proofs: $* ($(date +%H:%M:%S))"; }
 
-step "whole suite under ASan + UBSan (build-asan)"
+step "whole suite under ASan + UBSan (build-asan), but the tests labelled slow"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKEEL_SANITIZE="address;undefined" >/dev/null
 cmake --build build-asan -j "$JOBS" >build-asan/build.log 2>&1 || { tail -40 build-asan/build.log >&2; exit 1; }
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan --output-on-failure -j "$JOBS"
+  ctest --test-dir build-asan --output-on-failure -j "$JOBS" -LE slow
 
 step "loader fuzzer, ${FUZZ_SECONDS} s (build-fuzz, clang libFuzzer + ASan + UBSan)"
 # The engine is instrumented too (fuzzer-no-link), so the fuzzer sees the loader's coverage.

@@ -24,6 +24,11 @@ Error KvCache::init(const KvShape& s, const KvBuffers& b) {
               "KV page summaries of %" PRIu32 " pages of %" PRIu32 " tokens do not cover a budget of %" PRIu32,
               s.max_pages, s.page_tokens, s.budget);
   pages_ = s.page_tokens ? b.pages : nullptr;
+  KEEL_ENSURE(s.hold == 0 || (b.hold_keys_values && b.hold_positions), Status::InvalidArgument,
+              "the KV hold of %" PRIu32 " entries is missing from the plan", s.hold);
+  hold_keys_ = s.hold ? b.hold_keys_values : nullptr;
+  hold_values_ = s.hold ? hold_keys_ + uint64_t(s.n_layers) * s.n_kv_heads * s.hold * row_halves_ : nullptr;
+  hold_pos_ = s.hold ? b.hold_positions : nullptr;
   shape_ = s;
   clear();
   return Error();
@@ -36,6 +41,7 @@ void KvCache::clear() {
   evicted_ = 0;
   next_pos_ = 0;
   look_count_ = 0;
+  drop_hold();
 }
 
 void KvCache::begin_lookahead() {
@@ -116,11 +122,26 @@ void KvCache::pin_sinks(uint32_t sinks) {
   }
 }
 
+void KvCache::hold_to_positions(uint32_t l, uint32_t h, void (*rotate)(void*, uint16_t*, int64_t, int64_t),
+                                void* rotate_ctx) {
+  uint16_t* hk = hold_keys_ + slab_hold(l, h) * row_halves_;
+  int32_t* hp = hold_pos_ + 2 * slab_hold(l, h);
+  int32_t* hr = hp + shape_.hold;
+  for (uint32_t i = 0; i < hold_len_; ++i) {
+    if (hr[i] != hp[i]) rotate(rotate_ctx, hk + uint64_t(i) * row_halves_, hr[i], hp[i]);
+    hr[i] = hp[i];
+  }
+}
+
 void KvCache::compact_head(uint32_t l, uint32_t h, const uint32_t* keep, uint32_t n_keep, uint32_t n_ring,
                            uint32_t staged, void (*rotate)(void*, uint16_t*, int64_t, int64_t), void* rotate_ctx,
-                           void* scratch) {
+                           void* scratch, HoldMode hold) {
   const uint32_t hd = row_halves_;
   const uint32_t total = visible() + staged;
+  const uint32_t cap_hold = hold_keys_ ? shape_.hold : 0;
+  uint16_t* hk = cap_hold ? hold_keys_ + slab_hold(l, h) * hd : nullptr;
+  uint16_t* hv = cap_hold ? hold_values_ + slab_hold(l, h) * hd : nullptr;
+  int32_t* hp = cap_hold ? hold_pos_ + 2 * slab_hold(l, h) : nullptr;
   // Gather into scratch first: kept entries may sit anywhere (ring order wraps), so moving them
   // in place could overwrite an entry before it is read.
   uint16_t* kbuf = static_cast<uint16_t*>(scratch);
@@ -130,14 +151,43 @@ void KvCache::compact_head(uint32_t l, uint32_t h, const uint32_t* keep, uint32_
   uint16_t* v = values(l, h);
   int32_t* p = positions(l, h);
   for (uint32_t i = 0; i < n_keep; ++i) {
-    const uint32_t logical = keep[i] < total ? keep[i] : total - 1;
-    const uint32_t from = physical(logical);
-    memcpy(kbuf + uint64_t(i) * hd, k + uint64_t(from) * hd, hd * 2);
-    memcpy(vbuf + uint64_t(i) * hd, v + uint64_t(from) * hd, hd * 2);
-    pbuf[i] = p[from];
-    const int64_t was = logical < prefix_ ? int64_t(logical) : int64_t(p[from]);
+    int64_t was;
+    if (hold == HoldMode::Take && cap_hold && keep[i] >= total && keep[i] - total < hold_len_) {
+      const uint32_t from = keep[i] - total;
+      memcpy(kbuf + uint64_t(i) * hd, hk + uint64_t(from) * hd, hd * 2);
+      memcpy(vbuf + uint64_t(i) * hd, hv + uint64_t(from) * hd, hd * 2);
+      pbuf[i] = hp[from];
+      was = hp[cap_hold + from];
+    } else {
+      const uint32_t logical = keep[i] < total ? keep[i] : total - 1;
+      const uint32_t from = physical(logical);
+      memcpy(kbuf + uint64_t(i) * hd, k + uint64_t(from) * hd, hd * 2);
+      memcpy(vbuf + uint64_t(i) * hd, v + uint64_t(from) * hd, hd * 2);
+      pbuf[i] = p[from];
+      was = logical < prefix_ ? int64_t(logical) : int64_t(p[from]);
+    }
     // Ring entries keep the rotation of their original position.
     if (i < n_keep - n_ring && was != int64_t(i)) rotate(rotate_ctx, kbuf + uint64_t(i) * hd, was, i);
+  }
+  if (hold == HoldMode::Fill && cap_hold) {
+    // The evicted entries (not in the increasing keep[]) join the hold behind its newest; when
+    // more leave than it holds, the newest of them (the nearest the question) stay.
+    const uint32_t evicted = total - n_keep;
+    const uint32_t skip = evicted > cap_hold ? evicted - cap_hold : 0;
+    uint32_t kept = 0, e = 0;
+    for (uint32_t logical = 0; logical < total; ++logical) {
+      if (kept < n_keep && keep[kept] == logical) {
+        ++kept;
+        continue;
+      }
+      if (e++ < skip) continue;
+      const uint32_t slot = (hold_head_ + hold_len_ + e - 1) % cap_hold;
+      const uint32_t from = physical(logical);
+      memcpy(hk + uint64_t(slot) * hd, k + uint64_t(from) * hd, hd * 2);
+      memcpy(hv + uint64_t(slot) * hd, v + uint64_t(from) * hd, hd * 2);
+      hp[slot] = p[from];
+      hp[cap_hold + slot] = logical < prefix_ ? int32_t(logical) : p[from];
+    }
   }
   memcpy(k, kbuf, uint64_t(n_keep) * hd * 2);
   memcpy(v, vbuf, uint64_t(n_keep) * hd * 2);
@@ -145,7 +195,20 @@ void KvCache::compact_head(uint32_t l, uint32_t h, const uint32_t* keep, uint32_
   if (pages_) refresh_all_pages(l, h, n_keep - n_ring, n_ring);
 }
 
-void KvCache::finish_compact(uint32_t n_keep, uint32_t n_ring, uint32_t staged) {
+void KvCache::finish_compact(uint32_t n_keep, uint32_t n_ring, uint32_t staged, HoldMode hold) {
+  const uint32_t cap_hold = hold_keys_ ? shape_.hold : 0;
+  if (hold == HoldMode::Fill && cap_hold) {
+    const uint32_t evicted = visible() + staged - n_keep;
+    if (hold_len_ + evicted <= cap_hold) {
+      hold_len_ += evicted;
+    } else {
+      // As the ring: the oldest survivor follows the newest write.
+      hold_head_ = uint32_t((uint64_t(hold_head_) + hold_len_ + evicted) % cap_hold);
+      hold_len_ = cap_hold;
+    }
+  } else if (hold == HoldMode::Take) {
+    drop_hold();
+  }
   evicted_ += visible() + staged - n_keep;
   prefix_ = n_keep - n_ring;
   ring_len_ = n_ring;

@@ -33,15 +33,25 @@ struct KvShape {
   // Sparse decode attention's key summaries (kv/kv_pages.cpp): tokens per page, 0 for none.
   uint32_t page_tokens = 0;
   uint32_t max_pages = 0;  // per (layer, head)
+  // The hold (docs/kv.md, "The hold"): entries per (layer, head) kept aside, out of attention's
+  // sight, for the prompt's last compression to judge again. 0 for none.
+  uint32_t hold = 0;
 };
+
+// What a compaction does with the hold: nothing; put the entries it evicts there (a compression
+// judged by the lookahead); or take the held entries as candidates and empty it (the
+// compression judged by the real question).
+enum class HoldMode : uint8_t { None, Fill, Take };
 
 // A slot's buffers, from the memory plan (llm/plan.h regions kv_*).
 struct KvBuffers {
-  uint16_t* keys_values = nullptr;  // [K,V][layers][kv_heads][capacity] rows of kv_type
-  int32_t* positions = nullptr;     // [layers][kv_heads][capacity]
-  float* observations = nullptr;    // [layers][obs_window][q_dim]; null when obs_window is 0
-  float* lookahead = nullptr;       // same
-  float* pages = nullptr;           // [layers][kv_heads][min, max][head_dim][max_pages]; null without pages
+  uint16_t* keys_values = nullptr;       // [K,V][layers][kv_heads][capacity] rows of kv_type
+  int32_t* positions = nullptr;          // [layers][kv_heads][capacity]
+  float* observations = nullptr;         // [layers][obs_window][q_dim]; null when obs_window is 0
+  float* lookahead = nullptr;            // same
+  float* pages = nullptr;                // [layers][kv_heads][min, max][head_dim][max_pages]; null without pages
+  uint16_t* hold_keys_values = nullptr;  // [K,V][layers][kv_heads][hold] rows; null without a hold
+  int32_t* hold_positions = nullptr;     // [layers][kv_heads][position, rotation][hold]
 };
 
 class KvCache {
@@ -89,10 +99,13 @@ class KvCache {
   // keeping their rotation. `rotate(ctx, key, from, to)` re-rotates a half key from rotation
   // position `from` to its new cache index `to` (a row of the cache's kv_type). `scratch` holds
   // compact_scratch_bytes().
+  // HoldMode::Fill: the entries not kept go to the hold, the oldest held ones making room.
+  // HoldMode::Take: keep[] may also name held entries, as visible() + staged + i for held entry
+  // i, in increasing position with the others (no longer increasing ids); the hold is emptied.
   void compact_head(uint32_t layer, uint32_t head, const uint32_t* keep, uint32_t n_keep, uint32_t n_ring,
                     uint32_t staged, void (*rotate)(void* ctx, uint16_t* key, int64_t from, int64_t to),
-                    void* rotate_ctx, void* scratch);
-  void finish_compact(uint32_t n_keep, uint32_t n_ring, uint32_t staged);
+                    void* rotate_ctx, void* scratch, HoldMode hold = HoldMode::None);
+  void finish_compact(uint32_t n_keep, uint32_t n_ring, uint32_t staged, HoldMode hold = HoldMode::None);
   uint64_t compact_scratch_bytes() const { return uint64_t(shape_.capacity) * (uint64_t(row_halves_) * 4 + 4); }
   // The rotation position of the key at logical index `logical` (prefix: its index; others:
   // their original position).
@@ -126,6 +139,26 @@ class KvCache {
     return page_min(layer, head) + uint64_t(shape_.head_dim) * shape_.max_pages;
   }
 
+  // The hold: entries [0, hold_len()) of each (layer, head), in no particular order, each with
+  // its original position and the position its key is rotated at (its cache index when it left
+  // the prefix, its position when it left the ring).
+  uint32_t hold_len() const { return hold_len_; }
+  void drop_hold() {
+    hold_len_ = 0;
+    hold_head_ = 0;
+  }
+  const uint16_t* hold_keys(uint32_t layer, uint32_t head) const {
+    return hold_keys_ + slab_hold(layer, head) * row_halves_;
+  }
+  const int32_t* hold_positions(uint32_t layer, uint32_t head) const { return hold_pos_ + 2 * slab_hold(layer, head); }
+  const int32_t* hold_rotations(uint32_t layer, uint32_t head) const {
+    return hold_positions(layer, head) + shape_.hold;
+  }
+  // Re-rotates the held keys of (layer, head) to their original positions, where a query scores
+  // them as it scores the ring (docs/kv.md, "The hold").
+  void hold_to_positions(uint32_t layer, uint32_t head,
+                         void (*rotate)(void* ctx, uint16_t* key, int64_t from, int64_t to), void* rotate_ctx);
+
   // Lookahead (docs/kv.md, "Chunked prefill"): the observation queries of a prompt's last
   // tokens, computed before the prompt is prefilled so that every chunk's compression can
   // already ask what the end of the prompt (the question) will attend to. Between
@@ -147,6 +180,9 @@ class KvCache {
     return (uint64_t(layer) * shape_.n_kv_heads + head) * shape_.capacity;
   }
   void move_entry(uint32_t layer, uint32_t head, uint32_t from, uint32_t to);
+  uint64_t slab_hold(uint32_t layer, uint32_t head) const {
+    return (uint64_t(layer) * shape_.n_kv_heads + head) * shape_.hold;
+  }
   uint64_t slab_pages(uint32_t layer, uint32_t head) const {
     return (uint64_t(layer) * shape_.n_kv_heads + head) * shape_.max_pages;
   }
@@ -164,6 +200,11 @@ class KvCache {
   float* obs_ = nullptr;   // [layers][obs_window][q_dim]
   float* look_ = nullptr;  // [layers][obs_window][q_dim], indexed like obs_ by position
   float* pages_ = nullptr;
+  uint16_t* hold_keys_ = nullptr;    // [layers][kv_heads][hold] rows
+  uint16_t* hold_values_ = nullptr;  // same
+  int32_t* hold_pos_ = nullptr;      // [layers][kv_heads][position, rotation][hold]
+  uint32_t hold_len_ = 0;            // held entries per (layer, head); all heads hold as many
+  uint32_t hold_head_ = 0;           // the oldest held entry; 0 whenever the hold is not full
   int64_t look_pos0_ = 0;
   uint32_t look_count_ = 0;
   uint32_t prefix_ = 0;

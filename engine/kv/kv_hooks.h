@@ -19,8 +19,11 @@ class KvModelHooks {
   // ([head_dim]) rotated by angles_c (cos then sin) against keys [0, prefix) (rotated at their
   // cache index) and by angles_t against keys [prefix, total) (rotated at their position);
   // entries whose position is after `t` are masked (causal). `worker` is the calling worker.
+  // `extra` more keys (`extra_keys`, rotated at `extra_positions`, as the ring's) join the same
+  // softmax at row[total, total + extra): the hold (docs/kv.md).
   virtual void attention_row(uint32_t worker, const float* q, const float* angles_t, const float* angles_c,
-                             const uint16_t* keys, const int32_t* positions, uint32_t prefix, uint32_t total, int64_t t,
+                             const uint16_t* keys, const int32_t* positions, uint32_t prefix, uint32_t total,
+                             const uint16_t* extra_keys, const int32_t* extra_positions, uint32_t extra, int64_t t,
                              float* row) = 0;
 
  protected:

@@ -9,8 +9,9 @@ namespace keel {
 Error KvManager::init(const KvPolicyConfig& policy, uint32_t budget, uint32_t chunk, uint32_t capacity,
                       const SnapScratch& scratch, const ThreadPool* pool, KvModelHooks* hooks) {
   KEEL_TRY(validate_kv_policy(policy, budget, chunk));
-  KEEL_ENSURE(!kv_policy_uses_snapkv(policy.kind) || (scratch.rows && scratch.sums && scratch.pooled && scratch.order &&
-                                                      scratch.keep && scratch.compact && scratch.rope && hooks),
+  KEEL_ENSURE(!kv_policy_uses_snapkv(policy.kind) ||
+                  (scratch.rows && scratch.sums && scratch.pooled && scratch.order && scratch.keep &&
+                   scratch.candidates && scratch.compact && scratch.rope && scratch.row_entries >= capacity && hooks),
               Status::InvalidArgument, "policy %s needs SnapKV scoring buffers in the plan",
               kv_policy_name(policy.kind));
   policy_ = policy;

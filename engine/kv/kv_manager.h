@@ -16,15 +16,19 @@
 
 namespace keel {
 
-// SnapKV scoring scratch, per worker [threads][capacity] unless noted (the plan's snap_* regions).
+// SnapKV scoring scratch, per worker [threads][row_entries] unless noted (the plan's snap_*
+// regions); row_entries = capacity + the hold's entries (the cache and the hold are scored
+// together at the prompt's last compression).
 struct SnapScratch {
-  float* rows = nullptr;       // one attention row
-  float* sums = nullptr;       // summed over observation queries
-  float* pooled = nullptr;     // max-pooled
-  uint32_t* order = nullptr;   // selection order
-  uint32_t* keep = nullptr;    // kept logical indices
-  uint8_t* compact = nullptr;  // [threads][capacity][head_dim f16 K, V + position i32]
-  float* rope = nullptr;       // [2 * obs_window][cos t, sin t, cos c, sin c][rope_pairs]
+  float* rows = nullptr;           // one attention row
+  float* sums = nullptr;           // summed over observation queries
+  float* pooled = nullptr;         // max-pooled
+  uint32_t* order = nullptr;       // selection order
+  uint32_t* keep = nullptr;        // kept logical indices
+  uint32_t* candidates = nullptr;  // the candidates in position order, the hold merged in
+  uint8_t* compact = nullptr;      // [threads][capacity][head_dim f16 K, V + position i32]
+  float* rope = nullptr;           // [2 * obs_window][cos t, sin t, cos c, sin c][rope_pairs]
+  uint32_t row_entries = 0;
 };
 
 class KvManager {
@@ -56,6 +60,11 @@ class KvManager {
   Error compress_snapkv(KvCache& kv, uint32_t staged, uint32_t target, uint32_t sinks, uint32_t kernel, bool lookahead,
                         uint32_t recent);
   struct SnapJob;
+  // The candidates of (layer, head) in position order with the hold merged in: ids (cache
+  // logical index, or total + held entry) into `ids`, their scores (physical `sums`, the hold's
+  // behind the cache's) into `scores`; returns how many.
+  uint32_t merge_hold(const SnapJob& job, uint32_t worker, uint32_t layer, uint32_t head, const float* sums,
+                      float* scores, uint32_t* ids) const;
   static void snap_task(void* ctx, size_t worker);
   void snap_head(const SnapJob& job, uint32_t worker, uint32_t layer, uint32_t head);
 

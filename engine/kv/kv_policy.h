@@ -37,6 +37,10 @@ struct KvPolicyConfig {
   uint32_t rocket_page = 0;  // at most kMaxRocketPage
   uint32_t rocket_topk = 0;
   uint32_t rocket_r = 0;
+  // snapstream, rocketkv: entries per layer and KV head of the hold (docs/kv.md, "The hold"):
+  // what compressions judged by the lookahead evict, for the real question to judge again.
+  // 0 = none (the default).
+  uint32_t hold = 0;
 };
 
 // The kernel the policy runs with: snap_kernel, or the policy's when it is kSnapKernelPolicyDefault.
@@ -63,6 +67,12 @@ constexpr bool kv_policy_is_snapstream_like(KvPolicyKind k) {
 constexpr uint32_t snapstream_window(uint32_t window, uint32_t budget) { return window ? window : budget / 4; }
 constexpr uint32_t snapstream_window(const KvPolicyConfig& c, uint32_t budget) {
   return snapstream_window(c.window, budget);
+}
+// The hold (docs/kv.md, "The hold"): entries per layer and KV head that a compression judged
+// by the lookahead evicted, kept aside (not visible to attention) so that the real question
+// judges them again at the prompt's last compression. Only the policies with a ring have one.
+constexpr uint32_t snapkv_hold_entries(const KvPolicyConfig& c) {
+  return kv_policy_is_snapstream_like(c.kind) ? c.hold : 0;
 }
 // Entries snapkv compresses down to while decoding (recompression every budget - this tokens).
 uint32_t snapkv_decode_target(uint32_t budget, uint32_t chunk);

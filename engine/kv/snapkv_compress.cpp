@@ -2,10 +2,13 @@
 // the last observation-window queries give it (during a chunked prefill: the prompt's own last
 // queries, computed ahead, instead), per KV head (summed over the query heads of its GQA
 // group), keep sinks + the newest tokens + the best-scored others, compact them into the prefix.
+// What a compression judged by the lookahead evicts waits in the hold; the prompt's last
+// compression, judged by the real question, scores it again with the cache.
 //
 // (layer, KV head) pairs are independent: they run on the thread pool, each worker with its
 // own score rows and compaction buffer from the plan. The query rotations depend only on the
 // query, so their angles are formed once per compression, not once per head.
+#include <algorithm>
 #include <cinttypes>
 
 #include "core/check.h"
@@ -28,6 +31,8 @@ struct KvManager::SnapJob {
   // queries; the first `first` of them do not vote.
   uint32_t total, staged, obs, first, look, sinks, tail, ring_keep, candidates, keep_candidates, pool_kernel, tasks;
   int64_t last;
+  HoldMode hold;
+  uint32_t held;  // entries of the hold scored with the cache (Take), else 0
 };
 
 void KvManager::snap_task(void* ctx, size_t worker) {
@@ -45,16 +50,21 @@ void KvManager::snap_head(const SnapJob& j, uint32_t worker, uint32_t l, uint32_
   const uint32_t hd = shape.head_dim, pairs = hooks_->rope_pairs();
   const uint32_t group = shape.q_dim / hd / shape.n_kv_heads;
   const uint32_t total = j.total, prefix = kv.prefix();
-  const uint64_t cap = capacity_;
-  float* row = snap_.rows + worker * cap;
-  float* sums = snap_.sums + worker * cap;
-  float* pooled = snap_.pooled + worker * cap;
-  uint32_t* order = snap_.order + worker * cap;
-  uint32_t* keep = snap_.keep + worker * cap;
+  const uint64_t cap = capacity_, stride = snap_.row_entries;
+  float* row = snap_.rows + worker * stride;
+  float* sums = snap_.sums + worker * stride;
+  float* pooled = snap_.pooled + worker * stride;
+  uint32_t* order = snap_.order + worker * stride;
+  uint32_t* keep = snap_.keep + worker * stride;
   void* compact = snap_.compact + worker * cap * (uint64_t(hd) * 4 + 4);
   const uint16_t* keys = kv.keys(l, h);
   const int32_t* pos = kv.positions(l, h);
-  for (uint32_t p = 0; p < total; ++p) sums[p] = 0.0f;
+  const uint32_t held = j.held;
+  // Held keys are scored as the ring's are, at their original positions.
+  if (held > 0) kv.hold_to_positions(l, h, rotate_key_trampoline, hooks_);
+  const uint16_t* hold_keys = held > 0 ? kv.hold_keys(l, h) : nullptr;
+  const int32_t* hold_pos = held > 0 ? kv.hold_positions(l, h) : nullptr;
+  for (uint32_t p = 0; p < total + held; ++p) sums[p] = 0.0f;
 
   // Every query row is softmaxed, so each carries the same weight. Scores accumulate in
   // physical order and are put in logical order (where neighbours are neighbours) at the end.
@@ -65,20 +75,59 @@ void KvManager::snap_head(const SnapJob& j, uint32_t worker, uint32_t l, uint32_
     const int64_t t = own ? j.last - (j.obs - 1 - i) : j.last + 1 + (i - j.obs);
     const float* r = snap_.rope + i * rope_row;
     for (uint32_t g = 0; g < group; ++g) {
-      hooks_->attention_row(worker, q_all + uint64_t(h * group + g) * hd, r, r + 2 * pairs, keys, pos, prefix, total, t,
-                            row);
-      for (uint32_t p = 0; p < total; ++p) sums[p] += row[p];
+      hooks_->attention_row(worker, q_all + uint64_t(h * group + g) * hd, r, r + 2 * pairs, keys, pos, prefix, total,
+                            hold_keys, hold_pos, held, t, row);
+      for (uint32_t p = 0; p < total + held; ++p) sums[p] += row[p];
     }
   }
-  for (uint32_t i = 0; i < total; ++i) row[i] = sums[kv.physical(i)];
 
   // Keep sinks, the best candidates, the tail; all in logical (= original) order.
   const uint32_t s = j.sinks;
   for (uint32_t i = 0; i < s; ++i) keep[i] = i;
-  const uint32_t got = snapkv_select(row + s, j.candidates, j.keep_candidates, j.pool_kernel, pooled, order, keep + s);
-  for (uint32_t i = 0; i < got; ++i) keep[s + i] += s;
+  uint32_t got;
+  if (held == 0) {
+    for (uint32_t i = 0; i < total; ++i) row[i] = sums[kv.physical(i)];
+    got = snapkv_select(row + s, j.candidates, j.keep_candidates, j.pool_kernel, pooled, order, keep + s);
+    for (uint32_t i = 0; i < got; ++i) keep[s + i] += s;
+  } else {
+    uint32_t* ids = snap_.candidates + worker * stride;
+    const uint32_t n = merge_hold(j, worker, l, h, sums, row, ids);
+    got = snapkv_select(row, n, j.keep_candidates, j.pool_kernel, pooled, order, keep + s);
+    for (uint32_t i = 0; i < got; ++i) keep[s + i] = ids[keep[s + i]];
+  }
   for (uint32_t i = 0; i < j.tail; ++i) keep[s + got + i] = total - j.tail + i;
-  kv.compact_head(l, h, keep, s + got + j.tail, j.ring_keep, j.staged, rotate_key_trampoline, hooks_, compact);
+  kv.compact_head(l, h, keep, s + got + j.tail, j.ring_keep, j.staged, rotate_key_trampoline, hooks_, compact, j.hold);
+}
+
+uint32_t KvManager::merge_hold(const SnapJob& j, uint32_t worker, uint32_t l, uint32_t h, const float* sums,
+                               float* scores, uint32_t* ids) const {
+  const KvCache& kv = *j.kv;
+  const int32_t* pos = kv.positions(l, h);
+  const int32_t* hold_pos = kv.hold_positions(l, h);
+  const uint32_t end = j.total - j.tail;
+  // The held entries sorted by position (they sit in the hold in the order they left), then
+  // merged with the cache's candidates, which are in position order already: max pooling then
+  // sees neighbours as neighbours, as one compression of the whole prompt would.
+  uint32_t a = j.sinks;
+  uint32_t* by_pos = snap_.order + uint64_t(worker) * snap_.row_entries;
+  const uint32_t held = j.held;
+  for (uint32_t i = 0; i < held; ++i) by_pos[i] = i;
+  std::sort(by_pos, by_pos + held, [hold_pos](uint32_t x, uint32_t y) { return hold_pos[x] < hold_pos[y]; });
+  uint32_t b = 0, n = 0;
+  while (a < end || b < held) {
+    const bool from_hold = a == end || (b < held && hold_pos[by_pos[b]] < pos[kv.physical(a)]);
+    if (from_hold) {
+      ids[n] = j.total + by_pos[b];
+      scores[n] = sums[j.total + by_pos[b]];
+      ++b;
+    } else {
+      ids[n] = a;
+      scores[n] = sums[kv.physical(a)];
+      ++a;
+    }
+    ++n;
+  }
+  return n;
 }
 
 Error KvManager::compress_snapkv(KvCache& kv, uint32_t staged, uint32_t target, uint32_t sinks, uint32_t kernel,
@@ -108,6 +157,15 @@ Error KvManager::compress_snapkv(KvCache& kv, uint32_t staged, uint32_t target, 
   // The observers: the prompt's last queries when they were computed ahead (the chunk's own
   // window only stays whole), else the window's own queries, as SnapKV defines them.
   const uint32_t first = look > 0 ? obs : 0;
+  // The hold: filled by the lookahead's judgements, emptied by the real question's.
+  const bool has_hold = kv.shape().hold > 0;
+  const HoldMode hold = !has_hold           ? HoldMode::None
+                        : look > 0          ? HoldMode::Fill
+                        : kv.hold_len() > 0 ? HoldMode::Take
+                                            : HoldMode::None;
+  const uint32_t held = hold == HoldMode::Take ? kv.hold_len() : 0;
+  KEEL_ENSURE(total + held <= snap_.row_entries, Status::Internal,
+              "%" PRIu32 " SnapKV candidates; the plan's score rows hold %" PRIu32, total + held, snap_.row_entries);
 
   // Rotations of every observation query: at its position t (against ring and staging) and at
   // its cache index c (against the prefix). The window's own queries sit at their cache
@@ -134,15 +192,17 @@ Error KvManager::compress_snapkv(KvCache& kv, uint32_t staged, uint32_t target, 
   j.sinks = s;
   j.tail = tail;
   j.ring_keep = ring_keep;
-  j.candidates = total - tail - s;
+  j.candidates = total - tail - s + held;
   j.keep_candidates = target - s - tail;
+  j.hold = hold;
+  j.held = held;
   j.pool_kernel = snapkv_kernel(kernel, j.candidates, j.keep_candidates);
   j.last = last;
   const uint32_t heads = kv.shape().n_layers * kv.shape().n_kv_heads;
   const uint32_t threads = pool_ ? uint32_t(pool_->threads) : 1;
   j.tasks = heads < threads ? heads : threads;
   parallel_for(pool_, j.tasks, snap_task, &j);
-  kv.finish_compact(target, ring_keep, staged);
+  kv.finish_compact(target, ring_keep, staged, hold);
   return Error();
 }
 

@@ -119,6 +119,8 @@ enum class Region : uint8_t {
   KvObservations,
   KvLookahead,
   KvLookaheadTokens,
+  KvHoldKeysValues,
+  KvHoldPositions,
   KvPages,
   Logits,  // per slot
   // scratch: one chunk's activations, reused layer after layer
@@ -142,6 +144,7 @@ enum class Region : uint8_t {
   SnapPooled,
   SnapOrder,
   SnapKeep,
+  SnapCandidates,
   SnapCompact,
   SnapRope,
   SparseGather,
@@ -187,6 +190,10 @@ inline constexpr RegionInfo kRegions[kRegionCount] = {
      "[global layers][obs_window][n_heads*head_dim] f32"},
     {Region::KvLookaheadTokens, "kv_lookahead_tokens", PlanArena::Persistent, RegionGroup::Kv, true, 4,
      "[obs_window] i32: the prompt's last tokens, run again as the cache changes"},
+    {Region::KvHoldKeysValues, "kv_hold_keys_values", PlanArena::Persistent, RegionGroup::Kv, true, 2,
+     "[K,V][global layers][kv_heads][hold][row]: entries the lookahead evicted, for the question to judge again"},
+    {Region::KvHoldPositions, "kv_hold_positions", PlanArena::Persistent, RegionGroup::Kv, true, 4,
+     "[global layers][kv_heads][hold][position, rotation] i32"},
     {Region::KvPages, "kv_pages", PlanArena::Persistent, RegionGroup::Kv, true, 4,
      "[global layers][kv_heads][min, max][head_dim][max_pages] f32 (sparse attention)"},
     {Region::Logits, "logits", PlanArena::Persistent, RegionGroup::Logits, true, 4, "[vocab] f32"},
@@ -208,12 +215,18 @@ inline constexpr RegionInfo kRegions[kRegionCount] = {
      "[threads][query rows][head_dim] f32"},
     {Region::ShiftCos, "shift_cos", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[slots][head_dim/2] f32"},
     {Region::ShiftSin, "shift_sin", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[slots][head_dim/2] f32"},
-    {Region::SnapRows, "snap_rows", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[threads][capacity] f32"},
-    {Region::SnapSums, "snap_sums", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[threads][capacity] f32"},
+    {Region::SnapRows, "snap_rows", PlanArena::Scratch, RegionGroup::Attention, false, 4,
+     "[threads][capacity + hold] f32"},
+    {Region::SnapSums, "snap_sums", PlanArena::Scratch, RegionGroup::Attention, false, 4,
+     "[threads][capacity + hold] f32"},
     {Region::SnapPooled, "snap_pooled", PlanArena::Scratch, RegionGroup::Attention, false, 4,
-     "[threads][capacity] f32"},
-    {Region::SnapOrder, "snap_order", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[threads][capacity] u32"},
-    {Region::SnapKeep, "snap_keep", PlanArena::Scratch, RegionGroup::Attention, false, 4, "[threads][capacity] u32"},
+     "[threads][capacity + hold] f32"},
+    {Region::SnapOrder, "snap_order", PlanArena::Scratch, RegionGroup::Attention, false, 4,
+     "[threads][capacity + hold] u32"},
+    {Region::SnapKeep, "snap_keep", PlanArena::Scratch, RegionGroup::Attention, false, 4,
+     "[threads][capacity + hold] u32"},
+    {Region::SnapCandidates, "snap_candidates", PlanArena::Scratch, RegionGroup::Attention, false, 4,
+     "[threads][capacity + hold] u32"},
     {Region::SnapCompact, "snap_compact", PlanArena::Scratch, RegionGroup::Attention, false, 1,
      "[threads][capacity][K,V f16 head_dim + position i32]"},
     {Region::SnapRope, "snap_rope", PlanArena::Scratch, RegionGroup::Attention, false, 4,
@@ -251,10 +264,16 @@ constexpr uint32_t plan_local_budget(const PlanShape& s, const PlanConfig& c, co
   return s.sliding_window;
 }
 
+// Entries per layer and KV head the hold keeps (kv/kv_policy.h snapkv_hold_entries), for the
+// policies that run SnapKV.
+constexpr uint32_t plan_hold(const PlanConfig& c, const KvPolicyConfig& kv) {
+  return kv_policy_uses_snapkv(kv.kind) ? snapkv_hold_entries(kv) : 0;
+}
+
 // Elements of one instance of region `r`. `local_budget`: plan_local_budget; `sparse`: the
-// sparse decode attention split (budget 0: off).
+// sparse decode attention split (budget 0: off); `hold`: plan_hold.
 constexpr uint64_t region_elements(Region r, const PlanShape& s, const PlanConfig& c, uint32_t obs_window,
-                                   uint32_t local_budget, const SparseSplit& sparse = {}) {
+                                   uint32_t local_budget, const SparseSplit& sparse = {}, uint32_t hold = 0) {
   const uint64_t chunk = c.chunk_tokens ? c.chunk_tokens : 1;
   const uint64_t threads = c.threads ? c.threads : 1;
   const uint64_t slots = c.slots ? c.slots : 1;
@@ -282,6 +301,8 @@ constexpr uint64_t region_elements(Region r, const PlanShape& s, const PlanConfi
     case Region::KvObservations:
     case Region::KvLookahead: return global_layers * obs_window * q_dim;
     case Region::KvLookaheadTokens: return obs_window;
+    case Region::KvHoldKeysValues: return 2 * heads * hold * kv_row_halves(c.kv_type, s.head_dim);
+    case Region::KvHoldPositions: return heads * hold * 2;
     case Region::KvPages: return sparse.budget ? heads * 2 * s.head_dim * sparse.max_pages : 0;
     case Region::Logits: return s.vocab_size;
     case Region::X:
@@ -303,7 +324,8 @@ constexpr uint64_t region_elements(Region r, const PlanShape& s, const PlanConfi
     case Region::SnapSums:
     case Region::SnapPooled:
     case Region::SnapOrder:
-    case Region::SnapKeep: return snap * threads * cap;
+    case Region::SnapKeep:
+    case Region::SnapCandidates: return snap * threads * (cap + hold);
     case Region::SnapCompact: return snap * threads * cap * (uint64_t(s.head_dim) * 4 + 4);
     case Region::SnapRope: return uint64_t(obs_window) * 2 * 4 * pairs;
     case Region::SparseGather:
@@ -335,8 +357,9 @@ struct MemoryPlan {
   // when the model has none.
   uint32_t kv_local_budget_tokens = 0;
   uint64_t kv_local_capacity_tokens = 0;
-  uint32_t obs_window = 0;  // SnapKV observation queries kept (0: the policy uses none)
-  SparseSplit sparse;       // sparse decode attention's split (budget 0: off)
+  uint32_t obs_window = 0;      // SnapKV observation queries kept (0: the policy uses none)
+  uint32_t kv_hold_tokens = 0;  // per slot, layer and KV head: the hold's entries (0: none)
+  SparseSplit sparse;           // sparse decode attention's split (budget 0: off)
   uint64_t persistent_bytes = 0;
   uint64_t scratch_bytes = 0;
   // Sums by RegionGroup. Persistent: KV caches of all slots; logits and slot records;
@@ -364,6 +387,7 @@ constexpr MemoryPlan plan_memory(const PlanShape& s, const PlanConfig& c, const 
   const uint32_t obs = plan_obs_window(kv);
   p.slots = c.slots ? c.slots : 1;
   p.obs_window = obs;
+  p.kv_hold_tokens = plan_hold(c, kv);
   p.sparse = sparse_split(kv, c.kv_budget_tokens, s.head_dim, 2 * kv_row_halves(c.kv_type, s.head_dim));
   p.kv_capacity_tokens = uint64_t(c.kv_budget_tokens) + (c.chunk_tokens ? c.chunk_tokens : 1);
   p.kv_local_budget_tokens = plan_local_budget(s, c, kv);
@@ -371,7 +395,7 @@ constexpr MemoryPlan plan_memory(const PlanShape& s, const PlanConfig& c, const 
       s.local_layers > 0 ? p.kv_local_budget_tokens + (c.chunk_tokens ? c.chunk_tokens : 1) : 0;
   for (const RegionInfo& r : kRegions) {
     RegionPlan& rp = p.regions[uint32_t(r.id)];
-    rp.elements = region_elements(r.id, s, c, obs, p.kv_local_budget_tokens, p.sparse);
+    rp.elements = region_elements(r.id, s, c, obs, p.kv_local_budget_tokens, p.sparse, p.kv_hold_tokens);
     rp.bytes = plan_align(rp.elements * r.elem_bytes);
   }
   // Persistent: globals first, then one block per slot.

@@ -53,6 +53,7 @@ struct RunOverrides {
   uint32_t rocket_page = 0;
   uint32_t rocket_topk = 0;
   uint32_t rocket_r = 0;
+  uint32_t hold = 0;  // snapstream, rocketkv: the hold's entries (docs/kv.md); 0 = none
 };
 
 constexpr uint32_t kRunPolicyMax = uint32_t(KvPolicyKind::RocketKV) + 1;
@@ -72,6 +73,7 @@ constexpr RuntimeConfig resolve_runtime_config(const RunDefaults& d, const RunOv
   kv.sinks = o.sinks ? o.sinks : d.sinks;
   kv.window = o.window ? o.window : d.window;
   kv.obs_window = o.obs_window ? o.obs_window : d.obs_window;
+  kv.hold = o.hold;
   const uint32_t kernel = o.snap_kernel == -1   ? 0u
                           : o.snap_kernel > 0   ? uint32_t(o.snap_kernel)
                           : kv.kind == d.policy ? d.snap_kernel

@@ -58,6 +58,8 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
   snap.pooled = regions.get<float>(Region::SnapPooled);
   snap.order = regions.get<uint32_t>(Region::SnapOrder);
   snap.keep = regions.get<uint32_t>(Region::SnapKeep);
+  snap.candidates = regions.get<uint32_t>(Region::SnapCandidates);
+  snap.row_entries = uint32_t(p.kv_capacity_tokens) + p.kv_hold_tokens;
   snap.compact = regions.get<uint8_t>(Region::SnapCompact);
   snap.rope = regions.get<float>(Region::SnapRope);
   KEEL_TRY(kv_.init(config.kv, pc.kv_budget_tokens, pc.chunk_tokens, uint32_t(p.kv_capacity_tokens), snap, pool,
@@ -79,7 +81,8 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
                     p.obs_window,
                     pc.kv_type,
                     p.sparse.budget ? p.sparse.page : 0,
-                    p.sparse.max_pages};
+                    p.sparse.max_pages,
+                    p.kv_hold_tokens};
   // Local layers keep no observation queries and no page summaries: SnapKV and sparse decode
   // attention act on the global layers only.
   const KvShape local_kvs{ps.local_layers,
@@ -101,6 +104,8 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
     kb.lookahead = regions.get<float>(Region::KvLookahead, i);
     s->lookahead_tokens = regions.get<int32_t>(Region::KvLookaheadTokens, i);
     kb.pages = regions.get<float>(Region::KvPages, i);
+    kb.hold_keys_values = regions.get<uint16_t>(Region::KvHoldKeysValues, i);
+    kb.hold_positions = regions.get<int32_t>(Region::KvHoldPositions, i);
     KEEL_TRY(s->kv.init(kvs, kb));
     if (ps.local_layers > 0) {
       KvBuffers lb;
@@ -238,7 +243,10 @@ Error Runtime::run(SlotWork* work, uint32_t count) {
       s.prefilled += w.n;
       s.prompt_left -= w.n;
       if (w.prompt_end) {
+        // The last chunk's compression took back what the hold kept for it (docs/kv.md); none
+        // of it outlives the prompt.
         s.kv.drop_lookahead();
+        s.kv.drop_hold();
         s.lookahead = false;
       } else if (s.lookahead && kv_.lookahead_due(s.kv, ++s.lookahead_age)) {
         // The question run again against what the cache holds now (docs/kv.md).

@@ -195,7 +195,8 @@ void Transformer::rotate_key(uint16_t* key, int64_t from, int64_t to) const {
 
 void Transformer::attention_row(uint32_t worker, const float* q, const float* angles_t, const float* angles_c,
                                 const uint16_t* keys, const int32_t* positions, uint32_t prefix, uint32_t total,
-                                int64_t t, float* row) {
+                                const uint16_t* extra_keys, const int32_t* extra_positions, uint32_t extra, int64_t t,
+                                float* row) {
   float qt[kMaxHeadDim], qc[kMaxHeadDim];
   const uint32_t hd = shape_.head_dim, pairs = rope_dim_ / 2;
   const float scale = query_scale_ > 0.0f ? query_scale_ : 1.0f / std::sqrt(float(hd));
@@ -210,7 +211,13 @@ void Transformer::attention_row(uint32_t worker, const float* q, const float* an
   for (uint32_t p = prefix; p < total; ++p) {
     if (positions[p] > t) row[p] = -INFINITY;
   }
-  backend_->softmax(worker, row, total);
+  if (extra > 0) {
+    backend_->scores(type, qt, extra_keys, extra, hd, scale, row + total);
+    for (uint32_t p = 0; p < extra; ++p) {
+      if (extra_positions[p] > t) row[total + p] = -INFINITY;
+    }
+  }
+  backend_->softmax(worker, row, total + extra);
 }
 
 Error Transformer::check_segments(const ForwardSegment* segs, uint32_t count, uint32_t* rows) const {

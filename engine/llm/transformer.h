@@ -58,7 +58,8 @@ class Transformer final : public KvModelHooks {
   void rope_angles(int64_t position, float* cos, float* sin) const override;
   void rotate_key(uint16_t* key, int64_t from, int64_t to) const override;
   void attention_row(uint32_t worker, const float* q, const float* angles_t, const float* angles_c,
-                     const uint16_t* keys, const int32_t* positions, uint32_t prefix, uint32_t total, int64_t t,
+                     const uint16_t* keys, const int32_t* positions, uint32_t prefix, uint32_t total,
+                     const uint16_t* extra_keys, const int32_t* extra_positions, uint32_t extra, int64_t t,
                      float* row) override;
 
   // Sparse decode attention (llm/sparse_attention.cpp, docs/kv.md): from now on a decode row of a

@@ -18,7 +18,7 @@ namespace {
 
 const char kHelp[] =
     "usage: keel info MODEL.keel [--json] [--kv-policy P] [--kv-budget N] [--kv-type T] [--slots N]\n"
-    "                 [--chunk N] [--threads N]\n"
+    "                 [--chunk N] [--threads N] [--snap-hold N]\n"
     "\n"
     "Verifies a .keel file and prints its hyper-parameters, tensor summary, tokenizer summary,\n"
     "what a run uses when given no options (\"run\": KV policy, budget, sinks, window,\n"
@@ -36,6 +36,8 @@ const char kHelp[] =
     "  --slots N       concurrent sequences (default: the file's plan, usually 1)\n"
     "  --chunk N       prefill chunk in tokens (default: the run default)\n"
     "  --threads N     worker threads (default 1)\n"
+    "  --snap-hold N   snapstream, rocketkv: the hold's entries per layer and KV head (default 0;\n"
+    "                  docs/kv.md, \"The hold\")\n"
     "  --json          machine-readable output\n"
     "\n"
     "Exit status 0 when the file verifies, 1 with a one-line error when it does not.\n";
@@ -55,11 +57,12 @@ int cmd_info(int argc, char** argv) {
   if (cl.help_shown()) return 0;
   Args& args = cl.args;
   const bool json = args.flag("--json");
-  uint32_t budget = 0, slots = 0, chunk = 0, threads = 1;
+  uint32_t budget = 0, slots = 0, chunk = 0, threads = 1, hold = 0;
   const bool has_budget = args.u32("--kv-budget", nullptr, budget);
   const bool has_slots = args.u32("--slots", nullptr, slots);
   const bool has_chunk = args.u32("--chunk", nullptr, chunk);
   args.u32("--threads", "-t", threads);
+  args.u32("--snap-hold", nullptr, hold);
   std::string kv_type_name_arg = "f16", policy_arg;
   const bool has_policy = args.value("--kv-policy", nullptr, policy_arg);
   args.value("--kv-type", nullptr, kv_type_name_arg);
@@ -104,6 +107,7 @@ int cmd_info(int argc, char** argv) {
   o.threads = threads;
   o.kv_type = uint32_t(kv_type);
   o.kv_policy = has_policy ? run_policy(policy_kind) : 0;
+  o.hold = hold;
   const RuntimeConfig planned = resolve_runtime_config(model_run_defaults(model), o);
   const PlanConfig& pc = planned.plan;
   const PlanShape shape = plan_shape(model);
@@ -115,6 +119,9 @@ int cmd_info(int argc, char** argv) {
   PlanShape uniform_shape = shape;
   uniform_shape.local_layers = 0;
   const uint64_t kv_uniform_bytes = plan_memory(uniform_shape, pc, planned.kv).kv_bytes;
+  // The SnapKV hold (docs/kv.md): entries the lookahead evicted, out of attention's sight.
+  const uint64_t kv_hold_bytes =
+      plan.region_bytes(Region::KvHoldKeysValues) + plan.region_bytes(Region::KvHoldPositions);
   const uint32_t run_budget = run.plan.kv_budget_tokens;
   const uint32_t run_window = snapstream_window(run.kv, run_budget);
 
@@ -166,11 +173,13 @@ int cmd_info(int argc, char** argv) {
     printf(
         "\"memory\":{\"kv_budget_tokens\":%u,\"kv_type\":\"%s\",\"slots\":%u,\"chunk_tokens\":%u,\"threads\":%u,"
         "\"weights_bytes\":%llu,\"persistent_bytes\":%llu,\"scratch_bytes\":%llu,\"kv_capacity_tokens\":%llu,"
-        "\"kv_bytes\":%llu,\"tokenizer_bytes\":%llu,\"total_bytes\":%llu,\"kv_policy\":\"%s\",",
+        "\"kv_bytes\":%llu,\"kv_hold_tokens\":%u,\"kv_hold_bytes\":%llu,\"tokenizer_bytes\":%llu,\"total_bytes\":%llu,"
+        "\"kv_policy\":\"%s\",",
         pc.kv_budget_tokens, kv_type_name(pc.kv_type), pc.slots, pc.chunk_tokens, pc.threads,
         (unsigned long long)model.weights_bytes(), (unsigned long long)plan.persistent_bytes,
         (unsigned long long)plan.scratch_bytes, (unsigned long long)plan.kv_capacity_tokens,
-        (unsigned long long)plan.kv_bytes, (unsigned long long)plan.tokenizer_bytes,
+        (unsigned long long)plan.kv_bytes, plan.kv_hold_tokens, (unsigned long long)kv_hold_bytes,
+        (unsigned long long)plan.tokenizer_bytes,
         (unsigned long long)(model.weights_bytes() + plan.persistent_bytes + plan.scratch_bytes),
         kv_policy_name(planned.kv.kind));
     printf("\"kv_layers\":{\"global\":{\"layers\":%u,\"capacity_tokens\":%llu,\"bytes\":%llu}", global_layers,
@@ -238,6 +247,12 @@ int cmd_info(int argc, char** argv) {
          (unsigned long long)plan.persistent_bytes, human_bytes(plan.persistent_bytes).c_str(),
          human_bytes(plan.kv_bytes).c_str(), kv_type_name(pc.kv_type), (unsigned long long)plan.kv_capacity_tokens,
          human_bytes(plan.tokenizer_bytes).c_str());
+  if (plan.kv_hold_tokens > 0) {
+    printf(
+        "  KV hold     %14llu bytes  (%s of the KV: %u entries per layer and KV head that the prompt's\n"
+        "                                      question judges again; never attended to)\n",
+        (unsigned long long)kv_hold_bytes, human_bytes(kv_hold_bytes).c_str(), plan.kv_hold_tokens);
+  }
   if (local_layers > 0) {
     printf("  KV global   %14llu bytes  (%s: %u layers x %llu tokens, policy %s)\n",
            (unsigned long long)kv_global_bytes, human_bytes(kv_global_bytes).c_str(), global_layers,

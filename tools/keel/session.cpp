@@ -30,6 +30,9 @@ const char kSessionHelp[] =
     "  --obs-window N         SnapKV observation window (default 32)\n"
     "  --snap-kernel N        SnapKV max-pool kernel, odd; 0 = adaptive (default: 7 for snapkv,\n"
     "                         31 for snapstream)\n"
+    "  --snap-hold N          snapstream, rocketkv: keep up to N entries per layer and KV head that\n"
+    "                         the lookahead evicted, for the prompt's question to judge again\n"
+    "                         (planned memory; default 0 = none; docs/kv.md, \"The hold\")\n"
     "  --sparse-attention M   none | topk: each decode step attends to the top-k cached tokens by\n"
     "                         an upper bound of q.k (docs/kv.md; rocketkv always does)\n"
     "  --sparse-budget B      tokens one decode step reads (k = B/2 exactly, the rest on the\n"
@@ -61,6 +64,7 @@ void parse_session_options(Args& args, SessionOptions& o) {
   };
   at_least_one("--sinks", o.sinks);
   args.u32("--window", nullptr, o.window);
+  args.u32("--snap-hold", nullptr, o.snap_hold);
   at_least_one("--obs-window", o.obs_window);
   uint32_t kernel = 0;
   if (args.u32("--snap-kernel", nullptr, kernel)) {
@@ -208,6 +212,7 @@ bool Session::start(uint32_t budget, std::string& error) {
   o.logit_rows = opts_.logit_rows;
   o.sinks = opts_.sinks;
   o.window = opts_.window;
+  o.hold = opts_.snap_hold;
   o.obs_window = opts_.obs_window;
   o.snap_kernel = opts_.snap_kernel;
   o.kv_type = uint32_t(opts_.kv_type);

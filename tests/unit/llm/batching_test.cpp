@@ -59,11 +59,12 @@ struct Host {
   Scheduler sched;
   Error error;
   Host(const Model& model, KvPolicyKind kind, uint32_t budget, uint32_t chunk, uint32_t slots, uint32_t queue,
-       const ThreadPool* pool = nullptr) {
+       const ThreadPool* pool = nullptr, uint32_t hold = 0) {
     RuntimeConfig rc;
     rc.backend = BackendKind::Native;
     rc.kv.kind = kind;
     rc.kv.window = budget / 4;
+    rc.kv.hold = hold;
     rc.plan.kv_budget_tokens = budget;
     rc.plan.chunk_tokens = chunk;
     rc.plan.slots = slots;
@@ -263,6 +264,49 @@ TEST(Batching, LookaheadQueriesAreRecomputedAgainstTheCompressedCache) {
     before = now;
   }
   EXPECT_GE(changes, 5u);
+}
+
+// The hold (docs/kv.md) through the runtime: the compressions the lookahead judges put what they
+// evict there (a chunk's worth each, up to its 16 entries), attention never sees more than the
+// budget, and the prompt's last chunk, judged by the real question, empties it.
+TEST(Batching, TheHoldFillsWhileTheLookaheadJudgesAndEmptiesAtThePromptsEnd) {
+  ASSERT_TRUE(stories().model.loaded());
+  Host h(stories().model, KvPolicyKind::SnapStream, 64, 16, 1, 0, nullptr, 16);
+  ASSERT_TRUE(h.error.ok()) << h.error.message();
+  EXPECT_EQ(h.rt.memory_plan().kv_hold_tokens, 16u);
+  const std::vector<int32_t> p = prompt_of(150, 7, stories().model.shape().vocab_size);
+  ASSERT_TRUE(h.rt.begin_prompt(0, Span<const int32_t>(p.data(), p.size())).ok());
+  const KvCache& kv = h.rt.kv_cache(0);
+  ASSERT_EQ(kv.shape().hold, 16u);
+  uint32_t compressions = 0;
+  for (size_t done = 0; done < p.size();) {
+    SlotWork w;
+    w.slot = 0;
+    w.tokens = p.data() + done;
+    w.n = uint32_t(p.size() - done < 16 ? p.size() - done : 16);
+    w.prompt = true;
+    w.prompt_end = done + w.n == p.size();
+    const bool compresses = kv.visible() + w.n > 64;
+    ASSERT_TRUE(h.rt.run(&w, 1).ok());
+    ASSERT_EQ(w.status, Status::Ok);
+    done += w.n;
+    EXPECT_LE(kv.visible(), 64u) << "after " << done;
+    if (w.prompt_end) break;
+    compressions += compresses;
+    EXPECT_EQ(kv.hold_len(), compressions * 16 < 16 ? compressions * 16 : 16u) << "after " << done;
+    // Held entries are ones attention no longer sees.
+    for (uint32_t l = 0; l < kv.shape().n_layers; ++l) {
+      for (uint32_t hd = 0; hd < kv.shape().n_kv_heads; ++hd) {
+        for (uint32_t i = 0; i < kv.hold_len(); ++i) {
+          const int32_t pos = kv.hold_positions(l, hd)[i];
+          for (uint32_t j = 0; j < kv.visible(); ++j) ASSERT_NE(kv.positions(l, hd)[kv.physical(j)], pos);
+        }
+      }
+    }
+  }
+  EXPECT_GE(compressions, 4u);
+  EXPECT_EQ(kv.hold_len(), 0u);
+  EXPECT_EQ(kv.visible(), 64u);
 }
 
 TEST(Batching, BatchedEqualsAloneWithTwoThreads) {
