@@ -92,7 +92,14 @@ void KvManager::snap_head(const SnapJob& j, uint32_t worker, uint32_t l, uint32_
   } else {
     uint32_t* ids = snap_.candidates + worker * stride;
     const uint32_t n = merge_hold(j, worker, l, h, sums, row, ids);
-    got = snapkv_select(row, n, j.keep_candidates, j.pool_kernel, pooled, order, keep + s);
+    // Pooled over positions: merged, the prefix's survivors and the held entries are array
+    // neighbours hundreds of tokens apart, and pooling over the array let a strong entry carry
+    // unrelated text far from it (docs/kv.md, "The hold"). `sums` is free once merged.
+    snapkv_pool_by_position(
+        row, n, j.pool_kernel,
+        [&](uint32_t i) -> int64_t { return ids[i] >= total ? hold_pos[ids[i] - total] : pos[kv.physical(ids[i])]; },
+        sums);
+    got = snapkv_select(sums, n, j.keep_candidates, 1, pooled, order, keep + s);
     for (uint32_t i = 0; i < got; ++i) keep[s + i] = ids[keep[s + i]];
   }
   for (uint32_t i = 0; i < j.tail; ++i) keep[s + got + i] = total - j.tail + i;

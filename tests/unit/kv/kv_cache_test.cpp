@@ -201,6 +201,41 @@ TEST(SnapKvSelect, PoolsThenKeepsTheTopInOriginalOrder) {
   ASSERT_EQ(snapkv_select(flat, 4, 9, 1, work, order, out), 4u);
 }
 
+// The prompt's last compression under the hold (docs/kv.md, "The hold") pools over positions:
+// merged, the prefix's survivors and the held entries are array neighbours far apart in the text.
+TEST(SnapKvSelect, PoolsOverPositionsWhenCandidatesAreNotContiguous) {
+  const int32_t positions[] = {10, 11, 12, 200, 201, 500, 502, 503, 504, 900};
+  const float scores[] = {0.1f, 0.3f, 5.0f, 0.1f, 0.2f, 0.0f, 0.0f, 4.0f, 0.0f, 0.6f};
+  const uint32_t n = sizeof scores / sizeof scores[0];
+  float pooled[n], work[n];
+  uint32_t order[n], out[n];
+  const auto position = [&](uint32_t i) -> int64_t { return positions[i]; };
+  snapkv_pool_by_position(scores, n, 5, position, pooled);
+  // The peak at 12 lifts 10 and 11 (within 2 positions), not 200 and 201 (its array neighbours
+  // within 2); the one at 503 lifts 502 and 504 but not 500 (3 away).
+  EXPECT_EQ(std::vector<float>(pooled, pooled + n),
+            (std::vector<float>{5.0f, 5.0f, 5.0f, 0.2f, 0.2f, 0.0f, 4.0f, 4.0f, 4.0f, 0.6f}));
+  ASSERT_EQ(snapkv_select(pooled, n, 6, 1, work, order, out), 6u);
+  EXPECT_EQ(std::vector<uint32_t>(out, out + 6), (std::vector<uint32_t>{0, 1, 2, 6, 7, 8}));
+  // Pooled over the array, the peak at 12 carries 200 and 201, and the one at 503 is lost.
+  ASSERT_EQ(snapkv_select(scores, n, 6, 5, work, order, out), 6u);
+  EXPECT_EQ(std::vector<uint32_t>(out, out + 6), (std::vector<uint32_t>{0, 1, 2, 3, 4, 5}));
+
+  // Over one contiguous stretch the two poolings are the same thing.
+  const float flat[] = {0.1f, 0.2f, 5.0f, 0.1f, 0.0f, 0.0f, 0.3f, 0.0f, 0.0f, 4.0f, 0.0f, 0.0f};
+  const uint32_t m = sizeof flat / sizeof flat[0];
+  float pooled_flat[m], work_flat[m];
+  uint32_t order_flat[m], by_index[m], by_position[m];
+  for (uint32_t kernel : {1u, 3u, 7u}) {
+    snapkv_pool_by_position(
+        flat, m, kernel, [](uint32_t i) { return int64_t(i) + 7000; }, pooled_flat);
+    ASSERT_EQ(snapkv_select(pooled_flat, m, 5, 1, work_flat, order_flat, by_position), 5u);
+    ASSERT_EQ(snapkv_select(flat, m, 5, kernel, work_flat, order_flat, by_index), 5u);
+    EXPECT_EQ(std::vector<uint32_t>(by_position, by_position + 5), std::vector<uint32_t>(by_index, by_index + 5))
+        << "kernel " << kernel;
+  }
+}
+
 TEST(SnapKvSelect, AdaptiveKernel) {
   EXPECT_EQ(snapkv_kernel(7, 1000, 100), 7u);
   EXPECT_EQ(snapkv_kernel(0, 1000, 100), 21u);    // 2 * 10 + 1
