@@ -39,7 +39,8 @@ struct KvPolicyConfig {
   uint32_t rocket_r = 0;
   // snapstream, rocketkv: entries per layer and KV head of the hold (docs/kv.md, "The hold"):
   // what compressions judged by the lookahead evict, for the real question to judge again.
-  // 0 = none (the default).
+  // 0 = none. A run resolves it (llm/run_config.h): snapstream's default is its recent ring W
+  // (snapkv_default_hold), rocketkv's none.
   uint32_t hold = 0;
 };
 
@@ -73,6 +74,12 @@ constexpr uint32_t snapstream_window(const KvPolicyConfig& c, uint32_t budget) {
 // judges them again at the prompt's last compression. Only the policies with a ring have one.
 constexpr uint32_t snapkv_hold_entries(const KvPolicyConfig& c) {
   return kv_policy_is_snapstream_like(c.kind) ? c.hold : 0;
+}
+// The hold a run of `kind` gets unless told otherwise: snapstream's is its recent ring W, as
+// much as the W / chunk compressions a token goes through after leaving the ring evict; with it
+// the question finds keys the lookahead alone lost (docs/results.md). rocketkv's is none.
+constexpr uint32_t snapkv_default_hold(KvPolicyKind kind, uint32_t window, uint32_t budget) {
+  return kind == KvPolicyKind::SnapStream ? snapstream_window(window, budget) : 0;
 }
 // Entries snapkv compresses down to while decoding (recompression every budget - this tokens).
 uint32_t snapkv_decode_target(uint32_t budget, uint32_t chunk);

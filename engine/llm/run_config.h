@@ -53,7 +53,9 @@ struct RunOverrides {
   uint32_t rocket_page = 0;
   uint32_t rocket_topk = 0;
   uint32_t rocket_r = 0;
-  uint32_t hold = 0;  // snapstream, rocketkv: the hold's entries (docs/kv.md); 0 = none
+  // snapstream, rocketkv: the hold's entries (docs/kv.md); 0 = the policy's (snapstream: its
+  // recent ring W; rocketkv: none), -1 = none.
+  int32_t hold = 0;
 };
 
 constexpr uint32_t kRunPolicyMax = uint32_t(KvPolicyKind::RocketKV) + 1;
@@ -73,7 +75,6 @@ constexpr RuntimeConfig resolve_runtime_config(const RunDefaults& d, const RunOv
   kv.sinks = o.sinks ? o.sinks : d.sinks;
   kv.window = o.window ? o.window : d.window;
   kv.obs_window = o.obs_window ? o.obs_window : d.obs_window;
-  kv.hold = o.hold;
   const uint32_t kernel = o.snap_kernel == -1   ? 0u
                           : o.snap_kernel > 0   ? uint32_t(o.snap_kernel)
                           : kv.kind == d.policy ? d.snap_kernel
@@ -85,6 +86,9 @@ constexpr RuntimeConfig resolve_runtime_config(const RunDefaults& d, const RunOv
   kv.rocket_r = o.rocket_r;
   PlanConfig& pc = rc.plan;
   pc.kv_budget_tokens = o.kv_budget_tokens ? o.kv_budget_tokens : d.kv_budget_tokens;
+  kv.hold = o.hold > 0    ? uint32_t(o.hold)
+            : o.hold == 0 ? snapkv_default_hold(kv.kind, kv.window, pc.kv_budget_tokens)
+                          : 0u;
   pc.slots = o.slots ? o.slots : 1;
   pc.chunk_tokens = o.chunk_tokens ? o.chunk_tokens : d.chunk_tokens;
   pc.threads = o.threads ? o.threads : 1;

@@ -36,8 +36,8 @@ const char kHelp[] =
     "  --slots N       concurrent sequences (default: the file's plan, usually 1)\n"
     "  --chunk N       prefill chunk in tokens (default: the run default)\n"
     "  --threads N     worker threads (default 1)\n"
-    "  --snap-hold N   snapstream, rocketkv: the hold's entries per layer and KV head (default 0;\n"
-    "                  docs/kv.md, \"The hold\")\n"
+    "  --snap-hold N   snapstream, rocketkv: the hold's entries per layer and KV head; 0 = none\n"
+    "                  (default: the recent window for snapstream, 0 for rocketkv; docs/kv.md)\n"
     "  --json          machine-readable output\n"
     "\n"
     "Exit status 0 when the file verifies, 1 with a one-line error when it does not.\n";
@@ -62,7 +62,7 @@ int cmd_info(int argc, char** argv) {
   const bool has_slots = args.u32("--slots", nullptr, slots);
   const bool has_chunk = args.u32("--chunk", nullptr, chunk);
   args.u32("--threads", "-t", threads);
-  args.u32("--snap-hold", nullptr, hold);
+  const bool has_hold = args.u32("--snap-hold", nullptr, hold);
   std::string kv_type_name_arg = "f16", policy_arg;
   const bool has_policy = args.value("--kv-policy", nullptr, policy_arg);
   args.value("--kv-type", nullptr, kv_type_name_arg);
@@ -107,7 +107,7 @@ int cmd_info(int argc, char** argv) {
   o.threads = threads;
   o.kv_type = uint32_t(kv_type);
   o.kv_policy = has_policy ? run_policy(policy_kind) : 0;
-  o.hold = hold;
+  o.hold = !has_hold ? 0 : hold == 0 ? -1 : int32_t(hold > uint32_t(INT32_MAX) ? uint32_t(INT32_MAX) : hold);
   const RuntimeConfig planned = resolve_runtime_config(model_run_defaults(model), o);
   const PlanConfig& pc = planned.plan;
   const PlanShape shape = plan_shape(model);

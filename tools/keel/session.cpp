@@ -32,7 +32,8 @@ const char kSessionHelp[] =
     "                         31 for snapstream)\n"
     "  --snap-hold N          snapstream, rocketkv: keep up to N entries per layer and KV head that\n"
     "                         the lookahead evicted, for the prompt's question to judge again\n"
-    "                         (planned memory; default 0 = none; docs/kv.md, \"The hold\")\n"
+    "                         (planned memory; 0 = none; default: the recent window for\n"
+    "                         snapstream, 0 for rocketkv; docs/kv.md, \"The hold\")\n"
     "  --sparse-attention M   none | topk: each decode step attends to the top-k cached tokens by\n"
     "                         an upper bound of q.k (docs/kv.md; rocketkv always does)\n"
     "  --sparse-budget B      tokens one decode step reads (k = B/2 exactly, the rest on the\n"
@@ -64,7 +65,14 @@ void parse_session_options(Args& args, SessionOptions& o) {
   };
   at_least_one("--sinks", o.sinks);
   args.u32("--window", nullptr, o.window);
-  args.u32("--snap-hold", nullptr, o.snap_hold);
+  uint32_t hold = 0;
+  if (args.u32("--snap-hold", nullptr, hold)) {
+    if (hold > uint32_t(INT32_MAX)) {
+      if (o.error.empty()) o.error = "--snap-hold " + std::to_string(hold) + " is too large";
+    } else {
+      o.snap_hold = hold == 0 ? -1 : int32_t(hold);
+    }
+  }
   at_least_one("--obs-window", o.obs_window);
   uint32_t kernel = 0;
   if (args.u32("--snap-kernel", nullptr, kernel)) {

@@ -26,8 +26,8 @@ struct SessionOptions {
   KvType kv_type = KvType::F16;
   // 0 = the model's default (llm/run_config.h), as in RunOverrides.
   uint32_t sinks = 0;
-  uint32_t window = 0;     // snapstream recent window
-  uint32_t snap_hold = 0;  // snapstream, rocketkv: the hold's entries (docs/kv.md)
+  uint32_t window = 0;    // snapstream recent window
+  int32_t snap_hold = 0;  // snapstream, rocketkv: the hold's entries (docs/kv.md); -1 = none
   uint32_t obs_window = 0;
   int32_t snap_kernel = 0;  // -1 = adaptive (--snap-kernel 0)
   uint32_t chunk = 0;

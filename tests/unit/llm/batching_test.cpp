@@ -96,8 +96,8 @@ struct Outcome {
 
 // Alone: keel::generate on slot 0 of a one-slot runtime (Runtime::prefill, then decode).
 Outcome alone(const Model& model, KvPolicyKind kind, uint32_t budget, uint32_t chunk, const std::vector<int32_t>& p,
-              uint32_t max_new) {
-  Host h(model, kind, budget, chunk, 1, 0);
+              uint32_t max_new, uint32_t hold = 0) {
+  Host h(model, kind, budget, chunk, 1, 0, nullptr, hold);
   EXPECT_TRUE(h.error.ok()) << h.error.message();
   Outcome o;
   GenerateOptions go;
@@ -509,7 +509,9 @@ TEST(Batching, StaticEngineDrivesTheScheduler) {
   std::map<uint64_t, Outcome> got;
   drain(s, got);
   for (size_t i = 0; i < prompts.size(); ++i) {
-    const Outcome want = alone(stories().model, KvPolicyKind::SnapStream, 64, 16, prompts[i], 30);
+    // The engine's defaults hold what snapstream's lookahead evicts (docs/kv.md, "The hold").
+    const Outcome want =
+        alone(stories().model, KvPolicyKind::SnapStream, 64, 16, prompts[i], 30, decltype(g_engine)::kKv.hold);
     EXPECT_EQ(got[ids[i]].tokens, want.tokens) << "request " << i;
   }
 }

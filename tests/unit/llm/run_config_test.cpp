@@ -149,6 +149,30 @@ TEST(RunConfig, FileDefaultsAreUsed) {
   EXPECT_NE(std::string(bad.message()).find("kv_type 3"), std::string::npos) << bad.message();
 }
 
+// snapstream keeps what its lookahead evicted for the question to judge again (docs/kv.md, "The
+// hold"): by default as many entries as its recent ring; rocketkv and the others hold none.
+TEST(RunConfig, SnapStreamHoldsItsRecentWindowByDefault) {
+  RunOverrides o;
+  o.kv_policy = run_policy(KvPolicyKind::SnapStream);
+  o.kv_budget_tokens = 1024;
+  EXPECT_EQ(resolve_runtime_config(RunDefaults{}, o).kv.hold, 256u);
+  o.window = 100;
+  EXPECT_EQ(resolve_runtime_config(RunDefaults{}, o).kv.hold, 100u) << "the hold follows the window";
+  o.hold = 48;
+  EXPECT_EQ(resolve_runtime_config(RunDefaults{}, o).kv.hold, 48u);
+  o.hold = -1;
+  EXPECT_EQ(resolve_runtime_config(RunDefaults{}, o).kv.hold, 0u) << "-1 is none";
+  o = RunOverrides{};
+  o.kv_budget_tokens = 1024;
+  for (KvPolicyKind k : {KvPolicyKind::Full, KvPolicyKind::Streaming, KvPolicyKind::SnapKV, KvPolicyKind::RocketKV}) {
+    o.kv_policy = run_policy(k);
+    EXPECT_EQ(resolve_runtime_config(RunDefaults{}, o).kv.hold, 0u) << kv_policy_name(k);
+  }
+  o.kv_policy = run_policy(KvPolicyKind::RocketKV);
+  o.hold = 64;
+  EXPECT_EQ(resolve_runtime_config(RunDefaults{}, o).kv.hold, 64u) << "rocketkv holds when asked";
+}
+
 TEST(RunConfig, LegacySnapStreamKernelReadsAsTheOneRunsUsed) {
   // Converters before run_config.h wrote 7 under snapstream; runs used 31 and still do.
   convert::WriteOptions wo;
