@@ -63,13 +63,19 @@ TEST(ConvertCli, SmolLM2Info) {
   EXPECT_EQ(j["tensors"]["count"], 272);
   EXPECT_EQ(j["tensors"]["by_dtype"]["Q4M"]["count"], 210);
   EXPECT_EQ(j["tensors"]["by_dtype"]["Q8"]["count"], 1);
-  // A bigger budget costs exactly the extra KV bytes in the persistent arena.
+  // A bigger budget costs exactly the extra KV bytes in the persistent arena: the cache's, and
+  // the hold's, which is a quarter of the budget (snapstream's recent ring; docs/kv.md).
   const json j2 = info_json(out, "--kv-budget 2048");
-  const uint64_t extra_tokens = 1024;
-  // per layer and KV head: K and V of head dim 64 in f16, plus the i32 position
-  const uint64_t kv_per_token = 30ull * 3 * (2 * 64 * 2 + 4);
+  const uint64_t extra_tokens = 1024, extra_held = 2048 / 4 - 1024 / 4;
+  // per layer and KV head: K and V of head dim 64 in f16, plus the i32 position (held entries:
+  // and the i32 position their key is rotated at)
+  const uint64_t kv_per_token = 30ull * 3 * (2 * 64 * 2 + 4), held_per_token = 30ull * 3 * (2 * 64 * 2 + 8);
   EXPECT_EQ(j2["memory"]["kv_bytes"].get<uint64_t>() - j["memory"]["kv_bytes"].get<uint64_t>(),
-            extra_tokens * kv_per_token);
+            extra_tokens * kv_per_token + extra_held * held_per_token);
+  const json j3 = info_json(out, "--kv-budget 2048 --snap-hold 0");
+  EXPECT_EQ(j3["memory"]["kv_hold_bytes"].get<uint64_t>(), 0u);
+  EXPECT_EQ(j2["memory"]["kv_bytes"].get<uint64_t>() - j3["memory"]["kv_bytes"].get<uint64_t>(),
+            j2["memory"]["kv_hold_bytes"].get<uint64_t>());
 }
 
 TEST(ConvertCli, TinyRandomGguf) {
@@ -150,7 +156,10 @@ TEST(ConvertCli, HeaderCompilesAndMatchesInfo) {
       << "  stories::Shape::n_heads, stories::Shape::n_kv_heads, stories::Shape::head_dim, stories::Shape::ffn_dim,\n"
       << "  stories::Shape::tokenizer_bytes};\n"
       << "constexpr keel::MemoryPlan kPlan = keel::plan_memory(kShape, keel::PlanConfig{stories::kKvBudgetTokens,\n"
-      << "  stories::kSlots, stories::kChunkTokens, 1}, keel::KvPolicyConfig{keel::KvPolicyKind::SnapStream});\n"
+      << "  stories::kSlots, stories::kChunkTokens, 1}, [] {\n"
+      << "  keel::KvPolicyConfig kv{keel::KvPolicyKind::SnapStream};\n"
+      << "  kv.hold = keel::snapkv_default_hold(kv.kind, 0, stories::kKvBudgetTokens);\n"
+      << "  return kv; }());\n"
       << "static_assert(kPlan.persistent_bytes == stories::kPersistentBytes);\n"
       << "static_assert(kPlan.scratch_bytes == stories::kScratchBytes);\n"
       << "alignas(64) static unsigned char g_persistent[stories::kPersistentBytes];\n"
