@@ -71,6 +71,7 @@ int cmd_info(int argc, char** argv) {
   if ((has_budget && budget == 0) || (has_slots && slots == 0) || (has_chunk && chunk == 0) || threads == 0) {
     return usage_error("info", "--kv-budget, --slots, --chunk and --threads must be at least 1");
   }
+  if (hold > uint32_t(INT32_MAX)) return usage_error("info", "--snap-hold " + std::to_string(hold) + " is too large");
 
   KvType kv_type = KvType::F16;
   if (!parse_kv_type(kv_type_name_arg.c_str(), kv_type)) {
@@ -107,7 +108,7 @@ int cmd_info(int argc, char** argv) {
   o.threads = threads;
   o.kv_type = uint32_t(kv_type);
   o.kv_policy = has_policy ? run_policy(policy_kind) : 0;
-  o.hold = !has_hold ? 0 : hold == 0 ? -1 : int32_t(hold > uint32_t(INT32_MAX) ? uint32_t(INT32_MAX) : hold);
+  o.hold = !has_hold ? 0 : hold == 0 ? -1 : int32_t(hold);
   const RuntimeConfig planned = resolve_runtime_config(model_run_defaults(model), o);
   const PlanConfig& pc = planned.plan;
   const PlanShape shape = plan_shape(model);
