@@ -118,7 +118,7 @@ void DataflowBackend::matmul(const TensorView& w, const float* x, uint32_t x_str
     uint8_t* wt = buf(s.double_buffered && (tile & 1) ? DfBuf::WeightTile1 : DfBuf::WeightTile0);
     memcpy(wt, w.data + src, bytes);
     charge(c, s.weights_onchip, s.weight_tier, bytes);
-    c.weight_elems += uint64_t(rows) * w.cols;
+    c.weight_elems += df_unpacked_elems(w.dtype, rows, w.cols);
     const WeightView tv{w.dtype, rows, w.cols, wt};
     if (quant) {
       mk_.matmul(tv, reinterpret_cast<const ActBlock*>(in), n, out, rows, 0, panel_count(rows));

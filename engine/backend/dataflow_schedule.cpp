@@ -84,7 +84,7 @@ struct Walker {
       const uint32_t end = p + s.tile_panels < panels ? p + s.tile_panels : panels;
       const uint32_t row0 = p * kPanelRows, row1 = end * kPanelRows < w.rows ? end * kPanelRows : w.rows;
       offchip_or_sram(c, s.weights_onchip, s.weight_tier, df_weight_rows_bytes(w.dtype, row1 - row0, w.cols));
-      c.weight_elems += uint64_t(row1 - row0) * w.cols;
+      c.weight_elems += df_unpacked_elems(w.dtype, row1 - row0, w.cols);
       c.sram_bytes += uint64_t(n) * (row1 - row0) * 4;
     }
     count_macs(c, w.dtype, uint64_t(n) * w.rows * w.cols);
@@ -225,6 +225,10 @@ DfModel df_model(const Model& model) {
 uint64_t df_weight_rows_bytes(DType t, uint32_t rows, uint32_t cols) {
   if (is_quantized(t)) return uint64_t(panel_count(rows)) * panel_bytes(t, cols);
   return uint64_t(rows) * cols * float_elem_bytes(t);
+}
+
+uint64_t df_unpacked_elems(DType t, uint32_t rows, uint32_t cols) {
+  return t == DType::Q8 || t == DType::F32 ? 0 : uint64_t(rows) * cols;
 }
 
 uint64_t df_matmul_input_bytes(DType t, uint32_t n, uint32_t cols) {
@@ -417,30 +421,35 @@ double df_cached_fraction(const HwDesc& hw, uint64_t footprint_bytes) {
   return hw.cache_bytes >= footprint_bytes ? 1.0 : double(hw.cache_bytes) / double(footprint_bytes);
 }
 
-double df_snap_cached_fraction(const HwDesc& hw, const DfModel& m, const DfSnapScoring& j) {
+double df_snap_reread_fraction(const HwDesc& hw, const DfModel& m, const DfSnapScoring& j) {
   const uint32_t group = m.shape.n_kv_heads ? m.shape.n_heads / m.shape.n_kv_heads : 1;
   const uint64_t rows = uint64_t(j.queries) * group;
-  if (rows == 0) return 0;
-  return (1.0 - 1.0 / double(rows)) * df_cached_fraction(hw, uint64_t(j.total) * m.shape.head_dim * 2);
+  const uint64_t head_keys_bytes = uint64_t(j.total) * m.shape.head_dim * 2;
+  if (rows == 0 || head_keys_bytes > hw.sram_bytes) return 0;
+  return 1.0 - 1.0 / double(rows);
 }
 
-DfCost df_cost(const DfCounters& c, const HwDesc& hw, bool double_buffered, DfOp op, double cached_fraction) {
+DfCost df_cost(const DfCounters& c, const HwDesc& hw, bool double_buffered, DfOp op, const DfReuse& reuse) {
   DfCost k;
   auto rate = [](double r) { return r > 0 ? r : 1e-30; };
+  const double reread = op == DfOp::KvPolicy ? reuse.kv_policy_reread : 0;
+  const double first_read = 1 - reread;
   k.compute_cycles =
       double(c.macs_int8) / rate(hw.macs_per_cycle_int8) + double(c.macs_bf16) / rate(hw.macs_per_cycle_bf16) +
       double(c.macs_f32) / rate(hw.macs_per_cycle_f32) + double(c.vector_elems) / rate(hw.vector_elems_per_cycle);
   if (hw.weight_elems_per_cycle > 0) k.compute_cycles += double(c.weight_elems) / hw.weight_elems_per_cycle;
-  k.sram_cycles = double(c.sram_bytes) / rate(hw.sram_bytes_per_cycle);
-  const double cached = hw.cache_bytes > 0 && hw.cache_bandwidth_bytes_per_s > 0 ? cached_fraction : 0;
+  const double reread_bytes = double(c.tier_bytes[0] + c.tier_bytes[1]) * reread;
+  k.sram_cycles = (double(c.sram_bytes) + reread_bytes) / rate(hw.sram_bytes_per_cycle);
+  const double cached = hw.cache_bytes > 0 && hw.cache_bandwidth_bytes_per_s > 0 ? reuse.cached : 0;
   double latency_all = 0;
   for (uint32_t i = 0; i < hw.tier_count && i < kHwMaxTiers; ++i) {
-    const double from_tier = i == 0 ? double(c.tier_bytes[0]) * (1 - cached) : double(c.tier_bytes[i]);
+    const double from_tier = double(c.tier_bytes[i]) * first_read * (i == 0 ? 1 - cached : 1);
     k.tier_cycles[i] = from_tier * hw.clock_hz / rate(hw.tiers[i].bandwidth_bytes_per_s);
-    latency_all += double(c.tier_transfers[i]) * hw.tiers[i].latency_ns * 1e-9 * hw.clock_hz /
+    latency_all += double(c.tier_transfers[i]) * first_read * hw.tiers[i].latency_ns * 1e-9 * hw.clock_hz /
                    double(hw.dma_engines ? hw.dma_engines : 1);
   }
-  if (cached > 0) k.cache_cycles = double(c.tier_bytes[0]) * cached * hw.clock_hz / hw.cache_bandwidth_bytes_per_s;
+  if (cached > 0)
+    k.cache_cycles = double(c.tier_bytes[0]) * first_read * cached * hw.clock_hz / hw.cache_bandwidth_bytes_per_s;
   k.overhead_cycles = double(c.calls) * hw.call_overhead_ns * 1e-9 * hw.clock_hz;
   const double parts[] = {k.compute_cycles, k.sram_cycles, k.tier_cycles[0], k.tier_cycles[1], k.cache_cycles};
   const DfBound part_bound[] = {DfBound::Compute, DfBound::Sram, DfBound::Tier0, DfBound::Tier1, DfBound::Cache};

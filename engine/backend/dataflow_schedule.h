@@ -35,7 +35,7 @@ struct DfCounters {
   uint64_t calls = 0;
   uint64_t macs_int8 = 0, macs_bf16 = 0, macs_f32 = 0;
   uint64_t vector_elems = 0;
-  uint64_t weight_elems = 0;  // weight elements a matmul's tiles carry (rows x cols a call, whatever its tokens)
+  uint64_t weight_elems = 0;  // weight elements a matmul's tiles unpack (rows x cols a call, whatever its tokens)
   uint64_t sram_bytes = 0;    // bytes copied into or out of the SRAM, and read/written there by row ops
   uint64_t tier_bytes[kHwMaxTiers] = {};
   uint64_t tier_transfers[kHwMaxTiers] = {};
@@ -119,6 +119,10 @@ void df_count_snap_scoring(const DfSchedule& s, const DfModel& m, const DfSnapSc
 
 // Bytes one weight tile of rows [row0, row0 + rows) takes (whole panels for quantized types).
 uint64_t df_weight_rows_bytes(fb::DType t, uint32_t rows, uint32_t cols);
+// Weight elements of `rows` x `cols` a kernel must unpack before multiplying: every element of
+// a nibble-packed or half-precision format, none of int8 (fed to the int8 product as stored) or
+// f32 ones.
+uint64_t df_unpacked_elems(fb::DType t, uint32_t rows, uint32_t cols);
 uint64_t df_matmul_input_bytes(fb::DType t, uint32_t n, uint32_t cols);
 
 // The cost model (docs/emulator.md has the formulas).
@@ -131,10 +135,16 @@ struct DfCost {
   double total_cycles = 0, stall_cycles = 0;
   DfBound bound = DfBound::Compute;
 };
-// `op` matters for KvWrite only: its writes are posted, so their latency is never exposed.
-// Overlap needs both a double-buffered schedule and hardware that is not `serial`.
-// `cached_fraction` of the tier-0 bytes come from hw's cache (df_cached_fraction).
-DfCost df_cost(const DfCounters& c, const HwDesc& hw, bool double_buffered, DfOp op, double cached_fraction = 0);
+// Where the bytes a pass reads from off-chip tiers come from on a second look.
+struct DfReuse {
+  double cached = 0;  // of the tier-0 bytes, what hw's cache serves (df_cached_fraction)
+  // Of KvPolicy's off-chip bytes, the re-reads of keys held in SRAM (df_snap_reread_fraction).
+  double kv_policy_reread = 0;
+};
+// `op` matters for KvWrite (its writes are posted, so their latency is never exposed) and
+// KvPolicy (`reuse.kv_policy_reread`). Overlap needs both a double-buffered schedule and
+// hardware that is not `serial`.
+DfCost df_cost(const DfCounters& c, const HwDesc& hw, bool double_buffered, DfOp op, const DfReuse& reuse = {});
 
 // Bytes a forward pass with `entries` cached entries (its own included) reads from tier 0 and
 // reads again the next pass: the streamed weights and the entries' keys and values.
@@ -142,8 +152,10 @@ uint64_t df_pass_footprint_bytes(const DfSchedule& s, const DfModel& m, uint32_t
 // min(1, cache / footprint): what of that footprint the host's cache holds from one pass to the
 // next (0 without a cache).
 double df_cached_fraction(const HwDesc& hw, uint64_t footprint_bytes);
-// The same for SnapKV scoring, whose rows re-read one KV head's keys (total x head_dim x 2 bytes)
-// queries x group times in a row: all but the first read come from the cache when they fit it.
-double df_snap_cached_fraction(const HwDesc& hw, const DfModel& m, const DfSnapScoring& j);
+// SnapKV scoring reads one KV head's keys (total x head_dim x 2 bytes) queries x group times in a
+// row. When they fit the SRAM, a schedule keeps them there for all of that head's rows: every
+// read but the first is a re-read from SRAM. The fraction of the counted off-chip bytes that are
+// such re-reads (0 when one head's keys do not fit).
+double df_snap_reread_fraction(const HwDesc& hw, const DfModel& m, const DfSnapScoring& j);
 
 }  // namespace keel

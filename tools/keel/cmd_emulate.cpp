@@ -108,12 +108,12 @@ json counters_json(const DfCounters& c) {
           {"tier1_transfers", c.tier_transfers[1]}};
 }
 
-json ops_json(const DfCounterSet& set, const HwDesc& hw, bool dbl, double total, double cached) {
+json ops_json(const DfCounterSet& set, const HwDesc& hw, bool dbl, double total, const DfReuse& reuse) {
   json ops = json::array();
   for (uint32_t i = 0; i < kDfOps; ++i) {
     const DfCounters& c = set.op[i];
     if (c.calls == 0 && c.vector_elems == 0) continue;
-    const DfCost k = df_cost(c, hw, dbl, DfOp(i), cached);
+    const DfCost k = df_cost(c, hw, dbl, DfOp(i), reuse);
     ops.push_back({{"op", df_op_name(DfOp(i))},
                    {"calls", c.calls},
                    {"cycles", k.total_cycles},
@@ -242,13 +242,14 @@ std::string fmt_num(double v) {
   return b;
 }
 
-void print_table(const DfCounterSet& set, const HwDesc& hw, bool dbl, double total, double cached, const char* title) {
+void print_table(const DfCounterSet& set, const HwDesc& hw, bool dbl, double total, const DfReuse& reuse,
+                 const char* title) {
   printf("%s\n", title);
   printf("  %-13s %8s %10s %6s %12s %12s  %s\n", "op", "calls", "cycles", "share", "offchip B", "sram B", "bound");
   for (uint32_t i = 0; i < kDfOps; ++i) {
     const DfCounters& c = set.op[i];
     if (c.calls == 0 && c.vector_elems == 0) continue;
-    const DfCost k = df_cost(c, hw, dbl, DfOp(i), cached);
+    const DfCost k = df_cost(c, hw, dbl, DfOp(i), reuse);
     printf("  %-13s %8" PRIu64 " %10s %5.1f%% %12s %12s  %s\n", df_op_name(DfOp(i)), c.calls,
            fmt_num(k.total_cycles).c_str(), total > 0 ? 100 * k.total_cycles / total : 0,
            fmt_num(double(offchip(c))).c_str(), fmt_num(double(c.sram_bytes)).c_str(), df_bound_name(k.bound));
@@ -382,14 +383,13 @@ int cmd_emulate(int argc, char** argv) {
   out["offchip_bytes_per_token"] = offchip(dec);
   out["sram_bytes_per_token"] = dec.sram_bytes;
   out["decode_cached_tokens"] = r.decode_cached;
-  out["ops"] = ops_json(r.decode, c.hw, s.double_buffered, r.decode_cycles, r.decode_cached_fraction);
+  out["ops"] = ops_json(r.decode, c.hw, s.double_buffered, r.decode_cycles, r.decode_reuse);
   if (c.prompt > 0) {
-    out["prefill"] = {
-        {"tokens", c.prompt},
-        {"cycles_per_token", r.prefill_cycles / c.prompt},
-        {"tokens_per_second", c.hw.clock_hz * c.prompt / r.prefill_cycles},
-        {"offchip_bytes_per_token", double(offchip(r.prefill.total())) / c.prompt},
-        {"ops", ops_json(r.prefill, c.hw, s.double_buffered, r.prefill_cycles, r.prefill_cached_fraction)}};
+    out["prefill"] = {{"tokens", c.prompt},
+                      {"cycles_per_token", r.prefill_cycles / c.prompt},
+                      {"tokens_per_second", c.hw.clock_hz * c.prompt / r.prefill_cycles},
+                      {"offchip_bytes_per_token", double(offchip(r.prefill.total())) / c.prompt},
+                      {"ops", ops_json(r.prefill, c.hw, s.double_buffered, r.prefill_cycles, r.prefill_reuse)}};
   }
   uint64_t sweep_bytes = 0;
   if (sweep) {
@@ -489,11 +489,11 @@ int cmd_emulate(int argc, char** argv) {
          human_bytes(s.weight_bytes).c_str(), s.tile_panels * kPanelRows, s.kv_tile_tokens, s.q_block,
          s.double_buffered ? (c.hw.serial ? ", double-buffered (serial hardware: costs add up)" : ", double-buffered")
                            : "");
-  print_table(r.decode, c.hw, s.double_buffered, r.decode_cycles, r.decode_cached_fraction, "decode token:");
+  print_table(r.decode, c.hw, s.double_buffered, r.decode_cycles, r.decode_reuse, "decode token:");
   printf("  total: %s cycles/token, %.2f tokens/s, %s off-chip bytes/token\n", fmt_num(r.decode_cycles).c_str(),
          c.hw.clock_hz / r.decode_cycles, human_bytes(offchip(dec)).c_str());
   if (c.prompt > 0) {
-    print_table(r.prefill, c.hw, s.double_buffered, r.prefill_cycles, r.prefill_cached_fraction, "prefill:");
+    print_table(r.prefill, c.hw, s.double_buffered, r.prefill_cycles, r.prefill_reuse, "prefill:");
     printf("  total: %.2f tokens/s over %u prompt tokens\n", c.hw.clock_hz * c.prompt / r.prefill_cycles, c.prompt);
   }
   if (sweep) {

@@ -9,10 +9,9 @@ namespace keel::cli {
 uint32_t emu_budget(const EmuConfig& c) { return c.bounded ? c.budget : c.context + 1; }
 uint32_t emu_kv_capacity(const EmuConfig& c) { return emu_budget(c) + c.chunk; }
 
-double emu_cycles(const DfCounterSet& s, const HwDesc& hw, bool double_buffered, double cached_fraction) {
+double emu_cycles(const DfCounterSet& s, const HwDesc& hw, bool double_buffered, const DfReuse& reuse) {
   double total = 0;
-  for (uint32_t i = 0; i < kDfOps; ++i)
-    total += df_cost(s.op[i], hw, double_buffered, DfOp(i), cached_fraction).total_cycles;
+  for (uint32_t i = 0; i < kDfOps; ++i) total += df_cost(s.op[i], hw, double_buffered, DfOp(i), reuse).total_cycles;
   return total;
 }
 
@@ -29,7 +28,7 @@ EmuResult emulate(const EmuConfig& c) {
   // Prefill: chunk by chunk; a bounded policy settles back to the budget after each chunk.
   uint32_t visible = 0;
   bool evicted = false;
-  DfSnapScoring snap;  // the last chunk's scoring, for its cached fraction
+  DfSnapScoring snap;  // the last chunk's scoring, for its re-reads
   for (uint32_t done = 0; done < c.prompt;) {
     const uint32_t n = c.prompt - done < c.chunk ? c.prompt - done : c.chunk;
     df_count_forward(r.schedule, c.model, n, visible, evicted ? 1 : 0, done + n == c.prompt ? 1 : 0, r.prefill);
@@ -46,19 +45,11 @@ EmuResult emulate(const EmuConfig& c) {
   }
   r.decode_cached = c.bounded && c.context > c.budget ? c.budget : c.context;
   df_count_forward(r.schedule, c.model, 1, r.decode_cached, c.bounded && c.context > c.budget ? 1 : 0, 1, r.decode);
-  r.decode_cached_fraction =
-      df_cached_fraction(c.hw, df_pass_footprint_bytes(r.schedule, c.model, r.decode_cached + 1));
-  r.prefill_cached_fraction = df_cached_fraction(c.hw, df_pass_footprint_bytes(r.schedule, c.model, visible));
-  r.decode_cycles = emu_cycles(r.decode, c.hw, r.schedule.double_buffered, r.decode_cached_fraction);
-  r.prefill_cycles = emu_cycles(r.prefill, c.hw, r.schedule.double_buffered, r.prefill_cached_fraction);
-  // SnapKV scoring re-reads one head's keys row after row (df_snap_cached_fraction).
-  const uint32_t kvp = uint32_t(DfOp::KvPolicy);
-  r.prefill_cycles +=
-      df_cost(r.prefill.op[kvp], c.hw, r.schedule.double_buffered, DfOp::KvPolicy,
-              df_snap_cached_fraction(c.hw, c.model, snap))
-          .total_cycles -
-      df_cost(r.prefill.op[kvp], c.hw, r.schedule.double_buffered, DfOp::KvPolicy, r.prefill_cached_fraction)
-          .total_cycles;
+  r.decode_reuse.cached = df_cached_fraction(c.hw, df_pass_footprint_bytes(r.schedule, c.model, r.decode_cached + 1));
+  r.prefill_reuse.cached = df_cached_fraction(c.hw, df_pass_footprint_bytes(r.schedule, c.model, visible));
+  r.prefill_reuse.kv_policy_reread = df_snap_reread_fraction(c.hw, c.model, snap);
+  r.decode_cycles = emu_cycles(r.decode, c.hw, r.schedule.double_buffered, r.decode_reuse);
+  r.prefill_cycles = emu_cycles(r.prefill, c.hw, r.schedule.double_buffered, r.prefill_reuse);
   return r;
 }
 

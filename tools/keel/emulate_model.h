@@ -26,8 +26,8 @@ struct EmuResult {
   DfCounterSet decode;         // one decode token at `context` tokens of history
   DfCounterSet prefill;        // the whole prompt (prompt tokens, chunked)
   double decode_cycles = 0, prefill_cycles = 0;
-  // Of the tier-0 bytes, what a host's cache serves (df_cached_fraction; 0 on an accelerator).
-  double decode_cached_fraction = 0, prefill_cached_fraction = 0;
+  // What a host's cache serves (0 on an accelerator) and what SnapKV scoring re-reads from SRAM.
+  DfReuse decode_reuse, prefill_reuse;
 };
 
 // KV budget of the plan: a bounded policy's, or under full the context plus the decode token.
@@ -35,7 +35,7 @@ uint32_t emu_budget(const EmuConfig& c);
 uint32_t emu_kv_capacity(const EmuConfig& c);
 EmuResult emulate(const EmuConfig& c);
 // Cycles of a counter set: the sum of its ops' costs (ops run one after another).
-double emu_cycles(const DfCounterSet& s, const HwDesc& hw, bool double_buffered, double cached_fraction = 0);
+double emu_cycles(const DfCounterSet& s, const HwDesc& hw, bool double_buffered, const DfReuse& reuse = {});
 
 // Observation queries of the SnapKV scoring that a prompt chunk of n tokens (one prefill call
 // of at most a chunk: no lookahead) triggers in slot 0 of `rt`, as KvManager::compress_snapkv

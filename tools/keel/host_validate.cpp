@@ -14,6 +14,7 @@
 #include "keel/cli_util.h"
 #include "keel/emulate_model.h"
 #include "keel/validate_fit.h"
+#include "llm/plan.h"
 #include "llm/transformer.h"
 
 namespace keel::cli {
@@ -40,7 +41,10 @@ class OpBench {
     hb_.assign(uint64_t(kChunk) * s.ffn_dim, 0.1f), hb2_ = hb_;
     xq_.resize(uint64_t(kChunk) * act_blocks(widest));
     logits_.resize(s.vocab_size);
-    rows_.resize(cap_), qrot_.resize(s.head_dim);
+    // As the runtime plans them: a score row and a re-rotated query per query head of a group,
+    // so that attention takes a KV head's query heads together as the transformer's does.
+    group_ = plan_query_rows(s.n_heads, s.n_kv_heads);
+    rows_.resize(uint64_t(group_) * cap_), qrot_.resize(uint64_t(group_) * s.head_dim);
     shift_cos_.assign(s.head_dim / 2, 1.0f), shift_sin_.assign(s.head_dim / 2, 0.0f);
     positions_.assign(uint64_t(s.n_kv_heads) * cap_, 0);
     const uint64_t per_layer = uint64_t(s.n_kv_heads) * cap_ * s.head_dim;
@@ -102,8 +106,8 @@ class OpBench {
       a.visible = visible, a.prefix = prefix, a.rope_pairs = hd / 2, a.rope_halves = true;
       a.shift_cos = shift_cos_.data(), a.shift_sin = shift_sin_.data();
       a.positions = positions_.data(), a.positions_stride = cap_;
-      a.rows = rows_.data(), a.qrot = qrot_.data(), a.row_capacity = cap_;
-      timed(DfOp::Attention, [&] { be_.attention(a); });
+      a.rows = rows_.data(), a.qrot = qrot_.data(), a.row_capacity = cap_, a.query_rows = group_;
+      timed(DfOp::Attention, [&] { be_.attention_many(&a, 1); });
       timed(DfOp::OutProj, [&] { be_.matmul(w.wo, att_.data(), q_dim_, xq_.data(), false, n, xb_.data(), dim); });
       timed(DfOp::Residual, [&] {
         for (uint32_t t = 0; t < n; ++t)
@@ -158,7 +162,7 @@ class OpBench {
  private:
   const Model& m_;
   Backend& be_;
-  uint32_t cap_, q_dim_ = 0, kv_dim_ = 0;
+  uint32_t cap_, q_dim_ = 0, kv_dim_ = 0, group_ = 1;
   std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_, logits_, rows_, qrot_, shift_cos_, shift_sin_;
   std::vector<ActBlock> xq_;
   std::vector<int32_t> positions_;

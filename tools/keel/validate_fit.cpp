@@ -31,14 +31,16 @@ bool modelled(const ValidateTest& t, uint32_t op) {
 // One it counts and that was measured on its own: the fit and the per-class report use these.
 bool judged(const ValidateTest& t, uint32_t op) { return modelled(t, op) && t.op_s(op) > 0; }
 
-double cached_fraction(const ValidateTest& t, const HwDesc& hw, const DfModel& m, uint32_t op) {
-  return DfOp(op) == DfOp::KvPolicy ? df_snap_cached_fraction(hw, m, t.snap)
-                                    : df_cached_fraction(hw, t.footprint_bytes);
+DfReuse reuse(const ValidateTest& t, const HwDesc& hw, const DfModel& m) {
+  DfReuse r;
+  r.cached = df_cached_fraction(hw, t.footprint_bytes);
+  r.kv_policy_reread = df_snap_reread_fraction(hw, m, t.snap);
+  return r;
 }
 
 double predicted_s(const ValidateTest& t, const HwDesc& hw, uint32_t op) {
-  const double cached = cached_fraction(t, hw, *t.model, op);
-  return df_cost(t.counters.op[op], hw, t.double_buffered, DfOp(op), cached).total_cycles / hw.clock_hz / t.tokens();
+  return df_cost(t.counters.op[op], hw, t.double_buffered, DfOp(op), reuse(t, hw, *t.model)).total_cycles /
+         hw.clock_hz / t.tokens();
 }
 
 // Fits the rates of `hw` to the calibration tests' op classes: coordinate descent on the sum of
@@ -237,7 +239,7 @@ int validate_report(ValidateRun& run, const DfModel& m, bool as_json) {
       if (!modelled(t, i)) continue;
       const double p = predicted_s(t, hw, i), mi = t.op_s(i) / t.tokens();
       pred += p, op_sum += mi, pred_start += predicted_s(t, run.start, i);
-      const DfCost k = df_cost(t.counters.op[i], hw, t.double_buffered, DfOp(i), cached_fraction(t, hw, m, i));
+      const DfCost k = df_cost(t.counters.op[i], hw, t.double_buffered, DfOp(i), reuse(t, hw, m));
       ops.push_back({{"op", df_op_name(DfOp(i))},
                      {"measured_us", t.op_us_per_token(i)},
                      {"predicted_us", p * 1e6},

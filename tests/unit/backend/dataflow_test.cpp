@@ -200,18 +200,38 @@ TEST(DataflowCost, HostCacheAndCallOverhead) {
   DfCounters c;
   c.calls = 2, c.macs_int8 = 1000, c.vector_elems = 40, c.sram_bytes = 300;
   c.tier_bytes[0] = 2000, c.tier_transfers[0] = 4, c.weight_elems = 500;
-  const double before = df_cost(c, hw, true, DfOp::QkvProj, 0.25).total_cycles;
+  const double before = df_cost(c, hw, true, DfOp::QkvProj, DfReuse{0.25}).total_cycles;
   EXPECT_DOUBLE_EQ(before, 110 + 30 + 200 + 10);  // no cache in the description: fraction ignored
   hw.cache_bytes = 1000, hw.cache_bandwidth_bytes_per_s = 4e10, hw.call_overhead_ns = 7;
   hw.weight_elems_per_cycle = 50;
   EXPECT_DOUBLE_EQ(df_cached_fraction(hw, 4000), 0.25);
   EXPECT_DOUBLE_EQ(df_cached_fraction(hw, 800), 1.0);
-  const DfCost k = df_cost(c, hw, true, DfOp::QkvProj, df_cached_fraction(hw, 4000));
+  const DfCost k = df_cost(c, hw, true, DfOp::QkvProj, DfReuse{df_cached_fraction(hw, 4000)});
   EXPECT_DOUBLE_EQ(k.tier_cycles[0], 150);
   EXPECT_DOUBLE_EQ(k.cache_cycles, 12.5);
   EXPECT_DOUBLE_EQ(k.overhead_cycles, 14);
   EXPECT_DOUBLE_EQ(k.compute_cycles, 110 + 10);
   EXPECT_DOUBLE_EQ(k.total_cycles, 120 + 30 + 150 + 12.5 + 10 + 14);
+  // SnapKV scoring: the re-read half of its off-chip bytes comes from SRAM (1000 bytes at 10 per
+  // cycle), the first reads split between cache and DRAM as above; other ops ignore the term.
+  DfReuse reuse;
+  reuse.cached = 0.25, reuse.kv_policy_reread = 0.5;
+  const DfCost snap = df_cost(c, hw, true, DfOp::KvPolicy, reuse);
+  EXPECT_DOUBLE_EQ(snap.sram_cycles, 30 + 100);
+  EXPECT_DOUBLE_EQ(snap.tier_cycles[0], 75);
+  EXPECT_DOUBLE_EQ(snap.cache_cycles, 6.25);
+  EXPECT_DOUBLE_EQ(snap.latency_cycles, 5);
+  EXPECT_DOUBLE_EQ(df_cost(c, hw, true, DfOp::QkvProj, reuse).total_cycles, k.total_cycles);
+  // 32 queries x a group of 3 read one head's keys (100 entries x 64 x 2 bytes): all but the first
+  // read are re-reads while they fit the SRAM, none when they do not.
+  DfModel m;
+  m.shape.n_heads = 9, m.shape.n_kv_heads = 3, m.shape.head_dim = 64;
+  DfSnapScoring j;
+  j.queries = 32, j.total = 100;
+  hw.sram_bytes = 12800;
+  EXPECT_DOUBLE_EQ(df_snap_reread_fraction(hw, m, j), 1.0 - 1.0 / 96);
+  hw.sram_bytes = 12799;
+  EXPECT_DOUBLE_EQ(df_snap_reread_fraction(hw, m, j), 0);
   HwDesc back;
   std::string err;
   ASSERT_TRUE(hw::parse_hw_json(hw::hw_to_json(hw, "test"), "x.json", back, err)) << err;
