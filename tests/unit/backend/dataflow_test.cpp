@@ -151,7 +151,8 @@ TEST(DataflowHw, ErrorsNameTheField) {
 // and 1 GHz = 200; 4 transfers of 5 ns. Overlapped (double-buffered, not serial): the largest
 // term plus the first transfer of each of the 2 calls; serial, or single-buffered: the sum, the
 // latency of every transfer shared by the 2 DMA engines.
-TEST(DataflowCost, SerialHardwareAddsWhatDoubleBufferingOverlaps) {
+// The hardware and counters of the two cost tests below.
+HwDesc hand_checked_hw() {
   HwDesc hw;
   hw.clock_hz = 1e9;
   hw.macs_per_cycle_int8 = hw.macs_per_cycle_bf16 = hw.macs_per_cycle_f32 = 10;
@@ -161,9 +162,18 @@ TEST(DataflowCost, SerialHardwareAddsWhatDoubleBufferingOverlaps) {
   hw.tiers[0].bandwidth_bytes_per_s = 1e10;
   hw.tiers[0].latency_ns = 5;
   hw.dma_engines = 2;
+  return hw;
+}
+DfCounters hand_checked_counters() {
   DfCounters c;
   c.calls = 2, c.macs_int8 = 1000, c.vector_elems = 40, c.sram_bytes = 300;
   c.tier_bytes[0] = 2000, c.tier_transfers[0] = 4;
+  return c;
+}
+
+TEST(DataflowCost, SerialHardwareAddsWhatDoubleBufferingOverlaps) {
+  HwDesc hw = hand_checked_hw();
+  const DfCounters c = hand_checked_counters();
   const DfCost overlapped = df_cost(c, hw, true, DfOp::QkvProj);
   EXPECT_DOUBLE_EQ(overlapped.compute_cycles, 110);
   EXPECT_DOUBLE_EQ(overlapped.total_cycles, 200 + 2 * 5);
@@ -183,23 +193,14 @@ TEST(DataflowCost, SerialHardwareAddsWhatDoubleBufferingOverlaps) {
 // 2 calls of 7 ns = 14; 500 weight elements at 50/cycle = 10 more compute cycles. Without them
 // the cost is what it was; the description's JSON carries them and reads them back.
 TEST(DataflowCost, HostCacheAndCallOverhead) {
-  HwDesc hw;
+  HwDesc hw = hand_checked_hw();
   std::snprintf(hw.name, sizeof hw.name, "host");
   std::snprintf(hw.tiers[0].name, sizeof hw.tiers[0].name, "dram");
   hw.tiers[0].capacity_bytes = 1 << 30;
   hw.sram_bytes = 1 << 20;
-  hw.clock_hz = 1e9;
-  hw.macs_per_cycle_int8 = hw.macs_per_cycle_bf16 = hw.macs_per_cycle_f32 = 10;
-  hw.vector_elems_per_cycle = 4;
-  hw.sram_bytes_per_cycle = 10;
-  hw.tier_count = 1;
-  hw.tiers[0].bandwidth_bytes_per_s = 1e10;
-  hw.tiers[0].latency_ns = 5;
-  hw.dma_engines = 2;
   hw.serial = true;
-  DfCounters c;
-  c.calls = 2, c.macs_int8 = 1000, c.vector_elems = 40, c.sram_bytes = 300;
-  c.tier_bytes[0] = 2000, c.tier_transfers[0] = 4, c.weight_elems = 500;
+  DfCounters c = hand_checked_counters();
+  c.weight_elems = 500;
   const double before = df_cost(c, hw, true, DfOp::QkvProj, DfReuse{0.25}).total_cycles;
   EXPECT_DOUBLE_EQ(before, 110 + 30 + 200 + 10);  // no cache in the description: fraction ignored
   hw.cache_bytes = 1000, hw.cache_bandwidth_bytes_per_s = 4e10, hw.call_overhead_ns = 7;
