@@ -41,7 +41,9 @@ class ChosenScores final : public KvModelHooks {
     for (uint32_t i = 0; i < total + extra; ++i) {
       const uint16_t* k = i < total ? keys + uint64_t(i) * kHeadDim : extra_keys + uint64_t(i - total) * kHeadDim;
       const int32_t pos = int32_t(k[0]);
-      if (i >= total) EXPECT_EQ(extra_positions[i - total], pos);
+      if (i >= total) {
+        EXPECT_EQ(extra_positions[i - total], pos);
+      }
       if (pos > t) {
         row[i] = 0.0f;  // causal
         continue;

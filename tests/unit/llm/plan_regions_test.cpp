@@ -51,7 +51,9 @@ void check_plan(const MemoryPlan& p, const std::string& what) {
     for (size_t i = 0; i < spans.size(); ++i) {
       EXPECT_EQ(spans[i].begin % kPlanAlign, 0u) << spans[i].name;
       EXPECT_LE(spans[i].end, total) << spans[i].name;
-      if (i > 0) EXPECT_LE(spans[i - 1].end, spans[i].begin) << spans[i - 1].name << " overlaps " << spans[i].name;
+      if (i > 0) {
+        EXPECT_LE(spans[i - 1].end, spans[i].begin) << spans[i - 1].name << " overlaps " << spans[i].name;
+      }
       covered += spans[i].end - spans[i].begin;
     }
     // No gaps either: the arena is exactly its regions.
