@@ -65,23 +65,19 @@ void parse_session_options(Args& args, SessionOptions& o) {
   };
   at_least_one("--sinks", o.sinks);
   args.u32("--window", nullptr, o.window);
-  uint32_t hold = 0;
-  if (args.u32("--snap-hold", nullptr, hold)) {
-    if (hold > uint32_t(INT32_MAX)) {
-      if (o.error.empty()) o.error = "--snap-hold " + std::to_string(hold) + " is too large";
+  // 0 on the command line is -1 to RunOverrides (no hold, adaptive kernel), whose 0 is the default.
+  auto zero_is_none = [&](const char* name, int32_t& field) {
+    uint32_t v = 0;
+    if (!args.u32(name, nullptr, v)) return;
+    if (v > uint32_t(INT32_MAX)) {
+      if (o.error.empty()) o.error = std::string(name) + " " + std::to_string(v) + " is too large";
     } else {
-      o.snap_hold = hold == 0 ? -1 : int32_t(hold);
+      field = v == 0 ? -1 : int32_t(v);
     }
-  }
+  };
+  zero_is_none("--snap-hold", o.snap_hold);
   at_least_one("--obs-window", o.obs_window);
-  uint32_t kernel = 0;
-  if (args.u32("--snap-kernel", nullptr, kernel)) {
-    if (kernel > uint32_t(INT32_MAX)) {
-      if (o.error.empty()) o.error = "--snap-kernel " + std::to_string(kernel) + " is too large";
-    } else {
-      o.snap_kernel = kernel == 0 ? -1 : int32_t(kernel);
-    }
-  }
+  zero_is_none("--snap-kernel", o.snap_kernel);
   at_least_one("--chunk", o.chunk);
   std::string sparse;
   const bool sparse_given = args.value("--sparse-attention", nullptr, sparse);
