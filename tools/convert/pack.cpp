@@ -123,7 +123,7 @@ bool pack_from_ggml_blocks(SrcType src, const uint8_t* src_bytes, uint64_t src_l
     default: return pack_wide_from_ggml_blocks(src, src_bytes, src_len, rows, cols, dst, out, out_len, error);
   }
   if (!check_ggml_pack(src, expected, dst, src_len, rows, cols, kQuantBlock, block_bytes, out_len, error)) return false;
-  const uint64_t nb = cols / kQuantBlock, need = tensor_bytes(dst, rows, cols);
+  const uint64_t nb = cols / kQuantBlock;
 
   const PanelWriter pw{dst, cols, out};
   pw.init(rows);
