@@ -69,7 +69,7 @@ void attend(const AttentionJob& job, const AttentionArgs& j, uint32_t take, uint
   const uint16_t* values = j.values + kvh * j.head_stride;
   // A query's scores and output are the same bits whether its heads go together or one by one.
   auto scores_of = [&](const float* q, const uint16_t* k, uint32_t n, float* s) {
-    if (take > 1) return job.ak->scores_group(q, g, k, n, j.head_dim, scale, s, stride);
+    if (take > 1) return job.ak->scores_group_of(j.kv_type)(q, g, k, n, j.head_dim, scale, s, stride);
     job.ak->scores_of(j.kv_type)(q, k, n, j.head_dim, scale, s);
   };
   if (j.prefix > 0) {
@@ -91,7 +91,7 @@ void attend(const AttentionJob& job, const AttentionArgs& j, uint32_t take, uint
     job.backend->softmax(worker, s, len);
   }
   if (take > 1) {
-    job.ak->weighted_sum_group(scores, stride, g, values, len, j.head_dim, out);
+    job.ak->weighted_sum_group_of(j.kv_type)(scores, stride, g, values, len, j.head_dim, out);
   } else {
     job.ak->weighted_sum_of(j.kv_type)(scores, values, len, j.head_dim, out);
   }
@@ -144,14 +144,15 @@ void KernelBackend::attention_many(const AttentionArgs* a, uint32_t count) {
   for (; count > kMaxAttentionArgs; a += kMaxAttentionArgs, count -= kMaxAttentionArgs)
     attention_many(a, kMaxAttentionArgs);
   AttentionJob j{this, &ak_, a, count, {}, {}, 0};
-  // The query heads of a KV head go together where the table can (f16 rows: each row is then
-  // converted once for all of them), unless that leaves a worker without an item.
-  const bool can_group = ak_.scores_group && ak_.weighted_sum_group;
-  for (int grouped = can_group ? 1 : 0; grouped >= 0; --grouped) {
+  // The query heads of a KV head go together where the table has grouped entries for the rows'
+  // type (each row is then loaded, and f16 converted, once for all of them), unless that leaves
+  // a worker without an item.
+  auto can_group = [&](KvType t) { return ak_.scores_group_of(t) && ak_.weighted_sum_group_of(t); };
+  for (int grouped = 1; grouped >= 0; --grouped) {
     for (uint32_t i = 0; i < count; ++i) {
       const uint32_t group = a[i].n_heads / a[i].n_kv_heads;
       uint32_t take = 1;
-      if (grouped && group > 1 && a[i].query_rows > 1 && a[i].kv_type == KvType::F16)
+      if (grouped && group > 1 && a[i].query_rows > 1 && can_group(a[i].kv_type))
         take = group < a[i].query_rows ? group : a[i].query_rows;
       j.take[i] = take;
       j.first[i + 1] = j.first[i] + a[i].n * a[i].n_kv_heads * ((group + take - 1) / take);

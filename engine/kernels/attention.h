@@ -44,10 +44,24 @@ struct AttentionKernels {
   // give for it alone. nullptr where a table has none (callers then take the queries one by one).
   KvScoresGroupFn scores_group;
   KvWeightedSumGroupFn weighted_sum_group;
+  // The same over q8 and q4 rows, with the same contract against scores_q8 / weighted_sum_q8 and
+  // scores_q4 / weighted_sum_q4: each row is loaded (and, for the weighted sums, its bytes
+  // interleaved) once for the g queries; every query quantizes its own query or coefficients.
+  KvScoresGroupFn scores_q8_group;
+  KvWeightedSumGroupFn weighted_sum_q8_group;
+  KvScoresGroupFn scores_q4_group;
+  KvWeightedSumGroupFn weighted_sum_q4_group;
 
   KvScoresFn scores_of(KvType t) const { return t == KvType::Q8 ? scores_q8 : t == KvType::Q4 ? scores_q4 : scores; }
   KvWeightedSumFn weighted_sum_of(KvType t) const {
     return t == KvType::Q8 ? weighted_sum_q8 : t == KvType::Q4 ? weighted_sum_q4 : weighted_sum;
+  }
+  // nullptr where the table has no grouped entry for rows of type t.
+  KvScoresGroupFn scores_group_of(KvType t) const {
+    return t == KvType::Q8 ? scores_q8_group : t == KvType::Q4 ? scores_q4_group : scores_group;
+  }
+  KvWeightedSumGroupFn weighted_sum_group_of(KvType t) const {
+    return t == KvType::Q8 ? weighted_sum_q8_group : t == KvType::Q4 ? weighted_sum_q4_group : weighted_sum_group;
   }
 };
 

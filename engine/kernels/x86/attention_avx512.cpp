@@ -34,7 +34,7 @@ const AttentionKernels* attention_kernels_x86_avx2_table();
 
 namespace {
 
-constexpr uint32_t kChunk = 64, kMaxChunks = 4, kBlock = 16, kPrefetchBlocks = 8;
+constexpr uint32_t kChunk = 64, kBlock = 16, kPrefetchBlocks = 8;
 
 // Where the parts of a row are (core/kv_type.h), for `groups` groups of 32: byte offsets of the
 // scales (f16, one per group), q4's minima, and the numbers.
@@ -130,22 +130,27 @@ void reduce16(const __m512i* d, __m512i& g0, __m512i& g1) {
   g1 = _mm512_shuffle_i64x2(x[0], x[1], _MM_SHUFFLE(3, 1, 3, 1));
 }
 
-// Chunks is a template argument so that row strides and loops are constants.
-template <class Rows, uint32_t kChunks>
-void scores_chunked(const float* q, const uint16_t* k, uint32_t n, float scale, float* s) {
+// Chunks and the number of queries G are template arguments so that row strides and loops are
+// constants. The G queries (query i at q + i * head_dim, its scores at s + i * s_stride) share
+// each row's loads, the flip of its bytes and its scales; every query's own arithmetic is the
+// single-query kernel's (G = 1), in its order, so its scores are the same bits for any G.
+template <class Rows, uint32_t kChunks, uint32_t G>
+void scores_chunked(const float* q, const uint16_t* k, uint32_t n, float scale, float* s, uint64_t s_stride) {
   constexpr Layout lay = Rows::layout(kChunk * kChunks);
-  const uint32_t groups = 2 * lay.chunks;
+  constexpr uint32_t groups = 2 * kChunks;
   // The query per group: int8 numbers (the AVX2 kernels' rounding), their scale and sums; per
   // chunk the numbers in the rows' lane order.
-  x86::QueryQ8 qq;
-  x86::quantize_query(q, groups, qq);
-  __m512i qv[kMaxChunks];
-  for (uint32_t c = 0; c < lay.chunks; ++c) {
-    alignas(64) int8_t q_lanes[kChunk];
-    for (uint32_t lane = 0; lane < 4; ++lane) {
-      for (uint32_t t = 0; t < 16; ++t) q_lanes[16 * lane + t] = qq.q[kChunk * c + Rows::pos(lane, t)];
+  x86::QueryQ8 qq[G];
+  __m512i qv[G][kChunks];
+  for (uint32_t i = 0; i < G; ++i) {
+    x86::quantize_query(q + uint64_t(i) * kChunk * kChunks, groups, qq[i]);
+    for (uint32_t c = 0; c < kChunks; ++c) {
+      alignas(64) int8_t q_lanes[kChunk];
+      for (uint32_t lane = 0; lane < 4; ++lane) {
+        for (uint32_t t = 0; t < 16; ++t) q_lanes[16 * lane + t] = qq[i].q[kChunk * c + Rows::pos(lane, t)];
+      }
+      qv[i][c] = _mm512_load_si512(q_lanes);
     }
-    qv[c] = _mm512_load_si512(q_lanes);
   }
   // vpdpbusd takes q8's keys as k + 128 (unsigned); 128 * sum(q) per group is taken back.
   const __m512i flip = _mm512_set1_epi8(Rows::kSigned ? char(0x80) : 0);
@@ -157,62 +162,72 @@ void scores_chunked(const float* q, const uint16_t* k, uint32_t n, float scale, 
   for (; j + kBlock <= n; j += kBlock) {
     const uint8_t* rows = base + uint64_t(j) * lay.row_bytes;
     prefetch_ahead(rows, end, lay.row_bytes);
-    __m512 acc = _mm512_setzero_ps();
-    for (uint32_t c = 0; c < lay.chunks; ++c) {
+    __m512 acc[G];
+    for (__m512& a : acc) a = _mm512_setzero_ps();
+    for (uint32_t c = 0; c < kChunks; ++c) {
       const uint8_t* chunk = rows + lay.numbers_offset + c * Rows::kChunkBytes;
-      __m512i dots[kBlock];
-      for (uint32_t r = 0; r < kBlock; ++r) {
-        const __m512i kv = _mm512_xor_si512(Rows::numbers(chunk + r * lay.row_bytes), flip);
-        dots[r] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), kv, qv[c]);
-      }
-      __m512i g0, g1;
-      reduce16<Rows>(dots, g0, g1);
-      g0 = _mm512_sub_epi32(g0, _mm512_set1_epi32(bias * qq.sum_q[2 * c]));
-      g1 = _mm512_sub_epi32(g1, _mm512_set1_epi32(bias * qq.sum_q[2 * c + 1]));
-      __m512 d0, d1;
+      __m512i kv[kBlock];
+      for (uint32_t r = 0; r < kBlock; ++r) kv[r] = _mm512_xor_si512(Rows::numbers(chunk + r * lay.row_bytes), flip);
+      __m512 d0, d1, m0, m1;
       load_pairs(offsets, rows, 4 * c, d0, d1);
-      acc = _mm512_fmadd_ps(_mm512_mul_ps(d0, _mm512_set1_ps(qq.d[2 * c])), _mm512_cvtepi32_ps(g0), acc);
-      acc = _mm512_fmadd_ps(_mm512_mul_ps(d1, _mm512_set1_ps(qq.d[2 * c + 1])), _mm512_cvtepi32_ps(g1), acc);
-      if (Rows::kHasMin) {
-        __m512 m0, m1;
-        load_pairs(offsets, rows, lay.min_offset + 4 * c, m0, m1);
-        acc = _mm512_fmadd_ps(m0, _mm512_set1_ps(qq.sum[2 * c]), acc);
-        acc = _mm512_fmadd_ps(m1, _mm512_set1_ps(qq.sum[2 * c + 1]), acc);
+      if (Rows::kHasMin) load_pairs(offsets, rows, lay.min_offset + 4 * c, m0, m1);
+      for (uint32_t i = 0; i < G; ++i) {
+        __m512i dots[kBlock];
+        for (uint32_t r = 0; r < kBlock; ++r) dots[r] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), kv[r], qv[i][c]);
+        __m512i g0, g1;
+        reduce16<Rows>(dots, g0, g1);
+        g0 = _mm512_sub_epi32(g0, _mm512_set1_epi32(bias * qq[i].sum_q[2 * c]));
+        g1 = _mm512_sub_epi32(g1, _mm512_set1_epi32(bias * qq[i].sum_q[2 * c + 1]));
+        acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(d0, _mm512_set1_ps(qq[i].d[2 * c])), _mm512_cvtepi32_ps(g0), acc[i]);
+        acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(d1, _mm512_set1_ps(qq[i].d[2 * c + 1])), _mm512_cvtepi32_ps(g1), acc[i]);
+        if (Rows::kHasMin) {
+          acc[i] = _mm512_fmadd_ps(m0, _mm512_set1_ps(qq[i].sum[2 * c]), acc[i]);
+          acc[i] = _mm512_fmadd_ps(m1, _mm512_set1_ps(qq[i].sum[2 * c + 1]), acc[i]);
+        }
       }
     }
-    _mm512_storeu_ps(s + j, _mm512_mul_ps(acc, _mm512_set1_ps(scale)));
+    for (uint32_t i = 0; i < G; ++i)
+      _mm512_storeu_ps(s + i * s_stride + j, _mm512_mul_ps(acc[i], _mm512_set1_ps(scale)));
   }
   for (; j < n; ++j) {
     const uint8_t* row = base + uint64_t(j) * lay.row_bytes;
     const uint16_t* halves = reinterpret_cast<const uint16_t*>(row);
-    float acc = 0.0f;
-    for (uint32_t c = 0; c < lay.chunks; ++c) {
+    float acc[G] = {};
+    for (uint32_t c = 0; c < kChunks; ++c) {
       const __m512i kv = _mm512_xor_si512(Rows::numbers(row + lay.numbers_offset + c * Rows::kChunkBytes), flip);
-      const __m512i dots = _mm512_dpbusd_epi32(_mm512_setzero_si512(), kv, qv[c]);
-      for (uint32_t h = 0; h < 2; ++h) {
-        const uint32_t g = 2 * c + h;
-        const __mmask16 lanes = h == 0 ? __mmask16(~Rows::kGroup1Lanes) : Rows::kGroup1Lanes;
-        const int32_t dot = _mm512_mask_reduce_add_epi32(lanes, dots) - bias * qq.sum_q[g];
-        acc += f16_to_f32(halves[g]) * qq.d[g] * float(dot);
-        if (Rows::kHasMin) acc += f16_to_f32(halves[lay.min_offset / 2 + g]) * qq.sum[g];
+      for (uint32_t i = 0; i < G; ++i) {
+        const __m512i dots = _mm512_dpbusd_epi32(_mm512_setzero_si512(), kv, qv[i][c]);
+        for (uint32_t h = 0; h < 2; ++h) {
+          const uint32_t g = 2 * c + h;
+          const __mmask16 lanes = h == 0 ? __mmask16(~Rows::kGroup1Lanes) : Rows::kGroup1Lanes;
+          const int32_t dot = _mm512_mask_reduce_add_epi32(lanes, dots) - bias * qq[i].sum_q[g];
+          acc[i] += f16_to_f32(halves[g]) * qq[i].d[g] * float(dot);
+          if (Rows::kHasMin) acc[i] += f16_to_f32(halves[lay.min_offset / 2 + g]) * qq[i].sum[g];
+        }
       }
     }
-    s[j] = acc * scale;
+    for (uint32_t i = 0; i < G; ++i) s[i * s_stride + j] = acc[i] * scale;
   }
 }
 
-template <class Rows, uint32_t kChunks>
-void weighted_sum_chunked(const float* p, const uint16_t* v, uint32_t n, float* out) {
+// The G queries' probabilities at p + i * p_stride, outputs at out + i * head_dim. Rows are
+// loaded and their bytes interleaved once per block for all of them; each query quantizes its
+// own coefficients and keeps its own sums, as the single-query kernel (G = 1) does.
+template <class Rows, uint32_t kChunks, uint32_t G>
+void weighted_sum_chunked(const float* p, uint64_t p_stride, const uint16_t* v, uint32_t n, float* out) {
   constexpr Layout lay = Rows::layout(kChunk * kChunks);
+  constexpr uint32_t hd = kChunk * kChunks;
   const uint8_t* base = reinterpret_cast<const uint8_t*>(v);
   const uint8_t* end = base + uint64_t(n) * lay.row_bytes;
-  // acc[c][k]'s 32-bit element 4L + s is the sum of chunk c's lane L, byte 4k + s (the unpacks'
-  // order).
-  __m512 acc[kMaxChunks][4];
-  __m512 mins[2 * kMaxChunks];
-  for (uint32_t c = 0; c < lay.chunks; ++c) {
-    for (__m512& a : acc[c]) a = _mm512_setzero_ps();
-    mins[2 * c] = mins[2 * c + 1] = _mm512_setzero_ps();
+  // acc[i][c][k]'s 32-bit element 4L + s is the sum of chunk c's lane L, byte 4k + s (the
+  // unpacks' order), for query i.
+  __m512 acc[G][kChunks][4];
+  __m512 mins[G][2 * kChunks];
+  for (uint32_t i = 0; i < G; ++i) {
+    for (uint32_t c = 0; c < kChunks; ++c) {
+      for (__m512& a : acc[i][c]) a = _mm512_setzero_ps();
+      mins[i][2 * c] = mins[i][2 * c + 1] = _mm512_setzero_ps();
+    }
   }
   // Which coefficient dword each lane takes at step k (the packed layout below): the high bytes
   // of the first group at 4k, of the second at 4k + 1, the low bytes 2 further.
@@ -232,25 +247,21 @@ void weighted_sum_chunked(const float* p, const uint16_t* v, uint32_t n, float* 
   for (; j + kBlock <= n; j += kBlock) {
     const uint8_t* rows = base + uint64_t(j) * lay.row_bytes;
     prefetch_ahead(rows, end, lay.row_bytes);
-    const __m512 pj = _mm512_loadu_ps(p + j);
-    for (uint32_t c = 0; c < lay.chunks; ++c) {
+    __m512 pj[G];
+    for (uint32_t i = 0; i < G; ++i) pj[i] = _mm512_loadu_ps(p + i * p_stride + j);
+    for (uint32_t c = 0; c < kChunks; ++c) {
       __m512 d0, d1;
       load_pairs(offsets, rows, 4 * c, d0, d1);
       if (Rows::kHasMin) {
         __m512 m0, m1;
         load_pairs(offsets, rows, lay.min_offset + 4 * c, m0, m1);
-        mins[2 * c] = _mm512_fmadd_ps(pj, m0, mins[2 * c]);
-        mins[2 * c + 1] = _mm512_fmadd_ps(pj, m1, mins[2 * c + 1]);
+        for (uint32_t i = 0; i < G; ++i) {
+          mins[i][2 * c] = _mm512_fmadd_ps(pj[i], m0, mins[i][2 * c]);
+          mins[i][2 * c + 1] = _mm512_fmadd_ps(pj[i], m1, mins[i][2 * c + 1]);
+        }
       }
-      const __m512 c0 = _mm512_mul_ps(pj, d0), c1 = _mm512_mul_ps(pj, d1);
-      // One scale for the chunk's two groups: probabilities and scales are >= 0.
-      const float largest = _mm512_reduce_max_ps(_mm512_max_ps(c0, c1));
-      const __m512 to_u = _mm512_set1_ps(largest > 0.0f ? 65535.0f / largest : 0.0f);
-      const __m512i u0 = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(c0, to_u)), u_max);
-      const __m512i u1 = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(c1, to_u)), u_max);
-      const __m512i coef = _mm512_shuffle_epi8(_mm512_packus_epi32(u0, u1), split_bytes);
-      __m512i sum_high[4], sum_low[4];
-      for (int i = 0; i < 4; ++i) sum_high[i] = sum_low[i] = _mm512_setzero_si512();
+      // x[step][i]'s 32-bit element 4L + s: rows 4 step..4 step + 3's byte 4i + s of lane L.
+      __m512i x[4][4];
       const uint8_t* chunk = rows + lay.numbers_offset + c * Rows::kChunkBytes;
       for (uint32_t step = 0; step < 4; ++step) {
         const uint8_t* r = chunk + 4 * step * lay.row_bytes;
@@ -258,67 +269,119 @@ void weighted_sum_chunked(const float* p, const uint16_t* v, uint32_t n, float* 
         const __m512i v2 = Rows::numbers(r + 2 * lay.row_bytes), v3 = Rows::numbers(r + 3 * lay.row_bytes);
         const __m512i v01l = _mm512_unpacklo_epi8(v0, v1), v01h = _mm512_unpackhi_epi8(v0, v1);
         const __m512i v23l = _mm512_unpacklo_epi8(v2, v3), v23h = _mm512_unpackhi_epi8(v2, v3);
-        // x[i]'s 32-bit element 4L + s: the four rows' byte 4i + s of lane L.
-        const __m512i x[4] = {_mm512_unpacklo_epi16(v01l, v23l), _mm512_unpackhi_epi16(v01l, v23l),
-                              _mm512_unpacklo_epi16(v01h, v23h), _mm512_unpackhi_epi16(v01h, v23h)};
-        const __m512i ch = _mm512_permutexvar_epi32(pick_high[step], coef);
-        const __m512i cl = _mm512_permutexvar_epi32(pick_low[step], coef);
-        for (int i = 0; i < 4; ++i) {
-          sum_high[i] = _mm512_dpbusd_epi32(sum_high[i], ch, x[i]);
-          sum_low[i] = _mm512_dpbusd_epi32(sum_low[i], cl, x[i]);
-        }
+        x[step][0] = _mm512_unpacklo_epi16(v01l, v23l);
+        x[step][1] = _mm512_unpackhi_epi16(v01l, v23l);
+        x[step][2] = _mm512_unpacklo_epi16(v01h, v23h);
+        x[step][3] = _mm512_unpackhi_epi16(v01h, v23h);
       }
-      // |sum_high| <= 16 * 255 * 127, so 256 sum_high + sum_low stays inside int32.
-      const __m512 step_scale = _mm512_set1_ps(largest / 65535.0f);
-      for (int i = 0; i < 4; ++i) {
-        const __m512i total = _mm512_add_epi32(_mm512_slli_epi32(sum_high[i], 8), sum_low[i]);
-        acc[c][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), step_scale, acc[c][i]);
+      for (uint32_t i = 0; i < G; ++i) {
+        const __m512 c0 = _mm512_mul_ps(pj[i], d0), c1 = _mm512_mul_ps(pj[i], d1);
+        // One scale for the chunk's two groups: probabilities and scales are >= 0.
+        const float largest = _mm512_reduce_max_ps(_mm512_max_ps(c0, c1));
+        const __m512 to_u = _mm512_set1_ps(largest > 0.0f ? 65535.0f / largest : 0.0f);
+        const __m512i u0 = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(c0, to_u)), u_max);
+        const __m512i u1 = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(c1, to_u)), u_max);
+        const __m512i coef = _mm512_shuffle_epi8(_mm512_packus_epi32(u0, u1), split_bytes);
+        __m512i sum_high[4], sum_low[4];
+        for (int k = 0; k < 4; ++k) sum_high[k] = sum_low[k] = _mm512_setzero_si512();
+        for (uint32_t step = 0; step < 4; ++step) {
+          const __m512i ch = _mm512_permutexvar_epi32(pick_high[step], coef);
+          const __m512i cl = _mm512_permutexvar_epi32(pick_low[step], coef);
+          for (int k = 0; k < 4; ++k) {
+            sum_high[k] = _mm512_dpbusd_epi32(sum_high[k], ch, x[step][k]);
+            sum_low[k] = _mm512_dpbusd_epi32(sum_low[k], cl, x[step][k]);
+          }
+        }
+        // |sum_high| <= 16 * 255 * 127, so 256 sum_high + sum_low stays inside int32.
+        const __m512 step_scale = _mm512_set1_ps(largest / 65535.0f);
+        for (int k = 0; k < 4; ++k) {
+          const __m512i total = _mm512_add_epi32(_mm512_slli_epi32(sum_high[k], 8), sum_low[k]);
+          acc[i][c][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), step_scale, acc[i][c][k]);
+        }
       }
     }
   }
-  for (uint32_t c = 0; c < lay.chunks; ++c) {
-    alignas(64) float lanes[kChunk];
-    for (int i = 0; i < 4; ++i) _mm512_store_ps(lanes + 16 * i, acc[c][i]);
-    const float min0 = _mm512_reduce_add_ps(mins[2 * c]), min1 = _mm512_reduce_add_ps(mins[2 * c + 1]);
-    for (uint32_t lane = 0; lane < 4; ++lane) {
-      for (uint32_t t = 0; t < 16; ++t) {
-        const uint32_t i = Rows::pos(lane, t);
-        out[kChunk * c + i] = lanes[16 * (t / 4) + 4 * lane + t % 4] + (i < 32 ? min0 : min1);
+  for (uint32_t i = 0; i < G; ++i) {
+    float* oi = out + uint64_t(i) * hd;
+    for (uint32_t c = 0; c < kChunks; ++c) {
+      alignas(64) float lanes[kChunk];
+      for (int k = 0; k < 4; ++k) _mm512_store_ps(lanes + 16 * k, acc[i][c][k]);
+      const float min0 = _mm512_reduce_add_ps(mins[i][2 * c]), min1 = _mm512_reduce_add_ps(mins[i][2 * c + 1]);
+      for (uint32_t lane = 0; lane < 4; ++lane) {
+        for (uint32_t t = 0; t < 16; ++t) {
+          const uint32_t e = Rows::pos(lane, t);
+          oi[kChunk * c + e] = lanes[16 * (t / 4) + 4 * lane + t % 4] + (e < 32 ? min0 : min1);
+        }
       }
     }
   }
   for (; j < n; ++j) {
     const uint8_t* row = base + uint64_t(j) * lay.row_bytes;
     const uint16_t* halves = reinterpret_cast<const uint16_t*>(row);
-    for (uint32_t g = 0; g < 2 * lay.chunks; ++g) {
-      const float c = p[j] * f16_to_f32(halves[g]);
-      const float m = Rows::kHasMin ? p[j] * f16_to_f32(halves[lay.min_offset / 2 + g]) : 0.0f;
-      for (uint32_t i = 32 * g; i < 32 * g + 32; ++i) {
-        out[i] += c * float(Rows::number(row + lay.numbers_offset, i)) + m;
+    for (uint32_t i = 0; i < G; ++i) {
+      const float pij = p[i * p_stride + j];
+      float* oi = out + uint64_t(i) * hd;
+      for (uint32_t g = 0; g < 2 * kChunks; ++g) {
+        const float c = pij * f16_to_f32(halves[g]);
+        const float m = Rows::kHasMin ? pij * f16_to_f32(halves[lay.min_offset / 2 + g]) : 0.0f;
+        for (uint32_t e = 32 * g; e < 32 * g + 32; ++e) {
+          oi[e] += c * float(Rows::number(row + lay.numbers_offset, e)) + m;
+        }
       }
     }
   }
 }
 
+// Queries go through in blocks of at most kQuantGroupBlock (plan_query_rows' limit).
+constexpr uint32_t kQuantGroupBlock = 4;
+
+template <class Rows, uint32_t kChunks>
+void scores_group_chunked(const float* q, uint32_t g, const uint16_t* k, uint32_t n, uint32_t, float scale, float* s,
+                          uint64_t s_stride) {
+  for (uint32_t i = 0; i < g; i += kQuantGroupBlock) {
+    const float* qi = q + uint64_t(i) * kChunk * kChunks;
+    float* si = s + i * s_stride;
+    switch (g - i < kQuantGroupBlock ? g - i : kQuantGroupBlock) {
+      case 1: scores_chunked<Rows, kChunks, 1>(qi, k, n, scale, si, s_stride); break;
+      case 2: scores_chunked<Rows, kChunks, 2>(qi, k, n, scale, si, s_stride); break;
+      case 3: scores_chunked<Rows, kChunks, 3>(qi, k, n, scale, si, s_stride); break;
+      default: scores_chunked<Rows, kChunks, 4>(qi, k, n, scale, si, s_stride); break;
+    }
+  }
+}
+
+template <class Rows, uint32_t kChunks>
+void weighted_sum_group_chunked(const float* p, uint64_t p_stride, uint32_t g, const uint16_t* v, uint32_t n, uint32_t,
+                                float* out) {
+  for (uint32_t i = 0; i < g; i += kQuantGroupBlock) {
+    const float* pi = p + i * p_stride;
+    float* oi = out + uint64_t(i) * kChunk * kChunks;
+    switch (g - i < kQuantGroupBlock ? g - i : kQuantGroupBlock) {
+      case 1: weighted_sum_chunked<Rows, kChunks, 1>(pi, p_stride, v, n, oi); break;
+      case 2: weighted_sum_chunked<Rows, kChunks, 2>(pi, p_stride, v, n, oi); break;
+      case 3: weighted_sum_chunked<Rows, kChunks, 3>(pi, p_stride, v, n, oi); break;
+      default: weighted_sum_chunked<Rows, kChunks, 4>(pi, p_stride, v, n, oi); break;
+    }
+  }
+}
+
+template <class Rows, uint32_t kChunks>
+void scores_one(const float* q, const uint16_t* k, uint32_t n, uint32_t, float scale, float* s) {
+  scores_chunked<Rows, kChunks, 1>(q, k, n, scale, s, 0);
+}
+
+template <class Rows, uint32_t kChunks>
+void weighted_sum_one(const float* p, const uint16_t* v, uint32_t n, uint32_t, float* out) {
+  weighted_sum_chunked<Rows, kChunks, 1>(p, 0, v, n, out);
+}
+
 template <class Rows>
 KvScoresFn scores_for(uint32_t hd) {
   switch (hd) {
-    case 64:
-      return [](const float* q, const uint16_t* k, uint32_t n, uint32_t, float scale, float* s) {
-        scores_chunked<Rows, 1>(q, k, n, scale, s);
-      };
-    case 128:
-      return [](const float* q, const uint16_t* k, uint32_t n, uint32_t, float scale, float* s) {
-        scores_chunked<Rows, 2>(q, k, n, scale, s);
-      };
-    case 192:
-      return [](const float* q, const uint16_t* k, uint32_t n, uint32_t, float scale, float* s) {
-        scores_chunked<Rows, 3>(q, k, n, scale, s);
-      };
-    case 256:
-      return [](const float* q, const uint16_t* k, uint32_t n, uint32_t, float scale, float* s) {
-        scores_chunked<Rows, 4>(q, k, n, scale, s);
-      };
+    case 64: return scores_one<Rows, 1>;
+    case 128: return scores_one<Rows, 2>;
+    case 192: return scores_one<Rows, 3>;
+    case 256: return scores_one<Rows, 4>;
   }
   const AttentionKernels* avx2 = attention_kernels_x86_avx2_table();
   return Rows::kType == KvType::Q8 ? avx2->scores_q8 : avx2->scores_q4;
@@ -327,25 +390,40 @@ KvScoresFn scores_for(uint32_t hd) {
 template <class Rows>
 KvWeightedSumFn weighted_sum_for(uint32_t hd) {
   switch (hd) {
-    case 64:
-      return [](const float* p, const uint16_t* v, uint32_t n, uint32_t, float* out) {
-        weighted_sum_chunked<Rows, 1>(p, v, n, out);
-      };
-    case 128:
-      return [](const float* p, const uint16_t* v, uint32_t n, uint32_t, float* out) {
-        weighted_sum_chunked<Rows, 2>(p, v, n, out);
-      };
-    case 192:
-      return [](const float* p, const uint16_t* v, uint32_t n, uint32_t, float* out) {
-        weighted_sum_chunked<Rows, 3>(p, v, n, out);
-      };
-    case 256:
-      return [](const float* p, const uint16_t* v, uint32_t n, uint32_t, float* out) {
-        weighted_sum_chunked<Rows, 4>(p, v, n, out);
-      };
+    case 64: return weighted_sum_one<Rows, 1>;
+    case 128: return weighted_sum_one<Rows, 2>;
+    case 192: return weighted_sum_one<Rows, 3>;
+    case 256: return weighted_sum_one<Rows, 4>;
   }
   const AttentionKernels* avx2 = attention_kernels_x86_avx2_table();
   return Rows::kType == KvType::Q8 ? avx2->weighted_sum_q8 : avx2->weighted_sum_q4;
+}
+
+// Head dims outside the chunked paths take the queries one by one through scores_for's kernel.
+template <class Rows>
+void scores_group_quant(const float* q, uint32_t g, const uint16_t* k, uint32_t n, uint32_t hd, float scale, float* s,
+                        uint64_t s_stride) {
+  switch (hd) {
+    case 64: return scores_group_chunked<Rows, 1>(q, g, k, n, hd, scale, s, s_stride);
+    case 128: return scores_group_chunked<Rows, 2>(q, g, k, n, hd, scale, s, s_stride);
+    case 192: return scores_group_chunked<Rows, 3>(q, g, k, n, hd, scale, s, s_stride);
+    case 256: return scores_group_chunked<Rows, 4>(q, g, k, n, hd, scale, s, s_stride);
+  }
+  const KvScoresFn one = scores_for<Rows>(hd);
+  for (uint32_t i = 0; i < g; ++i) one(q + uint64_t(i) * hd, k, n, hd, scale, s + i * s_stride);
+}
+
+template <class Rows>
+void weighted_sum_group_quant(const float* p, uint64_t p_stride, uint32_t g, const uint16_t* v, uint32_t n, uint32_t hd,
+                              float* out) {
+  switch (hd) {
+    case 64: return weighted_sum_group_chunked<Rows, 1>(p, p_stride, g, v, n, hd, out);
+    case 128: return weighted_sum_group_chunked<Rows, 2>(p, p_stride, g, v, n, hd, out);
+    case 192: return weighted_sum_group_chunked<Rows, 3>(p, p_stride, g, v, n, hd, out);
+    case 256: return weighted_sum_group_chunked<Rows, 4>(p, p_stride, g, v, n, hd, out);
+  }
+  const KvWeightedSumFn one = weighted_sum_for<Rows>(hd);
+  for (uint32_t i = 0; i < g; ++i) one(p + i * p_stride, v, n, hd, out + uint64_t(i) * hd);
 }
 
 void scores_q8_avx512(const float* q, const uint16_t* k, uint32_t n, uint32_t hd, float scale, float* s) {
@@ -470,9 +548,21 @@ void weighted_sum_f16_group(const float* p, uint64_t p_stride, uint32_t g, const
 
 const AttentionKernels* attention_kernels_x86_avx512_table() {
   const AttentionKernels& a = *attention_kernels_x86_avx2_table();
-  static const AttentionKernels k{"avx512vnni",           a.scores,         a.weighted_sum,         a.to_half,
-                                  a.weighted_sum_more,    scores_q8_avx512, weighted_sum_q8_avx512, scores_q4_avx512,
-                                  weighted_sum_q4_avx512, scores_f16_group, weighted_sum_f16_group};
+  static const AttentionKernels k{"avx512vnni",
+                                  a.scores,
+                                  a.weighted_sum,
+                                  a.to_half,
+                                  a.weighted_sum_more,
+                                  scores_q8_avx512,
+                                  weighted_sum_q8_avx512,
+                                  scores_q4_avx512,
+                                  weighted_sum_q4_avx512,
+                                  scores_f16_group,
+                                  weighted_sum_f16_group,
+                                  scores_group_quant<Q8Rows>,
+                                  weighted_sum_group_quant<Q8Rows>,
+                                  scores_group_quant<Q4Rows>,
+                                  weighted_sum_group_quant<Q4Rows>};
   return &k;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/f16.h"
+#include "core/kv_type.h"
 #include "kernels/attention.h"
 
 namespace keel {
@@ -123,6 +124,74 @@ TEST(AttentionKernels, GroupedQueriesGetTheirBitsAlone) {
         }
       }
     }
+  }
+}
+
+// The same over q8 and q4 rows: head dims on the AVX-512 chunked paths (64..256) and one outside
+// (96), row counts around the 16-row blocks, groups split into blocks of four.
+TEST(AttentionKernels, GroupedQueriesOverQuantizedRowsGetTheirBitsAlone) {
+  const AttentionKernels* avx512 = attention_kernels_x86_avx512();
+  if (avx512 != nullptr) {
+    for (KvType t : {KvType::Q8, KvType::Q4}) {
+      ASSERT_NE(avx512->scores_group_of(t), nullptr) << "the AVX-512 table groups " << kv_type_name(t);
+      ASSERT_NE(avx512->weighted_sum_group_of(t), nullptr) << "the AVX-512 table groups " << kv_type_name(t);
+    }
+  }
+  std::vector<const AttentionKernels*> all = tables();
+  if (avx512 != nullptr) all.push_back(avx512);
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.0f, 1.5f);
+  std::uniform_real_distribution<float> ud(0.0f, 1.0f);
+  uint32_t checked = 0;
+  for (const AttentionKernels* k : all) {
+    for (KvType t : {KvType::Q8, KvType::Q4}) {
+      const KvScoresGroupFn scores_group = k->scores_group_of(t);
+      const KvWeightedSumGroupFn weighted_sum_group = k->weighted_sum_group_of(t);
+      if (scores_group == nullptr) {
+        EXPECT_EQ(weighted_sum_group, nullptr) << k->name;
+        continue;
+      }
+      ASSERT_NE(weighted_sum_group, nullptr) << k->name;
+      for (uint32_t hd : {64u, 96u, 128u, 192u, 256u}) {
+        const uint32_t row = kv_row_halves(t, hd);
+        for (uint32_t g : {1u, 2u, 3u, 4u, 5u, 7u}) {
+          for (uint32_t n : {0u, 1u, 15u, 16u, 17u, 33u, 47u}) {
+            SCOPED_TRACE(testing::Message()
+                         << k->name << " " << kv_type_name(t) << " hd " << hd << " g " << g << " n " << n);
+            const uint64_t stride = n + 3;
+            std::vector<float> q(uint64_t(g) * hd), p(g * stride), x(hd);
+            std::vector<uint16_t> rows(uint64_t(n) * row);
+            for (float& e : q) e = nd(rng);
+            // Probabilities as softmax leaves them: some rows far below the largest.
+            for (float& e : p) e = ud(rng) < 0.2f ? ud(rng) * 1e-4f : ud(rng);
+            for (uint32_t j = 0; j < n; ++j) {
+              for (float& e : x) e = nd(rng);
+              kv_quantize_row(t, x.data(), hd, rows.data() + uint64_t(j) * row);
+            }
+            const float scale = 1.0f / std::sqrt(float(hd));
+            std::vector<float> together(g * stride, -7.0f), alone(n + 1);
+            scores_group(q.data(), g, rows.data(), n, hd, scale, together.data(), stride);
+            std::vector<float> sums(uint64_t(g + 1) * hd, -7.0f), one(hd);
+            weighted_sum_group(p.data(), stride, g, rows.data(), n, hd, sums.data());
+            for (uint32_t i = 0; i < g; ++i) {
+              k->scores_of(t)(q.data() + uint64_t(i) * hd, rows.data(), n, hd, scale, alone.data());
+              for (uint32_t j = 0; j < n; ++j)
+                ASSERT_EQ(together[i * stride + j], alone[j]) << "query " << i << " key " << j;
+              for (uint64_t j = n; j < stride; ++j)
+                ASSERT_EQ(together[i * stride + j], -7.0f) << "wrote past the scores";
+              k->weighted_sum_of(t)(p.data() + i * stride, rows.data(), n, hd, one.data());
+              for (uint32_t c = 0; c < hd; ++c)
+                ASSERT_EQ(sums[uint64_t(i) * hd + c], one[c]) << "query " << i << " lane " << c;
+            }
+            for (uint32_t c = 0; c < hd; ++c) ASSERT_EQ(sums[uint64_t(g) * hd + c], -7.0f) << "wrote past the outputs";
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  if (avx512 != nullptr) {
+    EXPECT_GT(checked, 0u);
   }
 }
 
