@@ -874,7 +874,7 @@ bool classify_byte_level(const json* pre, PreTokenizer& out, std::string& error)
       digits = true;
     } else if (is_type(p, "Split")) {
       regexes.push_back(split_regex(*p));
-      found += " " + short_dump(regexes.back());
+      found.append(" ").append(short_dump(regexes.back()));
     } else {
       byte_level = false;
       break;
