@@ -61,7 +61,14 @@ TEST(Commands, PplStreamsThroughEveryPolicy) {
     // Budget 512 holds all 400 tokens: every policy is exactly full.
     if (std::string(p) == "full") full_ppl = j["ppl"].get<double>();
     EXPECT_EQ(j["ppl"].get<double>(), full_ppl) << p;
+    // Progress on stderr every 10% of the tokens, the last line at all of them.
+    EXPECT_NE(r.out.find("keel ppl: 40/399 tokens scored (10%)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("keel ppl: 399/399 tokens scored (100%)"), std::string::npos) << r.out;
   }
+  const auto quiet = run_cli("ppl -m " + q(smollm2()) + " -f " + q(text) + " --ctx 40 -q -t 1");
+  ASSERT_EQ(quiet.exit_code, 0) << quiet.out;
+  EXPECT_EQ(quiet.out.find("keel ppl: "), std::string::npos) << quiet.out;
+  EXPECT_NE(quiet.out.find("40 tokens, perplexity"), std::string::npos) << quiet.out;
 }
 
 TEST(Commands, BenchAndPasskeyPrintTheirJson) {
