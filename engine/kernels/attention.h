@@ -42,15 +42,15 @@ struct AttentionKernels {
   // s + i * s_stride; probabilities of query i at p + i * p_stride, its output at
   // out + i * head_dim. Each query's results are bit for bit what `scores` and `weighted_sum`
   // give for it alone. nullptr where a table has none (callers then take the queries one by one).
-  KvScoresGroupFn scores_group;
-  KvWeightedSumGroupFn weighted_sum_group;
+  KvScoresGroupFn scores_group = nullptr;
+  KvWeightedSumGroupFn weighted_sum_group = nullptr;
   // The same over q8 and q4 rows, with the same contract against scores_q8 / weighted_sum_q8 and
   // scores_q4 / weighted_sum_q4: each row is loaded (and, for the weighted sums, its bytes
   // interleaved) once for the g queries; every query quantizes its own query or coefficients.
-  KvScoresGroupFn scores_q8_group;
-  KvWeightedSumGroupFn weighted_sum_q8_group;
-  KvScoresGroupFn scores_q4_group;
-  KvWeightedSumGroupFn weighted_sum_q4_group;
+  KvScoresGroupFn scores_q8_group = nullptr;
+  KvWeightedSumGroupFn weighted_sum_q8_group = nullptr;
+  KvScoresGroupFn scores_q4_group = nullptr;
+  KvWeightedSumGroupFn weighted_sum_q4_group = nullptr;
 
   KvScoresFn scores_of(KvType t) const { return t == KvType::Q8 ? scores_q8 : t == KvType::Q4 ? scores_q4 : scores; }
   KvWeightedSumFn weighted_sum_of(KvType t) const {

@@ -102,21 +102,9 @@ void weighted_sum_q4_ref(const float* p, const uint16_t* v, uint32_t n, uint32_t
 }  // namespace
 
 const AttentionKernels& attention_kernels_ref() {
-  static const AttentionKernels k{"ref",
-                                  scores_ref,
-                                  weighted_sum_ref,
-                                  to_half_ref,
-                                  weighted_sum_more_ref,
-                                  scores_q8_ref,
-                                  weighted_sum_q8_ref,
-                                  scores_q4_ref,
-                                  weighted_sum_q4_ref,
-                                  nullptr,
-                                  nullptr,
-                                  nullptr,
-                                  nullptr,
-                                  nullptr,
-                                  nullptr};
+  static const AttentionKernels k{
+      "ref",         scores_ref,          weighted_sum_ref, to_half_ref,        weighted_sum_more_ref,
+      scores_q8_ref, weighted_sum_q8_ref, scores_q4_ref,    weighted_sum_q4_ref};
   return k;
 }
 

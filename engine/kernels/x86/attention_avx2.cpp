@@ -330,21 +330,9 @@ void weighted_sum_q4_avx2(const float* p, const uint16_t* v, uint32_t n, uint32_
 }  // namespace
 
 const AttentionKernels* attention_kernels_x86_avx2_table() {
-  static const AttentionKernels k{"avx2",
-                                  scores_avx2,
-                                  weighted_sum_avx2,
-                                  to_half_avx2,
-                                  weighted_sum_more_avx2,
-                                  scores_q8_avx2,
-                                  weighted_sum_q8_avx2,
-                                  scores_q4_avx2,
-                                  weighted_sum_q4_avx2,
-                                  nullptr,
-                                  nullptr,
-                                  nullptr,
-                                  nullptr,
-                                  nullptr,
-                                  nullptr};
+  static const AttentionKernels k{
+      "avx2",         scores_avx2,          weighted_sum_avx2, to_half_avx2,        weighted_sum_more_avx2,
+      scores_q8_avx2, weighted_sum_q8_avx2, scores_q4_avx2,    weighted_sum_q4_avx2};
   return &k;
 }
 
