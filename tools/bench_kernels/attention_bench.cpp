@@ -4,8 +4,8 @@
 // numbers stored as f16, q8 and q4; every layer has its own cache, so a step reads
 // depth x 23,040 bytes in f16 as the engine does, mostly from DRAM past a few hundred tokens.
 // The quantized formats run with each x86 table the CPU has (AVX2; AVX-512 VNNI, which the
-// engine picks when present); f16 runs one query head per call (the AVX2 functions, both tables)
-// and, where the table has them, the grouped-query entries: a KV head's 3 query heads per call.
+// engine picks when present), one query head per call, and, where the table has them, through the
+// grouped-query entries the engine runs: a KV head's 3 query heads per call, each row read once.
 //
 // Times are the thread's CPU time (a shared host's other work does not count; cache and memory
 // contention still do), median of 7 steps, formats alternating within each repetition.
@@ -42,7 +42,7 @@ constexpr KvType kTypes[3] = {KvType::F16, KvType::Q8, KvType::Q4};
 struct Variant {
   int type;  // index into kTypes
   const AttentionKernels* k;
-  bool grouped = false;  // f16: the query heads of a KV head in one call
+  bool grouped = false;  // the query heads of a KV head in one call
 };
 
 struct Cache {
@@ -81,7 +81,17 @@ int main(int argc, char** argv) {
   std::vector<Variant> variants{{0, avx2}, {1, avx2}, {2, avx2}};
   if (avx512 != nullptr) variants.insert(variants.begin() + 2, {1, avx512});
   if (avx512 != nullptr) variants.push_back({2, avx512});
-  if (avx512 != nullptr && avx512->scores_group != nullptr) variants.insert(variants.begin() + 1, {0, avx512, true});
+  // Each format's rows, then its grouped row where the AVX-512 table has one.
+  if (avx512 != nullptr) {
+    std::vector<Variant> with_groups;
+    for (const Variant& v : variants) {
+      with_groups.push_back(v);
+      const bool last_of_type = &v == &variants.back() || (&v + 1)->type != v.type;
+      if (last_of_type && avx512->scores_group_of(kTypes[v.type]) && avx512->weighted_sum_group_of(kTypes[v.type]))
+        with_groups.push_back({v.type, avx512, true});
+    }
+    variants = with_groups;
+  }
   std::mt19937 rng(1);
   std::normal_distribution<float> nd;
   constexpr uint32_t kGroup = kHeads / kKvHeads;
@@ -106,12 +116,13 @@ int main(int argc, char** argv) {
             for (uint32_t g = 0; g < kKvHeads; ++g) {
               const uint64_t off = (uint64_t(l) * kKvHeads + g) * depth * row;
               const double t0 = thread_seconds();
-              k->scores_group(&q[g * kGroup * kHeadDim], kGroup, &caches[t].keys[off], depth, kHeadDim, 0.125f,
-                              p.data(), depth);
+              k->scores_group_of(kTypes[t])(&q[g * kGroup * kHeadDim], kGroup, &caches[t].keys[off], depth, kHeadDim,
+                                            0.125f, p.data(), depth);
               const double t1 = thread_seconds();
               std::fill(p.begin(), p.end(), 1.0f / float(depth));
               const double t2 = thread_seconds();
-              k->weighted_sum_group(p.data(), depth, kGroup, &caches[t].values[off], depth, kHeadDim, out.data());
+              k->weighted_sum_group_of(kTypes[t])(p.data(), depth, kGroup, &caches[t].values[off], depth, kHeadDim,
+                                                  out.data());
               b += thread_seconds() - t2;
               a += t1 - t0;
             }
