@@ -5,16 +5,19 @@
 // f16 results are the same bits whichever table runs.
 //
 // Scores: the query is quantized to int8 per group exactly as the AVX2 kernels do (scale
-// max|q|/127), and vpdpbusd sums a key row's products with it in int32, four bytes per lane; 16
-// keys' lane sums are reduced together by one shuffle tree. vpdpbusd multiplies unsigned by
-// signed bytes: q4's nibbles are unsigned already, q8's keys are read as k + 128 and 128 * sum(q)
-// is taken back per group.
+// max|q|/127), and vpdpbusd sums a key row's products with it in int32, four bytes per lane.
+// Each four keys' dwords are first transposed within the 128-bit lanes (two unpack levels,
+// shared by every query of the call), so that four vpdpbusd against the query's dwords spread
+// over the lanes leave each key's sum per lane in its own element; three lane shuffles then give
+// 16 keys' group sums. vpdpbusd multiplies unsigned by signed bytes: q4's nibbles are unsigned
+// already, q8's keys are read as k + 128 and 128 * sum(q) is taken back per group.
 //
 // Weighted sums: out = sum_j p_j (d_j v_j + m_j). Per block of 16 rows and chunk, the
 // coefficients c_j = p_j d_j of its two groups are quantized to 16 bits against their largest,
 // c_j ~ (S / 65535) u_j, u_j = round(65535 c_j / S), and split into two bytes; four rows' bytes
 // are interleaved (two unpack levels) so that vpdpbusd sums u_j v_j over four rows per output
-// lane, for the high and the low byte. The int32 sums are exact; the block's scale is applied
+// lane, for the high byte, then (the sums shifted by 8) the low byte. The int32 sums are exact,
+// so any order of them gives the same bits; the block's scale is applied
 // once per block in f32. The only added error is the rounding of u_j: at most S / 131070 per
 // coefficient, for each row times |v_j| (kv_quant_test states the bound). q4's minima are summed
 // in f32 (sum_j p_j m_j per group). Rows past the last whole block are summed in f32.
@@ -103,21 +106,25 @@ void load_pairs(const __m512i offsets, const uint8_t* rows, uint32_t offset, __m
   second = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(x, 16)));
 }
 
-// 16 vectors of 16 int32 lane sums (one per key) to each key's sum per group, keys in order:
-// g0[j] over the lanes of the chunk's first group, g1[j] over its second.
+// Four rows' dwords transposed within each 128-bit lane: on return r[m]'s lane L holds dword
+// 4L + m of rows 0..3 (row e in element e). Two unpack levels, 8 shuffles for 4 rows.
+inline void transpose_lanes4(__m512i r[4]) {
+  const __m512i t0 = _mm512_unpacklo_epi32(r[0], r[1]), t1 = _mm512_unpackhi_epi32(r[0], r[1]);
+  const __m512i t2 = _mm512_unpacklo_epi32(r[2], r[3]), t3 = _mm512_unpackhi_epi32(r[2], r[3]);
+  r[0] = _mm512_unpacklo_epi64(t0, t2);
+  r[1] = _mm512_unpackhi_epi64(t0, t2);
+  r[2] = _mm512_unpacklo_epi64(t1, t3);
+  r[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+// v[k]'s lane L element e: key 4k + e's sum over lane L's numbers. Returns each key's sum per
+// group, keys in order: g0[j] over the lanes of the chunk's first group, g1[j] over its second.
 template <class Rows>
-void reduce16(const __m512i* d, __m512i& g0, __m512i& g1) {
-  __m512i r[4];  // r[a]'s lane L: [key 4a, 4a+1, 4a+2, 4a+3] summed over that lane
-  for (int a = 0; a < 4; ++a) {
-    const __m512i* k = d + 4 * a;
-    const __m512i ab = _mm512_add_epi32(_mm512_unpacklo_epi32(k[0], k[1]), _mm512_unpackhi_epi32(k[0], k[1]));
-    const __m512i cd = _mm512_add_epi32(_mm512_unpacklo_epi32(k[2], k[3]), _mm512_unpackhi_epi32(k[2], k[3]));
-    r[a] = _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
-  }
+inline void group_sums16(const __m512i v[4], __m512i& g0, __m512i& g1) {
   // x[h] = [keys 8h..8h+3 g0 | the same g1 | keys 8h+4..8h+7 g0 | the same g1].
   __m512i x[2];
   for (int h = 0; h < 2; ++h) {
-    const __m512i a = r[2 * h], b = r[2 * h + 1];
+    const __m512i a = v[2 * h], b = v[2 * h + 1];
     if (Rows::kGroup1Lanes == 0xff00) {  // groups are lanes {0, 1} and {2, 3}
       x[h] = _mm512_add_epi32(_mm512_shuffle_i64x2(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
                               _mm512_shuffle_i64x2(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
@@ -142,6 +149,9 @@ void scores_chunked(const float* q, const uint16_t* k, uint32_t n, float scale, 
   // chunk the numbers in the rows' lane order.
   x86::QueryQ8 qq[G];
   __m512i qv[G][kChunks];
+  // qm[i][c][m]'s lane L: the query's dword 4L + m (of qv[i][c]) in all four elements, against
+  // rows transposed by transpose_lanes4.
+  __m512i qm[G][kChunks][4];
   for (uint32_t i = 0; i < G; ++i) {
     x86::quantize_query(q + uint64_t(i) * kChunk * kChunks, groups, qq[i]);
     for (uint32_t c = 0; c < kChunks; ++c) {
@@ -150,6 +160,11 @@ void scores_chunked(const float* q, const uint16_t* k, uint32_t n, float scale, 
         for (uint32_t t = 0; t < 16; ++t) q_lanes[16 * lane + t] = qq[i].q[kChunk * c + Rows::pos(lane, t)];
       }
       qv[i][c] = _mm512_load_si512(q_lanes);
+      for (int32_t m = 0; m < 4; ++m) {
+        const __m512i pick = _mm512_setr_epi32(m, m, m, m, 4 + m, 4 + m, 4 + m, 4 + m, 8 + m, 8 + m, 8 + m, 8 + m,
+                                               12 + m, 12 + m, 12 + m, 12 + m);
+        qm[i][c][m] = _mm512_permutexvar_epi32(pick, qv[i][c]);
+      }
     }
   }
   // vpdpbusd takes q8's keys as k + 128 (unsigned); 128 * sum(q) per group is taken back.
@@ -166,16 +181,26 @@ void scores_chunked(const float* q, const uint16_t* k, uint32_t n, float scale, 
     for (__m512& a : acc) a = _mm512_setzero_ps();
     for (uint32_t c = 0; c < kChunks; ++c) {
       const uint8_t* chunk = rows + lay.numbers_offset + c * Rows::kChunkBytes;
-      __m512i kv[kBlock];
-      for (uint32_t r = 0; r < kBlock; ++r) kv[r] = _mm512_xor_si512(Rows::numbers(chunk + r * lay.row_bytes), flip);
       __m512 d0, d1, m0, m1;
       load_pairs(offsets, rows, 4 * c, d0, d1);
       if (Rows::kHasMin) load_pairs(offsets, rows, lay.min_offset + 4 * c, m0, m1);
+      // Rows in fours, their dwords transposed once for the G queries; v[i][k] as group_sums16
+      // takes it. The int32 sums are exact, so they are the bits of any other order.
+      __m512i v[G][4];
+      for (uint32_t k = 0; k < 4; ++k) {
+        __m512i r[4];
+        for (uint32_t e = 0; e < 4; ++e)
+          r[e] = _mm512_xor_si512(Rows::numbers(chunk + (4 * k + e) * lay.row_bytes), flip);
+        transpose_lanes4(r);
+        for (uint32_t i = 0; i < G; ++i) {
+          __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), r[0], qm[i][c][0]);
+          for (uint32_t m = 1; m < 4; ++m) sum = _mm512_dpbusd_epi32(sum, r[m], qm[i][c][m]);
+          v[i][k] = sum;
+        }
+      }
       for (uint32_t i = 0; i < G; ++i) {
-        __m512i dots[kBlock];
-        for (uint32_t r = 0; r < kBlock; ++r) dots[r] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), kv[r], qv[i][c]);
         __m512i g0, g1;
-        reduce16<Rows>(dots, g0, g1);
+        group_sums16<Rows>(v[i], g0, g1);
         g0 = _mm512_sub_epi32(g0, _mm512_set1_epi32(bias * qq[i].sum_q[2 * c]));
         g1 = _mm512_sub_epi32(g1, _mm512_set1_epi32(bias * qq[i].sum_q[2 * c + 1]));
         acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(d0, _mm512_set1_ps(qq[i].d[2 * c])), _mm512_cvtepi32_ps(g0), acc[i]);
@@ -282,22 +307,22 @@ void weighted_sum_chunked(const float* p, uint64_t p_stride, const uint16_t* v, 
         const __m512i u0 = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(c0, to_u)), u_max);
         const __m512i u1 = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(c1, to_u)), u_max);
         const __m512i coef = _mm512_shuffle_epi8(_mm512_packus_epi32(u0, u1), split_bytes);
-        __m512i sum_high[4], sum_low[4];
-        for (int k = 0; k < 4; ++k) sum_high[k] = sum_low[k] = _mm512_setzero_si512();
+        // 256 * sum over the high bytes, then the low bytes added to the same sums: |256 sum_high|
+        // <= 256 * 16 * 255 * 127 and the total stay inside int32.
+        __m512i sum[4];
+        for (int k = 0; k < 4; ++k) sum[k] = _mm512_setzero_si512();
         for (uint32_t step = 0; step < 4; ++step) {
           const __m512i ch = _mm512_permutexvar_epi32(pick_high[step], coef);
+          for (int k = 0; k < 4; ++k) sum[k] = _mm512_dpbusd_epi32(sum[k], ch, x[step][k]);
+        }
+        for (int k = 0; k < 4; ++k) sum[k] = _mm512_slli_epi32(sum[k], 8);
+        for (uint32_t step = 0; step < 4; ++step) {
           const __m512i cl = _mm512_permutexvar_epi32(pick_low[step], coef);
-          for (int k = 0; k < 4; ++k) {
-            sum_high[k] = _mm512_dpbusd_epi32(sum_high[k], ch, x[step][k]);
-            sum_low[k] = _mm512_dpbusd_epi32(sum_low[k], cl, x[step][k]);
-          }
+          for (int k = 0; k < 4; ++k) sum[k] = _mm512_dpbusd_epi32(sum[k], cl, x[step][k]);
         }
-        // |sum_high| <= 16 * 255 * 127, so 256 sum_high + sum_low stays inside int32.
         const __m512 step_scale = _mm512_set1_ps(largest / 65535.0f);
-        for (int k = 0; k < 4; ++k) {
-          const __m512i total = _mm512_add_epi32(_mm512_slli_epi32(sum_high[k], 8), sum_low[k]);
-          acc[i][c][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), step_scale, acc[i][c][k]);
-        }
+        for (int k = 0; k < 4; ++k)
+          acc[i][c][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[k]), step_scale, acc[i][c][k]);
       }
     }
   }
