@@ -26,7 +26,9 @@ inline void quantize_query(const float* x, uint32_t groups, QueryQ8& out) {
     const float* xg = x + 32 * g;
     float amax = 0.0f, sum = 0.0f;
     for (uint32_t i = 0; i < 32; ++i) {
-      amax = std::fmax(amax, std::fabs(xg[i]));
+      // std::fmax's result (a NaN is passed over) without its library call.
+      const float a = std::fabs(xg[i]);
+      amax = a > amax ? a : amax;
       sum += xg[i];
     }
     const float d = amax / 127.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
