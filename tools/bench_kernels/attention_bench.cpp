@@ -11,6 +11,9 @@
 // contention still do), median of 7 steps, formats alternating within each repetition.
 //
 // Usage: attention_bench [DEPTH ...]   (default 2048 4096 8192)
+//        attention_bench --resident [ROWS]   (default 1024)
+// --resident runs the grouped entries over one KV head's ROWS rows again and again, so that the
+// rows stay in L2 and the times are the kernels' arithmetic: ns per row for the 3 queries.
 // Build by hand after keel_engine, one command:
 //   g++ -O2 -std=c++20 -I engine tools/bench_kernels/attention_bench.cpp build/engine/libkeel_engine.a
 //       -lpthread -o build/attention_bench
@@ -20,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/kv_type.h"
@@ -68,7 +72,56 @@ Cache make_cache(KvType t, uint32_t depth, std::mt19937& rng) {
 
 }  // namespace
 
+// The grouped entries of `k` over one KV head's `rows` rows, 400 calls per sample, median of 9.
+int resident(const AttentionKernels* k, uint32_t rows) {
+  constexpr uint32_t kGroup = kHeads / kKvHeads, kCalls = 400;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  std::printf("%s table, %u rows of one KV head in cache, %u queries per call: ns per row\n", k->name, rows, kGroup);
+  std::printf("%-4s %10s %10s\n", "type", "scores", "sums");
+  for (KvType t : kTypes) {
+    if (!k->scores_group_of(t) || !k->weighted_sum_group_of(t)) continue;
+    const uint32_t row = kv_row_halves(t, kHeadDim);
+    std::vector<uint16_t> keys(uint64_t(rows) * row), values(uint64_t(rows) * row);
+    std::vector<float> x(kHeadDim), q(kGroup * kHeadDim), p(uint64_t(kGroup) * rows), out(kGroup * kHeadDim);
+    for (uint32_t j = 0; j < rows; ++j) {
+      for (float& v : x) v = nd(rng);
+      kv_quantize_row(t, x.data(), kHeadDim, &keys[uint64_t(j) * row]);
+      for (float& v : x) v = nd(rng);
+      kv_quantize_row(t, x.data(), kHeadDim, &values[uint64_t(j) * row]);
+    }
+    for (float& v : q) v = nd(rng);
+    std::vector<double> a, b;
+    for (uint32_t rep = 0; rep < 9; ++rep) {
+      const double t0 = thread_seconds();
+      for (uint32_t c = 0; c < kCalls; ++c)
+        k->scores_group_of(t)(q.data(), kGroup, keys.data(), rows, kHeadDim, 0.125f, p.data(), rows);
+      const double t1 = thread_seconds();
+      std::fill(p.begin(), p.end(), 1.0f / float(rows));
+      const double t2 = thread_seconds();
+      for (uint32_t c = 0; c < kCalls; ++c)
+        k->weighted_sum_group_of(t)(p.data(), rows, kGroup, values.data(), rows, kHeadDim, out.data());
+      const double t3 = thread_seconds();
+      a.push_back((t1 - t0) * 1e9 / (double(kCalls) * rows));
+      b.push_back((t3 - t2) * 1e9 / (double(kCalls) * rows));
+    }
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    std::printf("%-4s %10.2f %10.2f\n", kv_type_name(t), a[4], b[4]);
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--resident") {
+    const AttentionKernels* k = attention_kernels_x86_avx512();
+    if (k == nullptr) k = attention_kernels_x86_avx2();
+    if (k == nullptr) {
+      std::fprintf(stderr, "attention_bench: this CPU lacks AVX2/F16C/FMA\n");
+      return 1;
+    }
+    return resident(k, argc > 2 ? uint32_t(std::strtoul(argv[2], nullptr, 10)) : 1024);
+  }
   std::vector<uint32_t> depths;
   for (int i = 1; i < argc; ++i) depths.push_back(uint32_t(std::strtoul(argv[i], nullptr, 10)));
   if (depths.empty()) depths = {2048, 4096, 8192};
