@@ -184,18 +184,18 @@ void scores_chunked(const float* q, const uint16_t* k, uint32_t n, float scale, 
       __m512 d0, d1, m0, m1;
       load_pairs(offsets, rows, 4 * c, d0, d1);
       if (Rows::kHasMin) load_pairs(offsets, rows, lay.min_offset + 4 * c, m0, m1);
-      // Rows in fours, their dwords transposed once for the G queries; v[i][k] as group_sums16
-      // takes it. The int32 sums are exact, so they are the bits of any other order.
+      // Rows in fours, their dwords transposed once for the G queries; v[i][quad] as
+      // group_sums16 takes it. The int32 sums are exact, so they are the bits of any other order.
       __m512i v[G][4];
-      for (uint32_t k = 0; k < 4; ++k) {
+      for (uint32_t quad = 0; quad < 4; ++quad) {
         __m512i r[4];
         for (uint32_t e = 0; e < 4; ++e)
-          r[e] = _mm512_xor_si512(Rows::numbers(chunk + (4 * k + e) * lay.row_bytes), flip);
+          r[e] = _mm512_xor_si512(Rows::numbers(chunk + (4 * quad + e) * lay.row_bytes), flip);
         transpose_lanes4(r);
         for (uint32_t i = 0; i < G; ++i) {
           __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), r[0], qm[i][c][0]);
           for (uint32_t m = 1; m < 4; ++m) sum = _mm512_dpbusd_epi32(sum, r[m], qm[i][c][m]);
-          v[i][k] = sum;
+          v[i][quad] = sum;
         }
       }
       for (uint32_t i = 0; i < G; ++i) {
