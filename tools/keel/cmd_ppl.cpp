@@ -38,8 +38,8 @@ struct Accum {
   double nll_sum = 0;
   size_t scored = 0;
   std::vector<float>* curve = nullptr;
-  // Progress on stderr: the next count of scored tokens to report at (never, with --quiet).
-  size_t next_report = SIZE_MAX;
+  // Progress on stderr every report_every scored tokens and at the last (0: never, --quiet).
+  size_t report_every = 0;
   double t0 = 0;
 };
 
@@ -62,12 +62,7 @@ void accumulate(void* ctx, size_t i, const float* logits) {
   a.nll_sum += nll;
   ++a.scored;
   if (a.curve) a.curve->push_back(float(nll));
-  if (a.scored >= a.next_report) {
-    report(a);
-    const size_t step = (a.n - 1 + 9) / 10;
-    a.next_report = a.scored + step < a.n - 1 ? a.scored + step : a.n - 1;
-    if (a.scored == a.n - 1) a.next_report = SIZE_MAX;
-  }
+  if (a.report_every && (a.scored % a.report_every == 0 || a.scored == a.n - 1)) report(a);
 }
 
 }  // namespace
@@ -115,7 +110,7 @@ int cmd_ppl(int argc, char** argv) {
   }
   const double t0 = now_seconds();
   acc.t0 = t0;
-  if (!quiet) acc.next_report = (ids.size() - 1 + 9) / 10;
+  if (!quiet) acc.report_every = (ids.size() - 1 + 9) / 10;
   const Error e = session.runtime().score(0, Span<const int32_t>(ids.data(), ids.size()), accumulate, &acc);
   const double secs = now_seconds() - t0;
   if (!e.ok()) return fail("ppl", std::string(to_string(e.status())) + ": " + e.message());
