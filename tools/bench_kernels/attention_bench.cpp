@@ -81,26 +81,22 @@ int resident(const AttentionKernels* k, uint32_t rows) {
   std::printf("%-4s %10s %10s\n", "type", "scores", "sums");
   for (KvType t : kTypes) {
     if (!k->scores_group_of(t) || !k->weighted_sum_group_of(t)) continue;
-    const uint32_t row = kv_row_halves(t, kHeadDim);
-    std::vector<uint16_t> keys(uint64_t(rows) * row), values(uint64_t(rows) * row);
-    std::vector<float> x(kHeadDim), q(kGroup * kHeadDim), p(uint64_t(kGroup) * rows), out(kGroup * kHeadDim);
-    for (uint32_t j = 0; j < rows; ++j) {
-      for (float& v : x) v = nd(rng);
-      kv_quantize_row(t, x.data(), kHeadDim, &keys[uint64_t(j) * row]);
-      for (float& v : x) v = nd(rng);
-      kv_quantize_row(t, x.data(), kHeadDim, &values[uint64_t(j) * row]);
-    }
+    // The first KV head of make_cache's first layer: `rows` rows from its start.
+    const Cache cache = make_cache(t, rows, rng);
+    const uint16_t* keys = cache.keys.data();
+    const uint16_t* values = cache.values.data();
+    std::vector<float> q(kGroup * kHeadDim), p(uint64_t(kGroup) * rows), out(kGroup * kHeadDim);
     for (float& v : q) v = nd(rng);
     std::vector<double> a, b;
     for (uint32_t rep = 0; rep < 9; ++rep) {
       const double t0 = thread_seconds();
       for (uint32_t c = 0; c < kCalls; ++c)
-        k->scores_group_of(t)(q.data(), kGroup, keys.data(), rows, kHeadDim, 0.125f, p.data(), rows);
+        k->scores_group_of(t)(q.data(), kGroup, keys, rows, kHeadDim, 0.125f, p.data(), rows);
       const double t1 = thread_seconds();
       std::fill(p.begin(), p.end(), 1.0f / float(rows));
       const double t2 = thread_seconds();
       for (uint32_t c = 0; c < kCalls; ++c)
-        k->weighted_sum_group_of(t)(p.data(), rows, kGroup, values.data(), rows, kHeadDim, out.data());
+        k->weighted_sum_group_of(t)(p.data(), rows, kGroup, values, rows, kHeadDim, out.data());
       const double t3 = thread_seconds();
       a.push_back((t1 - t0) * 1e9 / (double(kCalls) * rows));
       b.push_back((t3 - t2) * 1e9 / (double(kCalls) * rows));
