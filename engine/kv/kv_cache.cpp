@@ -23,7 +23,10 @@ Error KvCache::init(const KvShape& s, const KvBuffers& b) {
   KEEL_ENSURE(s.page_tokens == 0 || (b.pages && s.max_pages >= s.budget / s.page_tokens + 2), Status::InvalidArgument,
               "KV page summaries of %" PRIu32 " pages of %" PRIu32 " tokens do not cover a budget of %" PRIu32,
               s.max_pages, s.page_tokens, s.budget);
+  KEEL_ENSURE(s.page_tokens == 0 || b.key_moments, Status::InvalidArgument,
+              "KV page summaries without the key moments in the plan");
   pages_ = s.page_tokens ? b.pages : nullptr;
+  moments_ = s.page_tokens ? b.key_moments : nullptr;
   KEEL_ENSURE(s.hold == 0 || (b.hold_keys_values && b.hold_positions), Status::InvalidArgument,
               "the KV hold of %" PRIu32 " entries is missing from the plan", s.hold);
   hold_keys_ = s.hold ? b.hold_keys_values : nullptr;
@@ -42,6 +45,7 @@ void KvCache::clear() {
   next_pos_ = 0;
   look_count_ = 0;
   drop_hold();
+  if (moments_) memset(moments_, 0, uint64_t(shape_.n_layers) * shape_.n_kv_heads * 2 * shape_.head_dim * 8);
 }
 
 void KvCache::begin_lookahead() {
@@ -87,6 +91,11 @@ void KvCache::append_ring(uint32_t n) {
   const uint32_t base = visible();  // where the staged entries are
   if (ring_len_ + n <= cap) {
     // Not full yet: the staged entries are already in place (ring_head_ is 0).
+    for (uint32_t l = 0; moments_ && l < shape_.n_layers; ++l) {
+      for (uint32_t h = 0; h < shape_.n_kv_heads; ++h) {
+        for (uint32_t j = 0; j < n; ++j) count_key(l, h, base + j, 1.0);
+      }
+    }
     ring_len_ += n;
     after_append(n);
     return;
@@ -94,8 +103,11 @@ void KvCache::append_ring(uint32_t n) {
   // The newest `cap` of ring + staging survive. Staged entry j goes to ring slot
   // (ring_head_ + ring_len_ + j) % cap, overwriting the oldest.
   const uint32_t first = n > cap ? n - cap : 0;  // staged entries that never make it
+  const uint32_t leaving = ring_len_ + n - cap < ring_len_ ? ring_len_ + n - cap : ring_len_;  // oldest ring entries
   for (uint32_t l = 0; l < shape_.n_layers; ++l) {
     for (uint32_t h = 0; h < shape_.n_kv_heads; ++h) {
+      for (uint32_t i = 0; moments_ && i < leaving; ++i) count_key(l, h, prefix_ + (ring_head_ + i) % cap, -1.0);
+      for (uint32_t j = first; moments_ && j < n; ++j) count_key(l, h, base + j, 1.0);
       for (uint32_t j = first; j < n; ++j) {
         const uint32_t slot = prefix_ + (ring_head_ + ring_len_ + j) % cap;
         // A staged entry still inside the ring region is already where it belongs.
@@ -192,7 +204,10 @@ void KvCache::compact_head(uint32_t l, uint32_t h, const uint32_t* keep, uint32_
   memcpy(k, kbuf, uint64_t(n_keep) * hd * 2);
   memcpy(v, vbuf, uint64_t(n_keep) * hd * 2);
   memcpy(p, pbuf, uint64_t(n_keep) * 4);
-  if (pages_) refresh_all_pages(l, h, n_keep - n_ring, n_ring);
+  if (pages_) {
+    refresh_all_pages(l, h, n_keep - n_ring, n_ring);
+    recount_keys(l, h, n_keep);
+  }
 }
 
 void KvCache::finish_compact(uint32_t n_keep, uint32_t n_ring, uint32_t staged, HoldMode hold) {

@@ -50,6 +50,7 @@ struct KvBuffers {
   float* observations = nullptr;         // [layers][obs_window][q_dim]; null when obs_window is 0
   float* lookahead = nullptr;            // same
   float* pages = nullptr;                // [layers][kv_heads][min, max][head_dim][max_pages]; null without pages
+  double* key_moments = nullptr;         // [layers][kv_heads][sum, sum of squares][head_dim]; with pages
   uint16_t* hold_keys_values = nullptr;  // [K,V][layers][kv_heads][hold] rows; null without a hold
   int32_t* hold_positions = nullptr;     // [layers][kv_heads][position, rotation][hold]
 };
@@ -138,6 +139,15 @@ class KvCache {
   const float* page_max(uint32_t layer, uint32_t head) const {
     return page_min(layer, head) + uint64_t(shape_.head_dim) * shape_.max_pages;
   }
+  // Key moments, kept with the pages: per dimension the sum and the sum of squares of the
+  // visible keys of (layer, head) ([2][head_dim]), equal to a recomputation after every mutation
+  // up to rounding. Sparse attention weighs dimensions by the keys' spread (key_spread).
+  const double* key_moments(uint32_t layer, uint32_t head) const {
+    return moments_ + (uint64_t(layer) * shape_.n_kv_heads + head) * 2 * shape_.head_dim;
+  }
+  // spread[head_dim]: the standard deviation of each dimension over the visible keys of
+  // (layer, head); zeros when none is visible.
+  void key_spread(uint32_t layer, uint32_t head, float* spread) const;
 
   // The hold: entries [0, hold_len()) of each (layer, head), in no particular order, each with
   // its original position and the position its key is rotated at (its cache index when it left
@@ -191,6 +201,9 @@ class KvCache {
   void refresh_pages(uint32_t layer, uint32_t head, uint32_t prefix, uint32_t ring_len, uint32_t first, uint32_t last);
   void refresh_all_pages(uint32_t layer, uint32_t head, uint32_t prefix, uint32_t ring_len);
   void after_append(uint32_t n);
+  // Adds (sign 1) or removes (sign -1) physical entry e of (layer, head) to or from the moments.
+  void count_key(uint32_t layer, uint32_t head, uint32_t e, double sign);
+  void recount_keys(uint32_t layer, uint32_t head, uint32_t n);  // the moments of entries [0, n)
 
   KvShape shape_;
   uint32_t row_halves_ = 0;
@@ -200,6 +213,7 @@ class KvCache {
   float* obs_ = nullptr;   // [layers][obs_window][q_dim]
   float* look_ = nullptr;  // [layers][obs_window][q_dim], indexed like obs_ by position
   float* pages_ = nullptr;
+  double* moments_ = nullptr;        // with pages_
   uint16_t* hold_keys_ = nullptr;    // [layers][kv_heads][hold] rows
   uint16_t* hold_values_ = nullptr;  // same
   int32_t* hold_pos_ = nullptr;      // [layers][kv_heads][position, rotation][hold]

@@ -66,6 +66,34 @@ void KvCache::refresh_all_pages(uint32_t l, uint32_t h, uint32_t prefix, uint32_
   refresh_pages(l, h, prefix, ring_len, 0, (prefix + p - 1) / p + (ring_len + p - 1) / p);
 }
 
+void KvCache::count_key(uint32_t l, uint32_t h, uint32_t e, double sign) {
+  const uint32_t hd = shape_.head_dim;
+  double* sum = moments_ + (uint64_t(l) * shape_.n_kv_heads + h) * 2 * hd;
+  double* sq = sum + hd;
+  float x[kMaxPageRow];
+  kv_dequantize_row(shape_.kv_type, keys(l, h) + uint64_t(e) * row_halves_, hd, x);
+  for (uint32_t i = 0; i < hd; ++i) {
+    sum[i] += sign * x[i];
+    sq[i] += sign * double(x[i]) * x[i];
+  }
+}
+
+void KvCache::recount_keys(uint32_t l, uint32_t h, uint32_t n) {
+  double* m = moments_ + (uint64_t(l) * shape_.n_kv_heads + h) * 2 * shape_.head_dim;
+  for (uint32_t i = 0; i < 2 * shape_.head_dim; ++i) m[i] = 0.0;
+  for (uint32_t e = 0; e < n; ++e) count_key(l, h, e, 1.0);
+}
+
+void KvCache::key_spread(uint32_t l, uint32_t h, float* spread) const {
+  const uint32_t hd = shape_.head_dim, n = visible();
+  const double* sum = key_moments(l, h);
+  const double* sq = sum + hd;
+  for (uint32_t i = 0; i < hd; ++i) {
+    const double mean = n ? sum[i] / n : 0.0, var = n ? sq[i] / n - mean * mean : 0.0;
+    spread[i] = var > 0.0 ? float(std::sqrt(var)) : 0.0f;
+  }
+}
+
 void KvCache::after_append(uint32_t n) {
   if (!pages_ || ring_len_ == 0) return;
   // The newest m ring entries were written: ring slots (ring_head_ + ring_len_ - m + i) % cap.

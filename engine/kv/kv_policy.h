@@ -9,6 +9,11 @@
 namespace keel {
 
 enum class KvPolicyKind : uint8_t { Full, Window, Streaming, SnapKV, SnapStream, RocketKV };
+// How sparse decode attention ranks pages (kv/rocketkv_select.h, docs/kv.md): Group, RocketKV's
+// dimensions by |q| and the group's summed bound; Head, dimensions by |q| times the keys'
+// spread and each head's own estimate (for models whose keys have near-constant dimensions,
+// as Gemma 3's).
+enum class RocketSelect : uint8_t { Group, Head };
 
 // The engine's KV defaults, defined here once (the budget and the chunk are PlanConfig's, in
 // llm/plan.h; llm/run_config.h puts them together with what a model file asks for).
@@ -37,6 +42,7 @@ struct KvPolicyConfig {
   uint32_t rocket_page = 0;  // at most kMaxRocketPage
   uint32_t rocket_topk = 0;
   uint32_t rocket_r = 0;
+  RocketSelect rocket_select = RocketSelect::Group;
   // snapstream, rocketkv: entries per layer and KV head of the hold (docs/kv.md, "The hold"):
   // what compressions judged by the lookahead evict, for the real question to judge again.
   // 0 = none. A run resolves it (llm/run_config.h): snapstream's default is its recent ring W

@@ -18,6 +18,7 @@ struct SparseSplit {
   uint32_t dims = 0;         // r, query dimensions the bound reads
   uint32_t max_pages = 0;    // pages of one (layer, KV head), at most
   uint32_t gather_rows = 0;  // gathered entries of one KV head: k rounded up to whole pages + the query's own
+  RocketSelect select = RocketSelect::Group;
 };
 
 // The per-step budget B the policy runs with: sparse_budget; for rocketkv 0 means budget / 4.
@@ -52,6 +53,7 @@ constexpr SparseSplit sparse_split(const KvPolicyConfig& c, uint32_t kv_budget, 
   s.dims = c.rocket_r ? (c.rocket_r < head_dim ? c.rocket_r : head_dim) : dims;
   s.max_pages = (kv_budget + s.page - 1) / s.page + 2;  // the prefix's and the ring's last pages may be partial
   s.gather_rows = s.topk + s.page;
+  s.select = c.rocket_select;
   return s;
 }
 

@@ -122,6 +122,7 @@ enum class Region : uint8_t {
   KvHoldKeysValues,
   KvHoldPositions,
   KvPages,
+  KvKeyMoments,
   Logits,  // per slot
   // scratch: one chunk's activations, reused layer after layer
   X,
@@ -196,6 +197,8 @@ inline constexpr RegionInfo kRegions[kRegionCount] = {
      "[global layers][kv_heads][hold][position, rotation] i32"},
     {Region::KvPages, "kv_pages", PlanArena::Persistent, RegionGroup::Kv, true, 4,
      "[global layers][kv_heads][min, max][head_dim][max_pages] f32 (sparse attention)"},
+    {Region::KvKeyMoments, "kv_key_moments", PlanArena::Persistent, RegionGroup::Kv, true, 8,
+     "[global layers][kv_heads][sum, sum of squares][head_dim] f64 over the visible keys (sparse attention)"},
     {Region::Logits, "logits", PlanArena::Persistent, RegionGroup::Logits, true, 4, "[vocab] f32"},
     {Region::X, "x", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[rows][dim] f32"},
     {Region::Xb, "xb", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[rows][dim] f32"},
@@ -236,7 +239,8 @@ inline constexpr RegionInfo kRegions[kRegionCount] = {
     {Region::SparsePositions, "sparse_positions", PlanArena::Scratch, RegionGroup::Attention, false, 4,
      "[kv_heads][gather_rows] i32"},
     {Region::SparseSelect, "sparse_select", PlanArena::Scratch, RegionGroup::Attention, false, 4,
-     "[kv_heads]([bound, order, tokens][max_pages], [2][head_dim] dims, 2 counts) + [n_heads][head_dim]"},
+     "[kv_heads]([score, order, tokens][max_pages], [group][max_pages] estimates, [head_dim] key spread, "
+     "[2][head_dim] dims, 2 counts) + [n_heads][head_dim]"},
     {Region::LogitRows, "logit_rows", PlanArena::Scratch, RegionGroup::LogitRows, false, 4,
      "[max(logit_rows, slots)][vocab] f32"},
     {Region::StepSegments, "step_segments", PlanArena::Scratch, RegionGroup::Activations, false, 1,
@@ -304,6 +308,7 @@ constexpr uint64_t region_elements(Region r, const PlanShape& s, const PlanConfi
     case Region::KvHoldKeysValues: return 2 * heads * hold * kv_row_halves(c.kv_type, s.head_dim);
     case Region::KvHoldPositions: return heads * hold * 2;
     case Region::KvPages: return sparse.budget ? heads * 2 * s.head_dim * sparse.max_pages : 0;
+    case Region::KvKeyMoments: return sparse.budget ? heads * 2 * s.head_dim : 0;
     case Region::Logits: return s.vocab_size;
     case Region::X:
     case Region::Xb: return rows * s.dim;
@@ -332,7 +337,10 @@ constexpr uint64_t region_elements(Region r, const PlanShape& s, const PlanConfi
       return sparse.budget ? 2 * uint64_t(s.n_kv_heads) * sparse.gather_rows * kv_row_halves(c.kv_type, s.head_dim) : 0;
     case Region::SparsePositions: return sparse.budget ? uint64_t(s.n_kv_heads) * sparse.gather_rows : 0;
     case Region::SparseSelect:
-      return sparse.budget ? uint64_t(s.n_kv_heads) * (3 * uint64_t(sparse.max_pages) + 2 * s.head_dim + 2) + q_dim : 0;
+      return sparse.budget ? uint64_t(s.n_kv_heads) * ((3 + uint64_t(s.n_heads / s.n_kv_heads)) * sparse.max_pages +
+                                                       3 * uint64_t(s.head_dim) + 2) +
+                                 q_dim
+                           : 0;
     case Region::LogitRows: return logit_rows * s.vocab_size;
     case Region::StepSegments: return slots * kStepEntryBytes;
     case Region::Sampler: return uint64_t(s.vocab_size) * 8 + (uint64_t(s.vocab_size) + 31) / 32 * 4 + 16;

@@ -104,6 +104,7 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
     kb.lookahead = regions.get<float>(Region::KvLookahead, i);
     s->lookahead_tokens = regions.get<int32_t>(Region::KvLookaheadTokens, i);
     kb.pages = regions.get<float>(Region::KvPages, i);
+    kb.key_moments = regions.get<double>(Region::KvKeyMoments, i);
     kb.hold_keys_values = regions.get<uint16_t>(Region::KvHoldKeysValues, i);
     kb.hold_positions = regions.get<int32_t>(Region::KvHoldPositions, i);
     KEEL_TRY(s->kv.init(kvs, kb));

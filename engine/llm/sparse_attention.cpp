@@ -8,6 +8,7 @@
 // the two. Gathered prefix entries come first, so the gathered buffer is a small cache of the
 // same layout and the backend needs nothing new. When every page is chosen the gathered buffer
 // is the cache in its own order, and the result is exact attention's bit for bit.
+#include <cmath>
 #include <cstring>
 
 #include "core/check.h"
@@ -28,9 +29,13 @@ struct Transformer::SparseJob {
 
 namespace {
 
-// Per KV head in sparse_select: bound, order, tokens [max_pages]; dims [2][head_dim]; counts [2].
-uint64_t select_stride(const SparseSplit& s, uint32_t head_dim) {
-  return 3 * uint64_t(s.max_pages) + 2 * uint64_t(head_dim) + 2;
+// Per KV head in sparse_select, in 4-byte units: score, order, tokens [max_pages]; estimates
+// [group][max_pages]; the keys' spread [head_dim]; dims [2][head_dim]; counts [2].
+uint64_t select_stride(const SparseSplit& s, uint32_t head_dim, uint32_t group) {
+  return (3 + uint64_t(group)) * s.max_pages + 3 * uint64_t(head_dim) + 2;
+}
+uint64_t counts_offset(const SparseSplit& s, uint32_t head_dim, uint32_t group) {
+  return select_stride(s, head_dim, group) - 2;
 }
 
 }  // namespace
@@ -43,10 +48,11 @@ Error Transformer::enable_sparse(const SparseSplit& split, const RegionMap& regi
   KEEL_ENSURE(sparse_gather_ && sparse_positions_ && sparse_select_ && split.page >= 1 && split.topk >= 1 &&
                   split.dims >= 1 && split.dims <= shape_.head_dim,
               Status::InvalidArgument, "sparse attention without its buffers in the plan");
-  KEEL_ENSURE(
-      regions.bytes(Region::SparseSelect) >=
-          (select_stride(split, shape_.head_dim) * shape_.n_kv_heads + uint64_t(shape_.n_heads) * shape_.head_dim) * 4,
-      Status::Internal, "sparse_select region smaller than its use");
+  KEEL_ENSURE(regions.bytes(Region::SparseSelect) >=
+                  (select_stride(split, shape_.head_dim, shape_.n_heads / shape_.n_kv_heads) * shape_.n_kv_heads +
+                   uint64_t(shape_.n_heads) * shape_.head_dim) *
+                      4,
+              Status::Internal, "sparse_select region smaller than its use");
   sparse_ = split;
   pool_ = pool;
   return Error();
@@ -59,32 +65,49 @@ void Transformer::sparse_task(void* ctx, size_t kv_head) {
   const SparseSplit& sp = t.sparse_;
   const uint32_t h = uint32_t(kv_head), hd = t.shape_.head_dim, group = t.shape_.n_heads / t.shape_.n_kv_heads;
   const uint32_t pairs = t.rope_dim_ / 2, stride = kv.shape().max_pages, r = sp.dims;
-  float* sel = t.sparse_select_ + h * select_stride(sp, hd);
-  float* bound = sel;
+  float* sel = t.sparse_select_ + h * select_stride(sp, hd, group);
+  float* score = sel;
   uint32_t* order = reinterpret_cast<uint32_t*>(sel + stride);
   uint32_t* tokens = order + stride;
-  uint32_t* dims = tokens + stride;
+  float* est = reinterpret_cast<float*>(tokens + stride);
+  float* spread = est + uint64_t(group) * stride;
+  uint32_t* dims = reinterpret_cast<uint32_t*>(spread + hd);
   uint32_t* counts = dims + 2 * hd;
   const float* qt = j.q + uint64_t(h) * group * hd;
-  float* qc = t.sparse_select_ + select_stride(sp, hd) * t.shape_.n_kv_heads + uint64_t(h) * group * hd;
+  float* qc = t.sparse_select_ + select_stride(sp, hd, group) * t.shape_.n_kv_heads + uint64_t(h) * group * hd;
+  const float scale = t.query_scale_ > 0.0f ? t.query_scale_ : 1.0f / std::sqrt(float(hd));
 
+  // Head ranking: both frames' estimates go into one row per head, whose best page is taken
+  // over all.
   const uint32_t pre = kv.prefix_pages(), n_pages = kv.page_count();
   const float* mins = kv.page_min(j.layer, h);
   const float* maxs = kv.page_max(j.layer, h);
+  const bool per_head = sp.select == RocketSelect::Head;
+  if (per_head) kv.key_spread(j.layer, h, spread);
   if (pre > 0) {
     memcpy(qc, qt, uint64_t(group) * hd * sizeof(float));
     for (uint32_t g = 0; g < group; ++g) rope_rotate(qc + g * hd, pairs, t.rope_halves_, j.shift_cos, j.shift_sin);
-    rocketkv_choose_dims(qc, group, hd, r, dims);
-    rocketkv_page_bounds(qc, group, hd, dims, r, mins, maxs, stride, pre, bound);
+    rocketkv_choose_dims(qc, group, hd, per_head ? spread : nullptr, r, dims);
+    if (per_head) {
+      rocketkv_head_estimates(qc, group, hd, dims, r, scale, mins, maxs, stride, pre, est, stride);
+    } else {
+      rocketkv_group_bounds(qc, group, hd, dims, r, mins, maxs, stride, pre, score);
+    }
   }
-  rocketkv_choose_dims(qt, group, hd, r, dims + hd);
-  rocketkv_page_bounds(qt, group, hd, dims + hd, r, mins + pre, maxs + pre, stride, n_pages - pre, bound + pre);
+  rocketkv_choose_dims(qt, group, hd, per_head ? spread : nullptr, r, dims + hd);
+  if (per_head) {
+    rocketkv_head_estimates(qt, group, hd, dims + hd, r, scale, mins + pre, maxs + pre, stride, n_pages - pre,
+                            est + pre, stride);
+    rocketkv_page_scores(est, group, stride, n_pages, score);
+  } else {
+    rocketkv_group_bounds(qt, group, hd, dims + hd, r, mins + pre, maxs + pre, stride, n_pages - pre, score + pre);
+  }
   for (uint32_t p = 0; p < n_pages; ++p) {
     uint32_t b, e;
     kv.page_range(p, &b, &e);
     tokens[p] = e - b;
   }
-  const uint32_t m = rocketkv_select_pages(bound, tokens, n_pages, sp.topk, order);
+  const uint32_t m = rocketkv_select_pages(score, tokens, n_pages, sp.topk, order);
 
   const uint64_t row = kv.row_halves(), rows = sp.gather_rows;
   uint16_t* gk = t.sparse_gather_ + uint64_t(h) * 2 * rows * row;
@@ -121,8 +144,8 @@ bool Transformer::sparse_attention(KvCache& kv, uint32_t layer, uint32_t row0, u
 
   const uint64_t row = kv.row_halves(), rows = sparse_.gather_rows;
   for (uint32_t h = 0; h < shape_.n_kv_heads; ++h) {
-    const uint32_t* counts =
-        reinterpret_cast<const uint32_t*>(sparse_select_ + h * select_stride(sparse_, hd)) + 3 * ks.max_pages + 2 * hd;
+    const uint32_t* counts = reinterpret_cast<const uint32_t*>(sparse_select_ + h * select_stride(sparse_, hd, group) +
+                                                               counts_offset(sparse_, hd, group));
     AttentionArgs a{};
     a.q = q_ + row0 * q_dim + uint64_t(h) * group * hd;
     a.out = att_ + row0 * q_dim + uint64_t(h) * group * hd;

@@ -41,6 +41,9 @@ const char kSessionHelp[] =
     "  --rocket-page P        tokens per page of key summaries (default: from the budget split)\n"
     "  --rocket-topk K        tokens attended exactly (default B/2)\n"
     "  --rocket-r R           query dimensions the bound reads (default: from the budget split)\n"
+    "  --rocket-select S      group | head: how pages are ranked; group (default) is RocketKV's\n"
+    "                         summed bound over |q|'s dimensions, head weighs dimensions by the\n"
+    "                         keys' spread and ranks by each head's own estimate (docs/kv.md)\n"
     "  --chunk N              prefill chunk in tokens (default 64)\n"
     "  --verify-weights       check every tensor's CRC-32C before running (reads the weights once)\n"
     "  Defaults are the model's where its file names them (keel info: run defaults).\n";
@@ -93,6 +96,15 @@ void parse_session_options(Args& args, SessionOptions& o) {
   at_least_one("--rocket-page", o.rocket_page);
   at_least_one("--rocket-topk", o.rocket_topk);
   at_least_one("--rocket-r", o.rocket_r);
+  std::string select;
+  if (args.value("--rocket-select", nullptr, select)) {
+    if (select == "head") {
+      o.rocket_select = 1;
+    } else if (select != "group" && o.error.empty()) {
+      o.error = "--rocket-select expects group or head, got '" + select + "'";
+    }
+    o.rocket_select_given = true;
+  }
   o.verify_weights = args.flag("--verify-weights");
 }
 
@@ -229,15 +241,18 @@ bool Session::start(uint32_t budget, std::string& error) {
     error = "--kv-policy rocketkv always runs sparse attention; --sparse-attention none contradicts it";
     return false;
   }
-  if ((opts_.rocket_page || opts_.rocket_topk || opts_.rocket_r) && !opts_.sparse_topk &&
+  if ((opts_.rocket_page || opts_.rocket_topk || opts_.rocket_r || opts_.rocket_select_given) && !opts_.sparse_topk &&
       policy_ != KvPolicyKind::RocketKV) {
-    error = "--rocket-page, --rocket-topk and --rocket-r need --sparse-attention topk or --kv-policy rocketkv";
+    error =
+        "--rocket-page, --rocket-topk, --rocket-r and --rocket-select need --sparse-attention topk or --kv-policy "
+        "rocketkv";
     return false;
   }
   o.sparse_budget = opts_.sparse_budget;
   o.rocket_page = opts_.rocket_page;
   o.rocket_topk = opts_.rocket_topk;
   o.rocket_r = opts_.rocket_r;
+  o.rocket_select = opts_.rocket_select;
   RuntimeConfig cfg;
   Error e = make_runtime_config(model_, o, &cfg);
   if (!e.ok()) {

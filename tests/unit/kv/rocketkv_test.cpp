@@ -1,7 +1,7 @@
-// RocketKV's stage 2, the pure parts: the budget split, the choice of dimensions, the page
-// bound and the top-k page selection against brute-force references; and the cache's page
-// summaries equal to a recomputation from the keys after every mutation (append, ring
-// overwrite, sink pinning, compaction), for f16 and q8 rows.
+// RocketKV's stage 2, the pure parts: the budget split, the choice of dimensions, each head's
+// page estimates, the page scores and the top-k page selection against brute-force references;
+// and the cache's page summaries and key moments equal to a recomputation from the keys after
+// every mutation (append, ring overwrite, sink pinning, compaction, clear), for f16 and q8 rows.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -51,9 +51,9 @@ TEST(RocketKvSplit, PaperCapacityAndDerivedPages) {
   EXPECT_EQ(sparse_split(rk, 2048, 64, 128).budget, 512u);  // rocketkv's default: budget / 4
 }
 
-// Page summaries of random keys, q for a group, and the reference: bounds in double over the
+// RocketSelect::Group. Page summaries of random keys, q for a group, and the reference: bounds in double over the
 // dims a full sort picks, pages ordered by (bound desc, index asc), taken until k tokens.
-TEST(RocketKvSelect, EqualsBruteForceTopKOfTheBound) {
+TEST(RocketKvSelect, GroupRankingEqualsBruteForceTopKOfTheBound) {
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (int trial = 0; trial < 200; ++trial) {
@@ -78,7 +78,7 @@ TEST(RocketKvSelect, EqualsBruteForceTopKOfTheBound) {
       }
     }
     std::vector<uint32_t> dims(hd), order(n_pages);
-    rocketkv_choose_dims(q.data(), group, hd, r, dims.data());
+    rocketkv_choose_dims(q.data(), group, hd, nullptr, r, dims.data());
     std::vector<uint32_t> ref_dims(hd);
     std::iota(ref_dims.begin(), ref_dims.end(), 0u);
     auto w = [&](uint32_t i) {
@@ -92,7 +92,7 @@ TEST(RocketKvSelect, EqualsBruteForceTopKOfTheBound) {
     ASSERT_EQ(std::vector<uint32_t>(dims.begin(), dims.begin() + r), ref_dims) << "trial " << trial;
 
     std::vector<float> bound(n_pages);
-    rocketkv_page_bounds(q.data(), group, hd, dims.data(), r, mins.data(), maxs.data(), stride, n_pages, bound.data());
+    rocketkv_group_bounds(q.data(), group, hd, dims.data(), r, mins.data(), maxs.data(), stride, n_pages, bound.data());
     std::vector<double> ref_bound(n_pages, 0.0);
     for (uint32_t p = 0; p < n_pages; ++p) {
       for (uint32_t g = 0; g < group; ++g) {
@@ -128,6 +128,105 @@ TEST(RocketKvSelect, EqualsBruteForceTopKOfTheBound) {
   }
 }
 
+// RocketSelect::Head. Page summaries of random keys, q for a group, the keys' spread, and the references: dims by a
+// full sort of spread * sum |q|, each head's estimates in double, page scores relative to each
+// head's best, pages ordered by (score desc, index asc), taken until k tokens.
+TEST(RocketKvSelect, HeadRankingEqualsBruteForceTopKOfTheEstimates) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const float scale = 0.125f;
+  for (int trial = 0; trial < 200; ++trial) {
+    const uint32_t hd = 8 + 8 * (trial % 4), group = 1 + trial % 4, n_pages = 1 + trial % 37, stride = n_pages + 3;
+    const uint32_t r = 1 + uint32_t(trial) % hd, k = 1 + uint32_t(trial * 7) % 90;
+    std::vector<float> q(group * hd), mins(hd * stride), maxs(hd * stride), spread(hd);
+    std::vector<uint32_t> tokens(n_pages);
+    std::vector<std::vector<float>> keys(n_pages);  // [page][token * hd + i]
+    for (float& x : q) x = nd(rng);
+    if (trial % 5 == 0) q[0] = q[1];  // ties in |q|
+    for (float& x : spread) x = trial % 3 == 0 ? 1.0f : std::fabs(nd(rng));
+    if (trial % 4 == 1) spread[hd / 2] = 0.0f;  // a dimension on which every key is the same
+    for (uint32_t p = 0; p < n_pages; ++p) {
+      tokens[p] = 1 + uint32_t(rng() % 5);
+      keys[p].resize(tokens[p] * hd);
+      for (float& x : keys[p]) x = nd(rng);
+      if (trial % 7 == 0 && p > 0) keys[p] = keys[p - 1], tokens[p] = tokens[p - 1];  // tied estimates
+      for (uint32_t i = 0; i < hd; ++i) {
+        float lo = INFINITY, hi = -INFINITY;
+        for (uint32_t t = 0; t < tokens[p]; ++t)
+          lo = std::min(lo, keys[p][t * hd + i]), hi = std::max(hi, keys[p][t * hd + i]);
+        mins[i * stride + p] = lo;
+        maxs[i * stride + p] = hi;
+      }
+    }
+    std::vector<uint32_t> dims(hd), order(n_pages);
+    rocketkv_choose_dims(q.data(), group, hd, spread.data(), r, dims.data());
+    std::vector<uint32_t> ref_dims(hd);
+    std::iota(ref_dims.begin(), ref_dims.end(), 0u);
+    auto w = [&](uint32_t i) {
+      float s = 0;
+      for (uint32_t g = 0; g < group; ++g) s += std::fabs(q[g * hd + i]);
+      return s * spread[i];
+    };
+    std::stable_sort(ref_dims.begin(), ref_dims.end(), [&](uint32_t a, uint32_t b) { return w(a) > w(b); });
+    ref_dims.resize(r);
+    if (spread[hd / 2] == 0.0f && r < hd) {
+      EXPECT_FALSE(std::binary_search(dims.begin(), dims.begin() + r, hd / 2)) << "trial " << trial;
+    }
+    std::sort(ref_dims.begin(), ref_dims.end());
+    ASSERT_EQ(std::vector<uint32_t>(dims.begin(), dims.begin() + r), ref_dims) << "trial " << trial;
+
+    std::vector<float> est(group * stride), score(n_pages);
+    rocketkv_head_estimates(q.data(), group, hd, dims.data(), r, scale, mins.data(), maxs.data(), stride, n_pages,
+                            est.data(), stride);
+    for (uint32_t g = 0; g < group; ++g) {
+      double all = 0, chosen = 0;
+      for (uint32_t i = 0; i < hd; ++i) all += std::fabs(q[g * hd + i]);
+      for (uint32_t i : ref_dims) chosen += std::fabs(q[g * hd + i]);
+      const double t = scale / std::sqrt(chosen / all);
+      for (uint32_t p = 0; p < n_pages; ++p) {
+        double ref = 0;
+        for (uint32_t i : ref_dims) {
+          const double x = q[g * hd + i];
+          ref += std::max(x * mins[i * stride + p], x * maxs[i * stride + p]);
+        }
+        ref *= t;
+        EXPECT_NEAR(est[g * stride + p], ref, 1e-4 * (1 + std::fabs(ref))) << "trial " << trial;
+        // An upper bound of every token's scaled score of head g on those dimensions.
+        for (uint32_t tk = 0; tk < tokens[p]; ++tk) {
+          double s = 0;
+          for (uint32_t i : ref_dims) s += double(q[g * hd + i]) * keys[p][tk * hd + i];
+          EXPECT_LE(s * t, ref + 1e-4);
+        }
+      }
+    }
+    rocketkv_page_scores(est.data(), group, stride, n_pages, score.data());
+    for (uint32_t p = 0; p < n_pages; ++p) {
+      float ref = -INFINITY;
+      for (uint32_t g = 0; g < group; ++g) {
+        const float best = *std::max_element(est.begin() + g * stride, est.begin() + g * stride + n_pages);
+        ref = std::max(ref, est[g * stride + p] - best);
+      }
+      ASSERT_EQ(score[p], ref) << "trial " << trial << " page " << p;
+      ASSERT_LE(score[p], 0.0f);
+    }
+    const uint32_t m = rocketkv_select_pages(score.data(), tokens.data(), n_pages, k, order.data());
+    // Reference on the function's own float scores (the order of equal floats is the contract).
+    std::vector<uint32_t> ref(n_pages);
+    std::iota(ref.begin(), ref.end(), 0u);
+    std::stable_sort(ref.begin(), ref.end(), [&](uint32_t a, uint32_t b) { return score[a] > score[b]; });
+    uint32_t held = 0, n = 0;
+    while (n < n_pages && held < k) held += tokens[ref[n++]];
+    ref.resize(n);
+    std::sort(ref.begin(), ref.end());
+    ASSERT_EQ(std::vector<uint32_t>(order.begin(), order.begin() + m), ref) << "trial " << trial;
+    // Nothing left out scores above anything taken.
+    for (uint32_t p = 0; p < n_pages; ++p) {
+      if (std::binary_search(ref.begin(), ref.end(), p)) continue;
+      for (uint32_t s : ref) EXPECT_LE(score[p], score[s]);
+    }
+  }
+}
+
 // A cache of 2 layers x 2 heads with page summaries; keys random, written into staging the
 // way the transformer does.
 struct PagedCache {
@@ -139,13 +238,14 @@ struct PagedCache {
     s = KvShape{2, 2, 32, budget + chunk, budget, 64, 0, type, page, budget / page + 2};
     const uint64_t row = kv_row_halves(type, s.head_dim), heads = 4;
     const uint64_t kv_bytes = 2 * heads * s.capacity * row * 2, pos_bytes = heads * s.capacity * 4,
-                   page_bytes = heads * 2 * s.head_dim * s.max_pages * 4;
-    mem.resize(kv_bytes + pos_bytes + page_bytes + 256);
+                   page_bytes = heads * 2 * s.head_dim * s.max_pages * 4, moment_bytes = heads * 2 * s.head_dim * 8;
+    mem.resize(kv_bytes + pos_bytes + page_bytes + moment_bytes + 256);
     uint8_t* base = mem.data() + (64 - reinterpret_cast<uintptr_t>(mem.data()) % 64) % 64;
     KvBuffers b;
     b.keys_values = reinterpret_cast<uint16_t*>(base);
     b.positions = reinterpret_cast<int32_t*>(base + kv_bytes);
     b.pages = reinterpret_cast<float*>(base + kv_bytes + pos_bytes);
+    b.key_moments = reinterpret_cast<double*>(base + kv_bytes + pos_bytes + page_bytes);
     EXPECT_TRUE(kv.init(s, b).ok());
   }
   void stage(uint32_t n) {
@@ -165,7 +265,8 @@ struct PagedCache {
     kv.advance(n);
   }
   // Every page's summary equals its rows' min and max; pages tile prefix and ring exactly, and
-  // none straddles the two.
+  // none straddles the two. The key moments equal sums over the visible rows (up to rounding of
+  // the running sums), and the spread their standard deviation.
   void expect_summaries(const char* when) {
     SCOPED_TRACE(when);
     uint32_t covered = 0;
@@ -180,6 +281,25 @@ struct PagedCache {
     }
     ASSERT_EQ(covered, kv.visible());
     float x[32];
+    for (uint32_t l = 0; l < 2; ++l) {
+      for (uint32_t h = 0; h < 2; ++h) {
+        double sum[32] = {}, sq[32] = {};
+        for (uint32_t e = 0; e < kv.visible(); ++e) {
+          kv_dequantize_row(s.kv_type, kv.keys(l, h) + uint64_t(e) * kv.row_halves(), 32, x);
+          for (uint32_t i = 0; i < 32; ++i) sum[i] += x[i], sq[i] += double(x[i]) * x[i];
+        }
+        float spread[32];
+        kv.key_spread(l, h, spread);
+        const double* m = kv.key_moments(l, h);
+        for (uint32_t i = 0; i < 32; ++i) {
+          ASSERT_NEAR(m[i], sum[i], 1e-9 * (1 + std::fabs(sum[i]))) << "layer " << l << " head " << h << " dim " << i;
+          ASSERT_NEAR(m[32 + i], sq[i], 1e-9 * (1 + sq[i])) << "layer " << l << " head " << h << " dim " << i;
+          const double n = kv.visible(), mean = n ? sum[i] / n : 0.0;
+          const double sd = n ? std::sqrt(std::max(0.0, sq[i] / n - mean * mean)) : 0.0;
+          ASSERT_NEAR(spread[i], sd, 1e-5 * (1 + sd));
+        }
+      }
+    }
     for (uint32_t l = 0; l < 2; ++l) {
       for (uint32_t h = 0; h < 2; ++h) {
         for (uint32_t p = 0; p < kv.page_count(); ++p) {
@@ -237,6 +357,7 @@ void exercise(KvType type) {
     }
   }
   c.kv.clear();
+  c.expect_summaries("clear");
   c.stage(3);
   c.kv.append_ring(3);
   c.kv.pin_sinks(2);

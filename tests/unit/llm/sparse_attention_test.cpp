@@ -58,6 +58,35 @@ TEST(SparseAttention, RocketKvWithACoveringBudgetIsSnapStreamWithItsKernel) {
   EXPECT_GT(rocket.runtime.kv_cache(0).prefix(), 0u);
 }
 
+TEST(SparseAttention, HeadRankingWithACoveringBudgetIsExactAttentionToo) {
+  // Every page chosen whatever the ranking: full + topk and rocketkv equal their exact runs.
+  const auto prompt = test::pseudo_random_ids(400, stories().model.shape().vocab_size);
+  RuntimeConfig full_head = config(KvPolicyKind::Full, 512, 1024);
+  full_head.kv.rocket_select = RocketSelect::Head;
+  RuntimeConfig rocket_head = config(KvPolicyKind::RocketKV, 128, 256);
+  rocket_head.kv.rocket_select = RocketSelect::Head;
+  Engine full(config(KvPolicyKind::Full, 512, 0)), topk(full_head);
+  Engine snap(config(KvPolicyKind::SnapStream, 128, 0, kSnapKernelRocketKV)), rocket(rocket_head);
+  ASSERT_TRUE(topk.error.ok()) << topk.error.message();
+  ASSERT_TRUE(rocket.error.ok()) << rocket.error.message();
+  EXPECT_EQ(topk.plan.sparse.select, RocketSelect::Head);
+  EXPECT_EQ(trace(topk, prompt, 40), trace(full, prompt, 40));
+  EXPECT_EQ(trace(rocket, prompt, 40), trace(snap, prompt, 40));
+}
+
+TEST(SparseAttention, HeadRankingReadsASubsetAndStaysFinite) {
+  const auto prompt = test::pseudo_random_ids(200, stories().model.shape().vocab_size);
+  RuntimeConfig rc = config(KvPolicyKind::Full, 320, 32);
+  rc.kv.rocket_select = RocketSelect::Head;
+  Engine group(config(KvPolicyKind::Full, 320, 32)), head(rc);
+  ASSERT_TRUE(head.error.ok()) << head.error.message();
+  const auto a = trace(group, prompt, 40), b = trace(head, prompt, 40);
+  ASSERT_EQ(a.size(), b.size());
+  for (float x : b) ASSERT_TRUE(std::isfinite(x));
+  // The two rankings choose differently somewhere in 40 steps of 16 tokens out of 200+.
+  EXPECT_NE(a, b);
+}
+
 TEST(SparseAttention, SmallBudgetReadsASubsetAndStaysFinite) {
   const auto prompt = test::pseudo_random_ids(200, stories().model.shape().vocab_size);
   Engine full(config(KvPolicyKind::Full, 320, 0));
