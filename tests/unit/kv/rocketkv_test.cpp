@@ -51,24 +51,26 @@ TEST(RocketKvSplit, PaperCapacityAndDerivedPages) {
   EXPECT_EQ(sparse_split(rk, 2048, 64, 128).budget, 512u);  // rocketkv's default: budget / 4
 }
 
-// RocketSelect::Group. Page summaries of random keys, q for a group, and the reference: bounds in double over the
-// dims a full sort picks, pages ordered by (bound desc, index asc), taken until k tokens.
-TEST(RocketKvSelect, GroupRankingEqualsBruteForceTopKOfTheBound) {
-  std::mt19937 rng(7);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (int trial = 0; trial < 200; ++trial) {
-    const uint32_t hd = 8 + 8 * (trial % 4), group = 1 + trial % 3, n_pages = 1 + trial % 37, stride = n_pages + 3;
-    const uint32_t r = 1 + uint32_t(trial) % hd, k = 1 + uint32_t(trial * 7) % 90;
-    std::vector<float> q(group * hd), mins(hd * stride), maxs(hd * stride);
-    std::vector<uint32_t> tokens(n_pages);
-    std::vector<std::vector<float>> keys(n_pages);  // [page][token * hd + i]
+// One trial's random query of a group and random pages of 1-5 keys, with their summaries
+// (mins, maxs: [head_dim][stride]); every 5th trial ties two |q|, every 7th repeats pages.
+struct RandomPages {
+  uint32_t hd, group, n_pages, stride, r, k;
+  std::vector<float> q, mins, maxs;
+  std::vector<uint32_t> tokens;
+  std::vector<std::vector<float>> keys;  // [page][token * hd + i]
+  RandomPages(std::mt19937& rng, int trial, uint32_t max_group) {
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    hd = 8 + 8 * (trial % 4), group = 1 + trial % max_group, n_pages = 1 + trial % 37, stride = n_pages + 3;
+    r = 1 + uint32_t(trial) % hd, k = 1 + uint32_t(trial * 7) % 90;
+    q.resize(group * hd), mins.resize(hd * stride), maxs.resize(hd * stride), tokens.resize(n_pages);
+    keys.resize(n_pages);
     for (float& x : q) x = nd(rng);
-    if (trial % 5 == 0) q[0] = q[1];  // ties in |q|
+    if (trial % 5 == 0) q[0] = q[1];
     for (uint32_t p = 0; p < n_pages; ++p) {
       tokens[p] = 1 + uint32_t(rng() % 5);
       keys[p].resize(tokens[p] * hd);
       for (float& x : keys[p]) x = nd(rng);
-      if (trial % 7 == 0 && p > 0) keys[p] = keys[p - 1], tokens[p] = tokens[p - 1];  // tied bounds
+      if (trial % 7 == 0 && p > 0) keys[p] = keys[p - 1], tokens[p] = tokens[p - 1];
       for (uint32_t i = 0; i < hd; ++i) {
         float lo = INFINITY, hi = -INFINITY;
         for (uint32_t t = 0; t < tokens[p]; ++t)
@@ -77,125 +79,123 @@ TEST(RocketKvSelect, GroupRankingEqualsBruteForceTopKOfTheBound) {
         maxs[i * stride + p] = hi;
       }
     }
-    std::vector<uint32_t> dims(hd), order(n_pages);
-    rocketkv_choose_dims(q.data(), group, hd, nullptr, r, dims.data());
-    std::vector<uint32_t> ref_dims(hd);
-    std::iota(ref_dims.begin(), ref_dims.end(), 0u);
-    auto w = [&](uint32_t i) {
-      double s = 0;
-      for (uint32_t g = 0; g < group; ++g) s += std::fabs(q[g * hd + i]);
-      return s;
-    };
-    std::stable_sort(ref_dims.begin(), ref_dims.end(), [&](uint32_t a, uint32_t b) { return w(a) > w(b); });
-    ref_dims.resize(r);
-    std::sort(ref_dims.begin(), ref_dims.end());
-    ASSERT_EQ(std::vector<uint32_t>(dims.begin(), dims.begin() + r), ref_dims) << "trial " << trial;
-
-    std::vector<float> bound(n_pages);
-    rocketkv_group_bounds(q.data(), group, hd, dims.data(), r, mins.data(), maxs.data(), stride, n_pages, bound.data());
-    std::vector<double> ref_bound(n_pages, 0.0);
-    for (uint32_t p = 0; p < n_pages; ++p) {
-      for (uint32_t g = 0; g < group; ++g) {
-        for (uint32_t i : ref_dims) {
-          const double x = q[g * hd + i];
-          ref_bound[p] += std::max(x * mins[i * stride + p], x * maxs[i * stride + p]);
-        }
-      }
-      EXPECT_NEAR(bound[p], ref_bound[p], 1e-4 * (1 + std::fabs(ref_bound[p])));
-      // An upper bound of every token's group score on those dimensions.
-      for (uint32_t t = 0; t < tokens[p]; ++t) {
-        double s = 0;
-        for (uint32_t g = 0; g < group; ++g)
-          for (uint32_t i : ref_dims) s += double(q[g * hd + i]) * keys[p][t * hd + i];
-        EXPECT_LE(s, ref_bound[p] + 1e-4);
-      }
-    }
-    const uint32_t m = rocketkv_select_pages(bound.data(), tokens.data(), n_pages, k, order.data());
-    // Reference on the function's own float bounds (the order of equal floats is the contract).
+  }
+  // The r dimensions a stable sort by decreasing weight(i) puts first, in increasing order.
+  template <class Weight>
+  std::vector<uint32_t> reference_dims(Weight weight) const {
+    std::vector<uint32_t> d(hd);
+    std::iota(d.begin(), d.end(), 0u);
+    std::stable_sort(d.begin(), d.end(), [&](uint32_t a, uint32_t b) { return weight(a) > weight(b); });
+    d.resize(r);
+    std::sort(d.begin(), d.end());
+    return d;
+  }
+  // rocketkv_select_pages against the reference on the same float scores (the order of equal
+  // floats is the contract): pages by decreasing score until k tokens, nothing left out above
+  // anything taken.
+  void expect_selection(const std::vector<float>& score, int trial) const {
+    std::vector<uint32_t> order(n_pages);
+    const uint32_t m = rocketkv_select_pages(score.data(), tokens.data(), n_pages, k, order.data());
     std::vector<uint32_t> ref(n_pages);
     std::iota(ref.begin(), ref.end(), 0u);
-    std::stable_sort(ref.begin(), ref.end(), [&](uint32_t a, uint32_t b) { return bound[a] > bound[b]; });
+    std::stable_sort(ref.begin(), ref.end(), [&](uint32_t a, uint32_t b) { return score[a] > score[b]; });
     uint32_t held = 0, n = 0;
     while (n < n_pages && held < k) held += tokens[ref[n++]];
     ref.resize(n);
     std::sort(ref.begin(), ref.end());
     ASSERT_EQ(std::vector<uint32_t>(order.begin(), order.begin() + m), ref) << "trial " << trial;
-    // Nothing left out scores above anything taken.
     for (uint32_t p = 0; p < n_pages; ++p) {
       if (std::binary_search(ref.begin(), ref.end(), p)) continue;
-      for (uint32_t s : ref) EXPECT_LE(bound[p], bound[s]);
+      for (uint32_t c : ref) EXPECT_LE(score[p], score[c]);
     }
+  }
+};
+
+// RocketSelect::Group: dims by sum |q|, the group's summed bound in double, the selection.
+TEST(RocketKvSelect, GroupRankingEqualsBruteForceTopKOfTheBound) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    const RandomPages t(rng, trial, 3);
+    const uint32_t hd = t.hd, group = t.group, stride = t.stride, r = t.r;
+    const std::vector<float>& q = t.q;
+    std::vector<uint32_t> dims(hd);
+    rocketkv_choose_dims(q.data(), group, hd, nullptr, r, dims.data());
+    const auto ref_dims = t.reference_dims([&](uint32_t i) {
+      double s = 0;
+      for (uint32_t g = 0; g < group; ++g) s += std::fabs(q[g * hd + i]);
+      return s;
+    });
+    ASSERT_EQ(std::vector<uint32_t>(dims.begin(), dims.begin() + r), ref_dims) << "trial " << trial;
+    std::vector<float> bound(t.n_pages);
+    rocketkv_group_bounds(q.data(), group, hd, dims.data(), r, t.mins.data(), t.maxs.data(), stride, t.n_pages,
+                          bound.data());
+    for (uint32_t p = 0; p < t.n_pages; ++p) {
+      double ref = 0.0;
+      for (uint32_t g = 0; g < group; ++g) {
+        for (uint32_t i : ref_dims) {
+          const double x = q[g * hd + i];
+          ref += std::max(x * t.mins[i * stride + p], x * t.maxs[i * stride + p]);
+        }
+      }
+      EXPECT_NEAR(bound[p], ref, 1e-4 * (1 + std::fabs(ref)));
+      // An upper bound of every token's group score on those dimensions.
+      for (uint32_t tk = 0; tk < t.tokens[p]; ++tk) {
+        double s = 0;
+        for (uint32_t g = 0; g < group; ++g)
+          for (uint32_t i : ref_dims) s += double(q[g * hd + i]) * t.keys[p][tk * hd + i];
+        EXPECT_LE(s, ref + 1e-4);
+      }
+    }
+    t.expect_selection(bound, trial);
   }
 }
 
-// RocketSelect::Head. Page summaries of random keys, q for a group, the keys' spread, and the references: dims by a
-// full sort of spread * sum |q|, each head's estimates in double, page scores relative to each
-// head's best, pages ordered by (score desc, index asc), taken until k tokens.
+// RocketSelect::Head: dims by spread * sum |q| (a zero-spread dimension never chosen while
+// others remain), each head's scaled estimates in double, scores relative to each head's best.
 TEST(RocketKvSelect, HeadRankingEqualsBruteForceTopKOfTheEstimates) {
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const float scale = 0.125f;
   for (int trial = 0; trial < 200; ++trial) {
-    const uint32_t hd = 8 + 8 * (trial % 4), group = 1 + trial % 4, n_pages = 1 + trial % 37, stride = n_pages + 3;
-    const uint32_t r = 1 + uint32_t(trial) % hd, k = 1 + uint32_t(trial * 7) % 90;
-    std::vector<float> q(group * hd), mins(hd * stride), maxs(hd * stride), spread(hd);
-    std::vector<uint32_t> tokens(n_pages);
-    std::vector<std::vector<float>> keys(n_pages);  // [page][token * hd + i]
-    for (float& x : q) x = nd(rng);
-    if (trial % 5 == 0) q[0] = q[1];  // ties in |q|
+    const RandomPages t(rng, trial, 4);
+    const uint32_t hd = t.hd, group = t.group, stride = t.stride, r = t.r, n_pages = t.n_pages;
+    const std::vector<float>& q = t.q;
+    std::vector<float> spread(hd);
     for (float& x : spread) x = trial % 3 == 0 ? 1.0f : std::fabs(nd(rng));
     if (trial % 4 == 1) spread[hd / 2] = 0.0f;  // a dimension on which every key is the same
-    for (uint32_t p = 0; p < n_pages; ++p) {
-      tokens[p] = 1 + uint32_t(rng() % 5);
-      keys[p].resize(tokens[p] * hd);
-      for (float& x : keys[p]) x = nd(rng);
-      if (trial % 7 == 0 && p > 0) keys[p] = keys[p - 1], tokens[p] = tokens[p - 1];  // tied estimates
-      for (uint32_t i = 0; i < hd; ++i) {
-        float lo = INFINITY, hi = -INFINITY;
-        for (uint32_t t = 0; t < tokens[p]; ++t)
-          lo = std::min(lo, keys[p][t * hd + i]), hi = std::max(hi, keys[p][t * hd + i]);
-        mins[i * stride + p] = lo;
-        maxs[i * stride + p] = hi;
-      }
-    }
-    std::vector<uint32_t> dims(hd), order(n_pages);
+    std::vector<uint32_t> dims(hd);
     rocketkv_choose_dims(q.data(), group, hd, spread.data(), r, dims.data());
-    std::vector<uint32_t> ref_dims(hd);
-    std::iota(ref_dims.begin(), ref_dims.end(), 0u);
-    auto w = [&](uint32_t i) {
+    const auto ref_dims = t.reference_dims([&](uint32_t i) {
       float s = 0;
       for (uint32_t g = 0; g < group; ++g) s += std::fabs(q[g * hd + i]);
       return s * spread[i];
-    };
-    std::stable_sort(ref_dims.begin(), ref_dims.end(), [&](uint32_t a, uint32_t b) { return w(a) > w(b); });
-    ref_dims.resize(r);
+    });
     if (spread[hd / 2] == 0.0f && r < hd) {
       EXPECT_FALSE(std::binary_search(dims.begin(), dims.begin() + r, hd / 2)) << "trial " << trial;
     }
-    std::sort(ref_dims.begin(), ref_dims.end());
     ASSERT_EQ(std::vector<uint32_t>(dims.begin(), dims.begin() + r), ref_dims) << "trial " << trial;
 
     std::vector<float> est(group * stride), score(n_pages);
-    rocketkv_head_estimates(q.data(), group, hd, dims.data(), r, scale, mins.data(), maxs.data(), stride, n_pages,
+    rocketkv_head_estimates(q.data(), group, hd, dims.data(), r, scale, t.mins.data(), t.maxs.data(), stride, n_pages,
                             est.data(), stride);
     for (uint32_t g = 0; g < group; ++g) {
       double all = 0, chosen = 0;
       for (uint32_t i = 0; i < hd; ++i) all += std::fabs(q[g * hd + i]);
       for (uint32_t i : ref_dims) chosen += std::fabs(q[g * hd + i]);
-      const double t = scale / std::sqrt(chosen / all);
+      const double temp = scale / std::sqrt(chosen / all);
       for (uint32_t p = 0; p < n_pages; ++p) {
         double ref = 0;
         for (uint32_t i : ref_dims) {
           const double x = q[g * hd + i];
-          ref += std::max(x * mins[i * stride + p], x * maxs[i * stride + p]);
+          ref += std::max(x * t.mins[i * stride + p], x * t.maxs[i * stride + p]);
         }
-        ref *= t;
+        ref *= temp;
         EXPECT_NEAR(est[g * stride + p], ref, 1e-4 * (1 + std::fabs(ref))) << "trial " << trial;
         // An upper bound of every token's scaled score of head g on those dimensions.
-        for (uint32_t tk = 0; tk < tokens[p]; ++tk) {
+        for (uint32_t tk = 0; tk < t.tokens[p]; ++tk) {
           double s = 0;
-          for (uint32_t i : ref_dims) s += double(q[g * hd + i]) * keys[p][tk * hd + i];
-          EXPECT_LE(s * t, ref + 1e-4);
+          for (uint32_t i : ref_dims) s += double(q[g * hd + i]) * t.keys[p][tk * hd + i];
+          EXPECT_LE(s * temp, ref + 1e-4);
         }
       }
     }
@@ -209,21 +209,7 @@ TEST(RocketKvSelect, HeadRankingEqualsBruteForceTopKOfTheEstimates) {
       ASSERT_EQ(score[p], ref) << "trial " << trial << " page " << p;
       ASSERT_LE(score[p], 0.0f);
     }
-    const uint32_t m = rocketkv_select_pages(score.data(), tokens.data(), n_pages, k, order.data());
-    // Reference on the function's own float scores (the order of equal floats is the contract).
-    std::vector<uint32_t> ref(n_pages);
-    std::iota(ref.begin(), ref.end(), 0u);
-    std::stable_sort(ref.begin(), ref.end(), [&](uint32_t a, uint32_t b) { return score[a] > score[b]; });
-    uint32_t held = 0, n = 0;
-    while (n < n_pages && held < k) held += tokens[ref[n++]];
-    ref.resize(n);
-    std::sort(ref.begin(), ref.end());
-    ASSERT_EQ(std::vector<uint32_t>(order.begin(), order.begin() + m), ref) << "trial " << trial;
-    // Nothing left out scores above anything taken.
-    for (uint32_t p = 0; p < n_pages; ++p) {
-      if (std::binary_search(ref.begin(), ref.end(), p)) continue;
-      for (uint32_t s : ref) EXPECT_LE(score[p], score[s]);
-    }
+    t.expect_selection(score, trial);
   }
 }
 
