@@ -23,8 +23,6 @@ Error KvCache::init(const KvShape& s, const KvBuffers& b) {
   KEEL_ENSURE(s.page_tokens == 0 || (b.pages && s.max_pages >= s.budget / s.page_tokens + 2), Status::InvalidArgument,
               "KV page summaries of %" PRIu32 " pages of %" PRIu32 " tokens do not cover a budget of %" PRIu32,
               s.max_pages, s.page_tokens, s.budget);
-  KEEL_ENSURE(s.page_tokens == 0 || b.key_moments, Status::InvalidArgument,
-              "KV page summaries without the key moments in the plan");
   pages_ = s.page_tokens ? b.pages : nullptr;
   moments_ = s.page_tokens ? b.key_moments : nullptr;
   KEEL_ENSURE(s.hold == 0 || (b.hold_keys_values && b.hold_positions), Status::InvalidArgument,
@@ -206,7 +204,7 @@ void KvCache::compact_head(uint32_t l, uint32_t h, const uint32_t* keep, uint32_
   memcpy(p, pbuf, uint64_t(n_keep) * 4);
   if (pages_) {
     refresh_all_pages(l, h, n_keep - n_ring, n_ring);
-    recount_keys(l, h, n_keep);
+    if (moments_) recount_keys(l, h, n_keep);
   }
 }
 

@@ -50,7 +50,7 @@ struct KvBuffers {
   float* observations = nullptr;         // [layers][obs_window][q_dim]; null when obs_window is 0
   float* lookahead = nullptr;            // same
   float* pages = nullptr;                // [layers][kv_heads][min, max][head_dim][max_pages]; null without pages
-  double* key_moments = nullptr;         // [layers][kv_heads][sum, sum of squares][head_dim]; with pages
+  double* key_moments = nullptr;         // [layers][kv_heads][sum, sum of squares][head_dim]; optional
   uint16_t* hold_keys_values = nullptr;  // [K,V][layers][kv_heads][hold] rows; null without a hold
   int32_t* hold_positions = nullptr;     // [layers][kv_heads][position, rotation][hold]
 };
@@ -139,9 +139,9 @@ class KvCache {
   const float* page_max(uint32_t layer, uint32_t head) const {
     return page_min(layer, head) + uint64_t(shape_.head_dim) * shape_.max_pages;
   }
-  // Key moments, kept with the pages: per dimension the sum and the sum of squares of the
-  // visible keys of (layer, head) ([2][head_dim]), equal to a recomputation after every mutation
-  // up to rounding. Sparse attention weighs dimensions by the keys' spread (key_spread).
+  // Key moments, kept with the pages when the plan gives them (only `--rocket-select head`
+  // reads them): per dimension the sum and the sum of squares of the visible keys of (layer,
+  // head) ([2][head_dim]), equal to a recomputation after every mutation up to rounding.
   const double* key_moments(uint32_t layer, uint32_t head) const {
     return moments_ + (uint64_t(layer) * shape_.n_kv_heads + head) * 2 * shape_.head_dim;
   }
@@ -213,7 +213,7 @@ class KvCache {
   float* obs_ = nullptr;   // [layers][obs_window][q_dim]
   float* look_ = nullptr;  // [layers][obs_window][q_dim], indexed like obs_ by position
   float* pages_ = nullptr;
-  double* moments_ = nullptr;        // with pages_
+  double* moments_ = nullptr;        // with pages_, optional
   uint16_t* hold_keys_ = nullptr;    // [layers][kv_heads][hold] rows
   uint16_t* hold_values_ = nullptr;  // same
   int32_t* hold_pos_ = nullptr;      // [layers][kv_heads][position, rotation][hold]

@@ -198,7 +198,7 @@ inline constexpr RegionInfo kRegions[kRegionCount] = {
     {Region::KvPages, "kv_pages", PlanArena::Persistent, RegionGroup::Kv, true, 4,
      "[global layers][kv_heads][min, max][head_dim][max_pages] f32 (sparse attention)"},
     {Region::KvKeyMoments, "kv_key_moments", PlanArena::Persistent, RegionGroup::Kv, true, 8,
-     "[global layers][kv_heads][sum, sum of squares][head_dim] f64 over the visible keys (sparse attention)"},
+     "[global layers][kv_heads][sum, sum of squares][head_dim] f64 over the visible keys (--rocket-select head)"},
     {Region::Logits, "logits", PlanArena::Persistent, RegionGroup::Logits, true, 4, "[vocab] f32"},
     {Region::X, "x", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[rows][dim] f32"},
     {Region::Xb, "xb", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[rows][dim] f32"},
@@ -308,7 +308,7 @@ constexpr uint64_t region_elements(Region r, const PlanShape& s, const PlanConfi
     case Region::KvHoldKeysValues: return 2 * heads * hold * kv_row_halves(c.kv_type, s.head_dim);
     case Region::KvHoldPositions: return heads * hold * 2;
     case Region::KvPages: return sparse.budget ? heads * 2 * s.head_dim * sparse.max_pages : 0;
-    case Region::KvKeyMoments: return sparse.budget ? heads * 2 * s.head_dim : 0;
+    case Region::KvKeyMoments: return sparse.budget && sparse.select == RocketSelect::Head ? heads * 2 * s.head_dim : 0;
     case Region::Logits: return s.vocab_size;
     case Region::X:
     case Region::Xb: return rows * s.dim;

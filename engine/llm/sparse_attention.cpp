@@ -53,6 +53,8 @@ Error Transformer::enable_sparse(const SparseSplit& split, const RegionMap& regi
                    uint64_t(shape_.n_heads) * shape_.head_dim) *
                       4,
               Status::Internal, "sparse_select region smaller than its use");
+  KEEL_ENSURE(split.select != RocketSelect::Head || regions.bytes(Region::KvKeyMoments) > 0, Status::Internal,
+              "head ranking without the key moments in the plan");
   sparse_ = split;
   pool_ = pool;
   return Error();

@@ -110,6 +110,11 @@ TEST(SparseAttention, PlanHoldsSummariesAndGatherOnlyWhenOn) {
   EXPECT_GT(on.region_bytes(Region::KvPages), 0u);
   EXPECT_GT(on.region_bytes(Region::SparseGather), 0u);
   EXPECT_GT(on.persistent_bytes, off.persistent_bytes);
+  // The key moments only for the ranking that reads them.
+  EXPECT_EQ(on.region_bytes(Region::KvKeyMoments), 0u);
+  RuntimeConfig head = config(KvPolicyKind::Full, 512, 64);
+  head.kv.rocket_select = RocketSelect::Head;
+  EXPECT_GT(Runtime::plan(stories().model, head).region_bytes(Region::KvKeyMoments), 0u);
 }
 
 TEST(SparseAttention, BadSettingsAreRefusedByName) {
