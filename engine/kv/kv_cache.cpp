@@ -70,7 +70,7 @@ uint32_t KvCache::physical(uint32_t logical) const {
 }
 
 int64_t KvCache::rotation_of(uint32_t layer, uint32_t head, uint32_t logical) const {
-  if (logical < prefix_) return logical;
+  if (logical < index_rotated()) return logical;
   return positions(layer, head)[physical(logical)];
 }
 
@@ -160,6 +160,7 @@ void KvCache::compact_head(uint32_t l, uint32_t h, const uint32_t* keep, uint32_
   uint16_t* k = keys(l, h);
   uint16_t* v = values(l, h);
   int32_t* p = positions(l, h);
+  const bool index_rotated_prefix = shape_.positions == KvPositions::Cache;
   for (uint32_t i = 0; i < n_keep; ++i) {
     int64_t was;
     if (hold == HoldMode::Take && cap_hold && keep[i] >= total && keep[i] - total < hold_len_) {
@@ -174,10 +175,12 @@ void KvCache::compact_head(uint32_t l, uint32_t h, const uint32_t* keep, uint32_
       memcpy(kbuf + uint64_t(i) * hd, k + uint64_t(from) * hd, hd * 2);
       memcpy(vbuf + uint64_t(i) * hd, v + uint64_t(from) * hd, hd * 2);
       pbuf[i] = p[from];
-      was = logical < prefix_ ? int64_t(logical) : int64_t(p[from]);
+      was = rotation_of(l, h, logical);
     }
-    // Ring entries keep the rotation of their original position.
-    if (i < n_keep - n_ring && was != int64_t(i)) rotate(rotate_ctx, kbuf + uint64_t(i) * hd, was, i);
+    // The new prefix's keys go to their cache index (Cache positions) or stay at their position;
+    // ring entries keep the rotation of their position.
+    const int64_t to = i < n_keep - n_ring && index_rotated_prefix ? int64_t(i) : int64_t(pbuf[i]);
+    if (was != to) rotate(rotate_ctx, kbuf + uint64_t(i) * hd, was, to);
   }
   if (hold == HoldMode::Fill && cap_hold) {
     // The evicted entries (not in the increasing keep[]) join the hold behind its newest; when
@@ -196,7 +199,7 @@ void KvCache::compact_head(uint32_t l, uint32_t h, const uint32_t* keep, uint32_
       memcpy(hk + uint64_t(slot) * hd, k + uint64_t(from) * hd, hd * 2);
       memcpy(hv + uint64_t(slot) * hd, v + uint64_t(from) * hd, hd * 2);
       hp[slot] = p[from];
-      hp[cap_hold + slot] = logical < prefix_ ? int32_t(logical) : p[from];
+      hp[cap_hold + slot] = int32_t(rotation_of(l, h, logical));
     }
   }
   memcpy(k, kbuf, uint64_t(n_keep) * hd * 2);

@@ -4,13 +4,15 @@
 //
 //   [0, prefix)                 prefix: sinks and SnapKV-kept tokens, compacted in original
 //                               order; each key is rotated at its *cache index*
+//                               (KvPositions::Cache) or at its original position (Original)
 //   [prefix, prefix + ring_len) ring of the most recent tokens (contiguous positions), oldest at
 //                               prefix + ring_head; keys rotated at their *original position*
 //   [visible, visible + n)      staging: the chunk being computed, appended behind the ring
 //
 // Attention of a query with true position t and cache index c uses q rotated at c against the
-// prefix and at t against ring and staging: every distance is then the distance in the cache
-// (StreamingLLM), however long the stream. Until the first eviction the prefix is empty and
+// entries [0, index_rotated()) and at t against the others: with Cache positions every distance
+// is then the distance in the cache (StreamingLLM), however long the stream; with Original ones
+// every distance is the distance in the text. Until the first eviction the prefix is empty and
 // this is plain full attention, bit for bit.
 #pragma once
 
@@ -18,6 +20,7 @@
 
 #include "core/kv_type.h"
 #include "core/result.h"
+#include "kv/kv_policy.h"
 
 namespace keel {
 
@@ -36,6 +39,7 @@ struct KvShape {
   // The hold (docs/kv.md, "The hold"): entries per (layer, head) kept aside, out of attention's
   // sight, for the prompt's last compression to judge again. 0 for none.
   uint32_t hold = 0;
+  KvPositions positions = KvPositions::Cache;  // the prefix's rotation
 };
 
 // What a compaction does with the hold: nothing; put the entries it evicts there (a compression
@@ -65,6 +69,9 @@ class KvCache {
   uint32_t ring_capacity() const { return shape_.budget - prefix_; }
   // Entries a new chunk attends to besides itself.
   uint32_t visible() const { return prefix_ + ring_len_; }
+  // Entries [0, index_rotated()) hold keys rotated at their cache index: the prefix with Cache
+  // positions, none with Original ones (all keys then sit at their positions).
+  uint32_t index_rotated() const { return shape_.positions == KvPositions::Cache ? prefix_ : 0; }
   int64_t next_position() const { return next_pos_; }
   // Tokens evicted so far (all heads evict the same number).
   uint64_t evicted() const { return evicted_; }
@@ -108,8 +115,8 @@ class KvCache {
                     void* rotate_ctx, void* scratch, HoldMode hold = HoldMode::None);
   void finish_compact(uint32_t n_keep, uint32_t n_ring, uint32_t staged, HoldMode hold = HoldMode::None);
   uint64_t compact_scratch_bytes() const { return uint64_t(shape_.capacity) * (uint64_t(row_halves_) * 4 + 4); }
-  // The rotation position of the key at logical index `logical` (prefix: its index; others:
-  // their original position).
+  // The rotation position of the key at logical index `logical` (below index_rotated(): its
+  // index; others: their original position).
   int64_t rotation_of(uint32_t layer, uint32_t head, uint32_t logical) const;
 
   // The unrotated query of the token at `position` in layer `layer` ([q_dim] floats), kept for
@@ -125,8 +132,10 @@ class KvCache {
   // into pages of page_tokens physical entries each, counted from the start of each (so no page
   // straddles the two; the last page of each may be partial). For every page the element-wise
   // minimum and maximum of its keys, kept equal to a recomputation after every mutation
-  // (append_ring, pin_sinks, compact_head). Pages [0, prefix_pages()) are the prefix's.
+  // (append_ring, pin_sinks, compact_head). Pages [0, prefix_pages()) are the prefix's;
+  // [0, index_rotated_pages()) those whose keys are rotated at their cache index.
   uint32_t prefix_pages() const { return pages_ ? (prefix_ + shape_.page_tokens - 1) / shape_.page_tokens : 0; }
+  uint32_t index_rotated_pages() const { return shape_.positions == KvPositions::Cache ? prefix_pages() : 0; }
   uint32_t page_count() const {
     return pages_ ? prefix_pages() + (ring_len_ + shape_.page_tokens - 1) / shape_.page_tokens : 0;
   }

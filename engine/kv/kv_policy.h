@@ -14,6 +14,11 @@ enum class KvPolicyKind : uint8_t { Full, Window, Streaming, SnapKV, SnapStream,
 // spread and each head's own estimate (for models whose keys have near-constant dimensions,
 // as Gemma 3's).
 enum class RocketSelect : uint8_t { Group, Head };
+// The rotation of the prefix's keys (docs/kv.md, "Positions"): Cache, at their cache index
+// (StreamingLLM: every distance a query sees is a distance in the cache, bounded by the budget);
+// Original, at their original positions, as one-shot SnapKV and RocketKV keep them (a query
+// sees the kept text at its true distance, however far back).
+enum class KvPositions : uint8_t { Cache, Original };
 
 // The engine's KV defaults, defined here once (the budget and the chunk are PlanConfig's, in
 // llm/plan.h; llm/run_config.h puts them together with what a model file asks for).
@@ -43,6 +48,7 @@ struct KvPolicyConfig {
   uint32_t rocket_topk = 0;
   uint32_t rocket_r = 0;
   RocketSelect rocket_select = RocketSelect::Group;
+  KvPositions positions = KvPositions::Cache;
   // snapstream, rocketkv: entries per layer and KV head of the hold (docs/kv.md, "The hold"):
   // what compressions judged by the lookahead evict, for the real question to judge again.
   // 0 = none. A run resolves it (llm/run_config.h): snapstream's default is its recent ring W

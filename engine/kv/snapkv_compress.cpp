@@ -49,7 +49,7 @@ void KvManager::snap_head(const SnapJob& j, uint32_t worker, uint32_t l, uint32_
   const KvShape& shape = kv.shape();
   const uint32_t hd = shape.head_dim, pairs = hooks_->rope_pairs();
   const uint32_t group = shape.q_dim / hd / shape.n_kv_heads;
-  const uint32_t total = j.total, prefix = kv.prefix();
+  const uint32_t total = j.total, prefix = kv.index_rotated();
   const uint64_t cap = capacity_, stride = snap_.row_entries;
   float* row = snap_.rows + worker * stride;
   float* sums = snap_.sums + worker * stride;
@@ -175,14 +175,16 @@ Error KvManager::compress_snapkv(KvCache& kv, uint32_t staged, uint32_t target, 
               "%" PRIu32 " SnapKV candidates; the plan's score rows hold %" PRIu32, total + held, snap_.row_entries);
 
   // Rotations of every observation query: at its position t (against ring and staging) and at
-  // its cache index c (against the prefix). The window's own queries sit at their cache
-  // indices total - obs + i; the lookahead queries are placed right behind the cache, where
-  // they will be, at cache distance, when the end of the prompt arrives.
+  // its cache index c (against a prefix rotated at cache indices). The window's own queries sit
+  // at their cache indices total - obs + i; the lookahead queries are placed right behind the
+  // cache, where they will be, at cache distance, when the end of the prompt arrives. With
+  // original positions every key is scored at its position: c = t.
   const uint32_t pairs = hooks_->rope_pairs();
+  const bool original = kv.shape().positions == KvPositions::Original;
   for (uint32_t i = first; i < obs + look; ++i) {
     const bool own = i < obs;
     const int64_t t = own ? last - (obs - 1 - i) : last + 1 + (i - obs);
-    const int64_t c = own ? int64_t(total - obs + i) : int64_t(total) + (i - obs);
+    const int64_t c = original ? t : own ? int64_t(total - obs + i) : int64_t(total) + (i - obs);
     float* r = snap_.rope + uint64_t(i) * pairs * 4;
     hooks_->rope_angles(t, r, r + pairs);
     hooks_->rope_angles(c, r + 2 * pairs, r + 3 * pairs);

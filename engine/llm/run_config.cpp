@@ -46,6 +46,10 @@ Error make_runtime_config(const Model& model, const RunOverrides& o, RuntimeConf
   KEEL_ENSURE(kv_type_fits(KvType(o.kv_type), model.shape().head_dim), Status::InvalidArgument,
               "kv_type %s cannot store this model's heads of %" PRIu32 " numbers", kv_type_name(KvType(o.kv_type)),
               model.shape().head_dim);
+  KEEL_ENSURE(o.rocket_select <= 2, Status::InvalidArgument,
+              "rocket_select %" PRIu32 "; expected 0 (the default), 1 (group) or 2 (head)", o.rocket_select);
+  KEEL_ENSURE(o.kv_positions <= 2, Status::InvalidArgument,
+              "kv_positions %" PRIu32 "; expected 0 (the default), 1 (cache) or 2 (original)", o.kv_positions);
   const int backend = int(o.backend);
   KEEL_ENSURE(backend >= int(BackendKind::Auto) && backend <= int(BackendKind::Dataflow), Status::InvalidArgument,
               "backend %d; expected 0..4", backend);

@@ -53,7 +53,8 @@ struct RunOverrides {
   uint32_t rocket_page = 0;
   uint32_t rocket_topk = 0;
   uint32_t rocket_r = 0;
-  uint32_t rocket_select = 0;  // 0 = group, 1 = head (RocketSelect)
+  uint32_t rocket_select = 0;  // 0 = the default (group), 1 = group, 2 = head (RocketSelect)
+  uint32_t kv_positions = 0;   // 0 = the default (cache), 1 = cache, 2 = original (KvPositions)
   // snapstream, rocketkv: the hold's entries (docs/kv.md); 0 = the policy's (snapstream: its
   // recent ring W; rocketkv: none), -1 = none.
   int32_t hold = 0;
@@ -85,7 +86,8 @@ constexpr RuntimeConfig resolve_runtime_config(const RunDefaults& d, const RunOv
   kv.rocket_page = o.rocket_page;
   kv.rocket_topk = o.rocket_topk;
   kv.rocket_r = o.rocket_r;
-  kv.rocket_select = o.rocket_select == 1 ? RocketSelect::Head : RocketSelect::Group;
+  kv.rocket_select = o.rocket_select == 2 ? RocketSelect::Head : RocketSelect::Group;
+  kv.positions = o.kv_positions == 2 ? KvPositions::Original : KvPositions::Cache;
   PlanConfig& pc = rc.plan;
   pc.kv_budget_tokens = o.kv_budget_tokens ? o.kv_budget_tokens : d.kv_budget_tokens;
   kv.hold = o.hold > 0    ? uint32_t(o.hold)

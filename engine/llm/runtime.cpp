@@ -82,7 +82,8 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
                     pc.kv_type,
                     p.sparse.budget ? p.sparse.page : 0,
                     p.sparse.max_pages,
-                    p.kv_hold_tokens};
+                    p.kv_hold_tokens,
+                    config.kv.positions};
   // Local layers keep no observation queries and no page summaries: SnapKV and sparse decode
   // attention act on the global layers only.
   const KvShape local_kvs{ps.local_layers,

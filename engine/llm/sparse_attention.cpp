@@ -81,7 +81,7 @@ void Transformer::sparse_task(void* ctx, size_t kv_head) {
 
   // Head ranking: both frames' estimates go into one row per head, whose best page is taken
   // over all.
-  const uint32_t pre = kv.prefix_pages(), n_pages = kv.page_count();
+  const uint32_t pre = kv.index_rotated_pages(), n_pages = kv.page_count();
   const float* mins = kv.page_min(j.layer, h);
   const float* maxs = kv.page_max(j.layer, h);
   const bool per_head = sp.select == RocketSelect::Head;

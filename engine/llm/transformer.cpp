@@ -164,7 +164,7 @@ bool Transformer::attention(KvCache& kv, uint32_t layer, uint32_t row0, uint32_t
   a.n_kv_heads = shape_.n_kv_heads;
   a.head_dim = shape_.head_dim;
   a.visible = kv.visible();
-  a.prefix = kv.prefix();
+  a.prefix = kv.index_rotated();
   a.rope_pairs = rope_dim_ / 2;
   a.rope_halves = rope_halves_;
   a.shift_cos = shift_cos_ + seg * pairs;
@@ -277,7 +277,7 @@ Error Transformer::forward(const ForwardSegment* segs, uint32_t count) {
     const int64_t pos0 = g.kv->next_position();
     embed(g.tokens, g.n, row0);
     rope_tables(pos0, g.n, row0, false);
-    if (g.kv->prefix() > 0) {
+    if (g.kv->index_rotated() > 0) {
       keel::rope_angles(double(int64_t(g.kv->visible()) - pos0), inv_freq_, pairs, shift_cos_ + uint64_t(i) * pairs,
                         shift_sin_ + uint64_t(i) * pairs);
     }

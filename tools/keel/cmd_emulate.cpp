@@ -429,9 +429,9 @@ int cmd_emulate(int argc, char** argv) {
     DfCounterSet chunk_analytic;
     {
       const KvCache& kv = rt.kv_cache(0);
-      df_count_forward(s, c.model, last, kv.visible(), kv.prefix(), 1, chunk_analytic);
+      df_count_forward(s, c.model, last, kv.visible(), kv.index_rotated(), 1, chunk_analytic);
       DfSnapScoring j;
-      j.queries = emu_snap_queries(rt, last), j.total = kv.visible() + last, j.prefix = kv.prefix();
+      j.queries = emu_snap_queries(rt, last), j.total = kv.visible() + last, j.prefix = kv.index_rotated();
       if (j.queries > 0) df_count_snap_scoring(s, c.model, j, chunk_analytic);
     }
     const DfCounterSet chunk_before = be.counters();

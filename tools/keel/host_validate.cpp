@@ -282,7 +282,7 @@ int run_validate(const SessionOptions& base, const std::string& start_hw, uint32
       for (ValidateTest* t : {&tests[2 * i], &tests[2 * i + 1]}) {
         const KvCache& kv = rt.kv_cache(0);
         t->visible = kv.visible();
-        t->prefix = kv.prefix();
+        t->prefix = kv.index_rotated();
         t->capacity = kv.shape().capacity;
         const uint32_t n = t->tokens();
         t->snap_queries = t->prefill ? emu_snap_queries(rt, n) : 0;

@@ -44,6 +44,11 @@ const char kSessionHelp[] =
     "  --rocket-select S      group | head: how pages are ranked; group (default) is RocketKV's\n"
     "                         summed bound over |q|'s dimensions, head weighs dimensions by the\n"
     "                         keys' spread and ranks by each head's own estimate (docs/kv.md)\n"
+    "  --kv-positions M       cache | original: where the compressed prefix's keys sit for RoPE;\n"
+    "                         cache (default) is StreamingLLM's, at their index in the cache, so\n"
+    "                         distances never exceed the budget; original keeps their positions\n"
+    "                         in the text, as one-shot SnapKV does (streaming, snapkv, snapstream,\n"
+    "                         rocketkv; docs/kv.md, \"Positions\")\n"
     "  --chunk N              prefill chunk in tokens (default 64)\n"
     "  --verify-weights       check every tensor's CRC-32C before running (reads the weights once)\n"
     "  Defaults are the model's where its file names them (keel info: run defaults).\n";
@@ -96,15 +101,20 @@ void parse_session_options(Args& args, SessionOptions& o) {
   at_least_one("--rocket-page", o.rocket_page);
   at_least_one("--rocket-topk", o.rocket_topk);
   at_least_one("--rocket-r", o.rocket_r);
-  std::string select;
-  if (args.value("--rocket-select", nullptr, select)) {
-    if (select == "head") {
-      o.rocket_select = 1;
-    } else if (select != "group" && o.error.empty()) {
-      o.error = "--rocket-select expects group or head, got '" + select + "'";
+  // Two-valued options, numbered as RunOverrides numbers them (0: not given).
+  auto one_of = [&](const char* name, const char* first, const char* second, uint32_t& out) {
+    std::string v;
+    if (!args.value(name, nullptr, v)) return;
+    if (v == first) {
+      out = 1;
+    } else if (v == second) {
+      out = 2;
+    } else if (o.error.empty()) {
+      o.error = std::string(name) + " expects " + first + " or " + second + ", got '" + v + "'";
     }
-    o.rocket_select_given = true;
-  }
+  };
+  one_of("--rocket-select", "group", "head", o.rocket_select);
+  one_of("--kv-positions", "cache", "original", o.kv_positions);
   o.verify_weights = args.flag("--verify-weights");
 }
 
@@ -241,7 +251,7 @@ bool Session::start(uint32_t budget, std::string& error) {
     error = "--kv-policy rocketkv always runs sparse attention; --sparse-attention none contradicts it";
     return false;
   }
-  if ((opts_.rocket_page || opts_.rocket_topk || opts_.rocket_r || opts_.rocket_select_given) && !opts_.sparse_topk &&
+  if ((opts_.rocket_page || opts_.rocket_topk || opts_.rocket_r || opts_.rocket_select) && !opts_.sparse_topk &&
       policy_ != KvPolicyKind::RocketKV) {
     error =
         "--rocket-page, --rocket-topk, --rocket-r and --rocket-select need --sparse-attention topk or --kv-policy "
@@ -253,6 +263,14 @@ bool Session::start(uint32_t budget, std::string& error) {
   o.rocket_topk = opts_.rocket_topk;
   o.rocket_r = opts_.rocket_r;
   o.rocket_select = opts_.rocket_select;
+  if (opts_.kv_positions && (policy_ == KvPolicyKind::Full || policy_ == KvPolicyKind::Window)) {
+    error = std::string(
+                "--kv-positions applies to the policies that keep a prefix (streaming, snapkv, snapstream, "
+                "rocketkv); --kv-policy ") +
+            kv_policy_name(policy_) + " keeps none";
+    return false;
+  }
+  o.kv_positions = opts_.kv_positions;
   RuntimeConfig cfg;
   Error e = make_runtime_config(model_, o, &cfg);
   if (!e.ok()) {

@@ -35,8 +35,8 @@ struct SessionOptions {
   // the split's parts from --rocket-page --rocket-topk --rocket-r (0 = derived).
   uint32_t sparse_budget = 0;
   uint32_t rocket_page = 0, rocket_topk = 0, rocket_r = 0;
-  uint32_t rocket_select = 0;  // --rocket-select: 0 group, 1 head
-  bool rocket_select_given = false;
+  uint32_t rocket_select = 0;                     // --rocket-select: 0 not given, 1 group, 2 head (RunOverrides)
+  uint32_t kv_positions = 0;                      // --kv-positions: 0 not given, 1 cache, 2 original (RunOverrides)
   bool sparse_topk = false, sparse_none = false;  // --sparse-attention given as topk, none
   uint32_t logit_rows = 1;
   uint32_t slots = 1;           // sequences the plan holds side by side

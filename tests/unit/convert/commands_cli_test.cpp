@@ -151,6 +151,13 @@ TEST(Commands, BadRequestsAreOneLineErrors) {
                             "--kv-budget 4");
   EXPECT_EQ(full.exit_code, 1) << full.out;
   EXPECT_NE(full.out.find("exceeds the KV budget"), std::string::npos) << full.out;
+  const auto positions = run_cli("run -m " + q(smollm2()) + " -p hi --kv-positions text");
+  EXPECT_EQ(positions.exit_code, 1) << positions.out;
+  EXPECT_NE(positions.out.find("--kv-positions expects cache or original, got 'text'"), std::string::npos)
+      << positions.out;
+  const auto no_prefix = run_cli("run -m " + q(smollm2()) + " -p hi --kv-policy window --kv-positions original");
+  EXPECT_EQ(no_prefix.exit_code, 1) << no_prefix.out;
+  EXPECT_NE(no_prefix.out.find("--kv-policy window keeps none"), std::string::npos) << no_prefix.out;
   const auto empty = run_cli("run -m " + q(smollm2()) + " -p ''");
   EXPECT_EQ(empty.exit_code, 1) << empty.out;
   EXPECT_EQ(empty.signal, 0);

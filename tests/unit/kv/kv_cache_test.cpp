@@ -125,6 +125,77 @@ TEST(KvCache, CompactionKeepsTheChosenEntriesInOrder) {
   EXPECT_EQ(c.logical(), (std::vector<int32_t>{0, 2, 5, 9, 10, 11, 12}));
 }
 
+// Where compaction rotates keys: with Cache positions the new prefix's keys go from their
+// rotation to their cache index (and a second compaction moves them from that index on); with
+// Original positions nothing is ever rotated, rotation_of() is every entry's position, and what
+// goes to the hold is recorded at its position.
+TEST(KvCache, CompactionRotatesThePrefixOnlyWithCachePositions) {
+  struct Rotation {
+    int64_t from, to;
+    bool operator==(const Rotation& o) const { return from == o.from && to == o.to; }
+  };
+  auto record = [](void* ctx, uint16_t*, int64_t from, int64_t to) {
+    static_cast<std::vector<Rotation>*>(ctx)->push_back({from, to});
+  };
+  for (KvPositions mode : {KvPositions::Cache, KvPositions::Original}) {
+    SCOPED_TRACE(mode == KvPositions::Cache ? "cache" : "original");
+    constexpr uint32_t kBudget = 8, kChunk = 4, kHold = 4;
+    KvShape s{1, 1, 2, kBudget + kChunk, kBudget, 2, 0, KvType::F16, 0, 0, kHold, mode};
+    std::vector<uint16_t> rows(2ull * s.capacity * 2), hold_rows(2ull * kHold * 2);
+    std::vector<int32_t> positions(s.capacity), hold_positions(2ull * kHold);
+    KvBuffers b;
+    b.keys_values = rows.data();
+    b.positions = positions.data();
+    b.hold_keys_values = hold_rows.data();
+    b.hold_positions = hold_positions.data();
+    KvCache kv;
+    ASSERT_TRUE(kv.init(s, b).ok());
+    auto stage = [&](uint32_t n) {
+      for (uint32_t j = 0; j < n; ++j) kv.positions(0, 0)[kv.visible() + j] = int32_t(kv.next_position() + j);
+      kv.advance(n);
+    };
+    stage(4);
+    kv.append_ring(4);
+    stage(4);
+    kv.append_ring(4);
+    stage(3);  // logical 8..10
+    std::vector<Rotation> got;
+    std::vector<uint8_t> scratch(kv.compact_scratch_bytes());
+    const uint32_t keep[] = {0, 2, 5, 9, 10};  // prefix 0, 2, 5; ring 9, 10
+    kv.compact_head(0, 0, keep, 5, 2, 3, record, &got, scratch.data(), HoldMode::Fill);
+    kv.finish_compact(5, 2, 3, HoldMode::Fill);
+    const bool cache = mode == KvPositions::Cache;
+    EXPECT_EQ(got, cache ? (std::vector<Rotation>{{2, 1}, {5, 2}}) : std::vector<Rotation>{});
+    EXPECT_EQ(kv.index_rotated(), cache ? 3u : 0u);
+    for (uint32_t i = 0; i < kv.visible(); ++i) {
+      const int64_t position = kv.positions(0, 0)[kv.physical(i)];
+      EXPECT_EQ(kv.rotation_of(0, 0, i), cache && i < 3 ? int64_t(i) : position) << "entry " << i;
+    }
+    // Evicted: positions 1, 3, 4, 6, 7, 8; the hold keeps the newest four (4, 6, 7, 8), each at
+    // the rotation it had when it left (all ring entries, so their positions).
+    ASSERT_EQ(kv.hold_len(), kHold);
+    for (uint32_t i = 0; i < kHold; ++i) EXPECT_EQ(kv.hold_rotations(0, 0)[i], kv.hold_positions(0, 0)[i]);
+
+    // A second compaction evicts the prefix's entry at position 2 and moves the ring's oldest
+    // (position 9) into the prefix: with Cache positions the entry at position 5 goes from
+    // cache index 2 to 1, position 9 from its position to index 2, and what leaves the prefix
+    // is held at the cache index it had.
+    got.clear();
+    stage(2);  // logical 5..6 (positions 11, 12)
+    const uint32_t keep2[] = {0, 2, 3, 4, 5, 6};
+    kv.compact_head(0, 0, keep2, 6, 3, 2, record, &got, scratch.data(), HoldMode::Fill);
+    kv.finish_compact(6, 3, 2, HoldMode::Fill);
+    EXPECT_EQ(got, cache ? (std::vector<Rotation>{{2, 1}, {9, 2}}) : std::vector<Rotation>{});
+    bool found = false;
+    for (uint32_t i = 0; i < kv.hold_len(); ++i) {
+      if (kv.hold_positions(0, 0)[i] != 2) continue;
+      found = true;
+      EXPECT_EQ(kv.hold_rotations(0, 0)[i], cache ? 1 : 2);
+    }
+    EXPECT_TRUE(found) << "position 2 went to the hold";
+  }
+}
+
 // Quantized rows (q8, q4) move whole: after ring overwrites and a compaction every logical
 // entry still holds, bit for bit, the row written for its position, key and value.
 TEST(KvCache, QuantizedRowsMoveWhole) {

@@ -201,6 +201,24 @@ TEST(RunConfig, BadOverridesNameTheParameter) {
   EXPECT_NE(std::string(e.message()).find("snap_kernel 4"), std::string::npos) << e.message();
   EXPECT_EQ(std::string(e.message()).find("--"), std::string::npos) << "engine messages name parameters, not flags";
   o = RunOverrides{};
+  o.rocket_select = 3;
+  e = make_runtime_config(c.model, o, &rc);
+  EXPECT_EQ(e.status(), Status::InvalidArgument);
+  EXPECT_NE(std::string(e.message()).find("rocket_select 3"), std::string::npos) << e.message();
+  o = RunOverrides{};
+  o.kv_positions = 3;
+  e = make_runtime_config(c.model, o, &rc);
+  EXPECT_EQ(e.status(), Status::InvalidArgument);
+  EXPECT_NE(std::string(e.message()).find("kv_positions 3"), std::string::npos) << e.message();
+  // The two-valued overrides: 0 and 1 are the default, 2 the other.
+  for (uint32_t v : {0u, 1u, 2u}) {
+    o = RunOverrides{};
+    o.rocket_select = o.kv_positions = v;
+    ASSERT_TRUE(make_runtime_config(c.model, o, &rc).ok());
+    EXPECT_EQ(rc.kv.rocket_select, v == 2 ? RocketSelect::Head : RocketSelect::Group);
+    EXPECT_EQ(rc.kv.positions, v == 2 ? KvPositions::Original : KvPositions::Cache);
+  }
+  o = RunOverrides{};
   o.kv_budget_tokens = 40;  // snapstream: 4 sinks + 32 + a 10-token ring leave nothing
   e = make_runtime_config(c.model, o, &rc);
   EXPECT_EQ(e.status(), Status::BudgetTooSmall) << e.message();

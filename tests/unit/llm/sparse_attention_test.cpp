@@ -58,6 +58,26 @@ TEST(SparseAttention, RocketKvWithACoveringBudgetIsSnapStreamWithItsKernel) {
   EXPECT_GT(rocket.runtime.kv_cache(0).prefix(), 0u);
 }
 
+// The same with original positions: every page is then scored and attended in one frame (the
+// query at its position), as the dense path attends to the whole cache.
+TEST(SparseAttention, RocketKvWithACoveringBudgetIsSnapStreamWithOriginalPositionsToo) {
+  const auto prompt = test::pseudo_random_ids(400, stories().model.shape().vocab_size);
+  RuntimeConfig snap_rc = config(KvPolicyKind::SnapStream, 128, 0, kSnapKernelRocketKV);
+  RuntimeConfig rocket_rc = config(KvPolicyKind::RocketKV, 128, 256);
+  snap_rc.kv.positions = rocket_rc.kv.positions = KvPositions::Original;
+  Engine snap(snap_rc), rocket(rocket_rc);
+  ASSERT_TRUE(snap.error.ok()) << snap.error.message();
+  ASSERT_TRUE(rocket.error.ok()) << rocket.error.message();
+  const std::vector<float> want = trace(snap, prompt, 80);
+  EXPECT_EQ(trace(rocket, prompt, 80), want);
+  EXPECT_GT(rocket.runtime.kv_cache(0).prefix(), 0u);
+  EXPECT_EQ(rocket.runtime.kv_cache(0).index_rotated(), 0u);
+  // The frames matter: with cache positions the same prompt decodes to other logits.
+  Engine cache(config(KvPolicyKind::SnapStream, 128, 0, kSnapKernelRocketKV));
+  ASSERT_TRUE(cache.error.ok()) << cache.error.message();
+  EXPECT_NE(trace(cache, prompt, 80), want);
+}
+
 TEST(SparseAttention, HeadRankingWithACoveringBudgetIsExactAttentionToo) {
   // Every page chosen whatever the ranking: full + topk and rocketkv equal their exact runs.
   const auto prompt = test::pseudo_random_ids(400, stories().model.shape().vocab_size);
