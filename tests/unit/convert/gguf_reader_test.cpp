@@ -232,9 +232,9 @@ TEST(GgufReader, SmolLM2DequantMatchesReference) {
 // float32 operations in the same order as the reference (d * sc, dmin * m, then d1 * q - m1,
 // with floating-point contraction disabled), so no tolerance is needed.
 TEST(GgufReader, QuantBlocksBitExact) {
-  const auto path = require_file(keel::test::source_path("tests/golden/quant_blocks.gguf"));
-  const auto bin_path = require_file(keel::test::source_path("tests/golden/quant_blocks.expected.bin"));
-  const auto index_path = require_file(keel::test::source_path("tests/golden/quant_blocks.index.json"));
+  const auto path = require_file(keel::test::quant_blocks_path("quant_blocks.gguf"));
+  const auto bin_path = require_file(keel::test::quant_blocks_path("quant_blocks.expected.bin"));
+  const auto index_path = require_file(keel::test::quant_blocks_path("quant_blocks.index.json"));
   ASSERT_FALSE(path.empty() || bin_path.empty() || index_path.empty());
   auto m = read_or_fail(path);
   ASSERT_TRUE(m);
@@ -271,7 +271,7 @@ TEST(GgufReader, QuantBlocksBitExact) {
 }
 
 TEST(GgufReader, QuantBlocksMetadata) {
-  const auto path = require_file(keel::test::source_path("tests/golden/quant_blocks.gguf"));
+  const auto path = require_file(keel::test::quant_blocks_path("quant_blocks.gguf"));
   ASSERT_FALSE(path.empty());
   auto m = read_or_fail(path);
   ASSERT_TRUE(m);
@@ -327,7 +327,7 @@ TEST(GgmlDequant, SizesAndArgumentChecks) {
 class GgufHostile : public ::testing::Test {
  protected:
   void SetUp() override {
-    const auto path = require_file(keel::test::source_path("tests/golden/quant_blocks.gguf"));
+    const auto path = require_file(keel::test::quant_blocks_path("quant_blocks.gguf"));
     ASSERT_FALSE(path.empty());
     base_ = read_bytes(path);
     ASSERT_GT(base_.size(), 1000u);

@@ -1,6 +1,6 @@
 // The formats kept from GGUF's 5-bit and K-quant blocks (Q5, Q5M, Q4K, Q5K, Q6K):
 //  - lossless: packing a GGUF tensor and decoding a row gives the floats PyPI `gguf`'s
-//    dequantize gives, bit for bit (tests/golden/quant_blocks.*, made by
+//    dequantize gives, bit for bit (quant_blocks.* in the build tree, made by
 //    tests/reference/make_quant_golden.py), and the converter's own GGML decoder agrees on
 //    many more random blocks and shapes (partial panels, several superblocks);
 //  - the ref kernel is exact up to f32 rounding: each block adds n_t f32 terms (Q5, Q6K one;
@@ -104,13 +104,13 @@ uint32_t bits(float f) {
 // ---- lossless ----
 
 TEST(KquantPack, GoldenTensorsDecodeBitForBitAsGguf) {
-  const auto path = test::require_file(test::source_path("tests/golden/quant_blocks.gguf"));
-  const auto bin = test::read_bytes(test::require_file(test::source_path("tests/golden/quant_blocks.expected.bin")));
+  const auto path = test::require_file(test::quant_blocks_path("quant_blocks.gguf"));
+  const auto bin = test::read_bytes(test::require_file(test::quant_blocks_path("quant_blocks.expected.bin")));
   std::string error;
   auto m = convert::read_gguf(path, error);
   ASSERT_TRUE(m.has_value()) << error;
-  const auto index = nlohmann::json::parse(
-      test::read_bytes(test::require_file(test::source_path("tests/golden/quant_blocks.index.json"))));
+  const auto index =
+      nlohmann::json::parse(test::read_bytes(test::require_file(test::quant_blocks_path("quant_blocks.index.json"))));
   int checked[5] = {};
   for (size_t k = 0; k < m->tensors.size(); ++k) {
     const convert::SourceTensor& t = m->tensors[k];
