@@ -67,11 +67,13 @@ const char kHelpTail[] =
     "                         the decode ceiling: bandwidth / bytes read per token (the weights\n"
     "                         shared by the slots of a step, plus the K,V each slot attends to:\n"
     "                         mean_cached_tokens, at most the budget; with sparse attention the\n"
-    "                         rows of the chosen pages and the page summaries it reads)\n"
+    "                         rows of the chosen pages and the page summaries it reads; local\n"
+    "                         sliding-window layers their ring, mean_local_cached_tokens)\n"
     "  --json                 JSON lines, one object per configuration: model, weights_bytes, backend,\n"
     "                         matmul_kernels, threads, slots, kv_policy, kv_budget, depth, repetitions,\n"
     "                         peak_rss_bytes, bytes_per_token, kv_bytes_per_cached_token,\n"
-    "                         mean_cached_tokens (of its last tg test), with --bandwidth\n"
+    "                         mean_cached_tokens, local_kv_bytes_per_cached_token,\n"
+    "                         mean_local_cached_tokens (of its last tg test), with --bandwidth\n"
     "                         dram_read_gbps and decode_ceiling_tps, and results: per test, test,\n"
     "                         n_prompt, n_gen, tps_mean, tps_sd, tps_median, samples (tg tests also\n"
     "                         their own mean_cached_tokens, bytes_per_token, decode_ceiling_tps).\n"
@@ -125,6 +127,7 @@ struct Test {
   uint32_t n_prompt = 0, n_gen = 0;
   std::vector<double> tps;
   double mean_cached = 0, bytes_per_token = 0, ceiling = 0;  // tg tests only
+  double mean_local_cached = 0;  // entries a local (sliding-window) layer attends to; 0 without
 };
 
 // One configuration: what every test in it shares.
@@ -134,13 +137,16 @@ struct Config {
   std::string backend, matmul;
   uint32_t threads = 0, slots = 1, depth = 0, reps = 0, budget = 0;
   std::string policy;  // with "+q8" / "+q4" for a quantized cache
-  double kv_bytes_per_cached_token = 0;
+  // K and V bytes per entry of the global layers' cache (every layer's, for models without
+  // local layers) and of the local layers' ring (Gemma 3's sliding-window layers; 0 without).
+  double kv_bytes_per_cached_token = 0, local_kv_bytes_per_cached_token = 0;
   // Sparse decode attention (docs/kv.md, "Bytes per step"): a step reads the K,V rows of the
   // pages it chose (at most topk + page - 1 tokens) and its own, and 2r f32 numbers per page.
   SparseSplit sparse;
-  uint32_t kv_layer_heads = 0;                               // layers x KV heads
+  uint32_t kv_layer_heads = 0;                               // global layers x KV heads
   double mean_cached = 0, bytes_per_token = 0, ceiling = 0;  // the last tg test's, else at the depth
-  double gbps = 0;                                           // 0 without --bandwidth
+  double mean_local_cached = 0;
+  double gbps = 0;  // 0 without --bandwidth
   std::vector<Test> tests;
 };
 
@@ -210,10 +216,12 @@ class JsonPrinter : public Printer {
     printf(
         "{\"model\":%s,\"weights_bytes\":%llu,\"backend\":\"%s\",\"matmul_kernels\":\"%s\",\"threads\":%u,"
         "\"slots\":%u,\"kv_policy\":\"%s\",\"kv_budget\":%u,\"depth\":%u,\"repetitions\":%u,\"peak_rss_bytes\":%llu,"
-        "\"bytes_per_token\":%.0f,\"kv_bytes_per_cached_token\":%.0f,\"mean_cached_tokens\":%.1f,",
+        "\"bytes_per_token\":%.0f,\"kv_bytes_per_cached_token\":%.0f,\"mean_cached_tokens\":%.1f,"
+        "\"local_kv_bytes_per_cached_token\":%.0f,\"mean_local_cached_tokens\":%.1f,",
         json_string(c.model).c_str(), (unsigned long long)c.weights_bytes, c.backend.c_str(), c.matmul.c_str(),
         c.threads, c.slots, c.policy.c_str(), c.budget, c.depth, c.reps, (unsigned long long)port::peak_rss_bytes(),
-        c.bytes_per_token, c.kv_bytes_per_cached_token, c.mean_cached);
+        c.bytes_per_token, c.kv_bytes_per_cached_token, c.mean_cached, c.local_kv_bytes_per_cached_token,
+        c.mean_local_cached);
     if (c.gbps > 0) printf("\"dram_read_gbps\":%.2f,\"decode_ceiling_tps\":%.2f,", c.gbps, c.ceiling);
     printf("\"results\":[");
     for (size_t i = 0; i < c.tests.size(); ++i) {
@@ -397,37 +405,42 @@ bool run_tests(Runtime& rt, const std::vector<int32_t>& ids, const Grid& g, Conf
     s.n_gen = n_gen;
     // Entries each decode step attends to, summed over the last repetition: depth + i for the
     // full cache, at most the budget for the bounded policies.
-    double cached_sum = 0;
+    double cached_sum = 0, local_sum = 0;
+    const bool has_local = rt.local_kv_cache(0).shape().n_layers > 0;
     for (uint32_t r = 0; r < g.reps; ++r) {
       if (!fill_depth()) return false;
-      cached_sum = 0;
+      cached_sum = local_sum = 0;
       const double t0 = now_seconds();
       for (uint32_t i = 0; i < n_gen; ++i) {
         cached_sum += rt.kv_cache(0).visible() + 1.0;
+        if (has_local) local_sum += rt.local_kv_cache(0).visible() + 1.0;
         if (!decode_all(&ids[depth + i])) return false;
       }
       s.tps.push_back(double(n_gen) * c.slots / (now_seconds() - t0));
     }
     s.mean_cached = cached_sum / n_gen;
+    s.mean_local_cached = local_sum / n_gen;
     c.mean_cached = s.mean_cached;
+    c.mean_local_cached = s.mean_local_cached;
     c.tests.push_back(s);
   }
   // Bytes one decoded token costs: a step reads every weight once for all slots, plus each
   // slot's cached K and V of every layer it attends to, on average over a tg test (what the
-  // policy holds, not the depth).
-  auto bytes = [&](double cached) {
-    double kv = c.kv_bytes_per_cached_token * cached;
+  // policy holds, not the depth; local layers read their ring only).
+  auto bytes = [&](double cached, double local_cached) {
+    double kv = c.kv_bytes_per_cached_token * cached + c.local_kv_bytes_per_cached_token * local_cached;
     if (c.sparse.budget) {
       const double pages = std::ceil((cached - 1) / c.sparse.page);
       const double rows = std::min(cached - 1, double(c.sparse.topk + c.sparse.page - 1)) + 1;
-      kv = c.kv_bytes_per_cached_token * rows + c.kv_layer_heads * pages * 2.0 * c.sparse.dims * sizeof(float);
+      kv = c.kv_bytes_per_cached_token * rows + c.kv_layer_heads * pages * 2.0 * c.sparse.dims * sizeof(float) +
+           c.local_kv_bytes_per_cached_token * local_cached;
     }
     return (double(c.weights_bytes) + c.slots * kv) / c.slots;
   };
-  c.bytes_per_token = bytes(c.mean_cached);
+  c.bytes_per_token = bytes(c.mean_cached, c.mean_local_cached);
   c.ceiling = c.gbps * 1e9 / c.bytes_per_token;
   for (Test& s : c.tests) {
-    s.bytes_per_token = bytes(s.mean_cached);
+    s.bytes_per_token = bytes(s.mean_cached, s.mean_local_cached);
     s.ceiling = c.gbps * 1e9 / s.bytes_per_token;
   }
   return true;
@@ -509,10 +522,12 @@ int cmd_bench(int argc, char** argv) {
               c.budget = budget;
               c.depth = depth;
               c.reps = g.reps;
-              c.kv_bytes_per_cached_token =
-                  2.0 * ms.n_layers * ms.n_kv_heads * kv_row_bytes(o.kv_type, ms.head_dim);  // K and V rows
+              const double row_pair = 2.0 * ms.n_kv_heads * kv_row_bytes(o.kv_type, ms.head_dim);  // K and V
+              const uint32_t local_layers = rt.local_kv_cache(0).shape().n_layers;
+              c.kv_bytes_per_cached_token = row_pair * (ms.n_layers - local_layers);
+              c.local_kv_bytes_per_cached_token = row_pair * local_layers;
               c.sparse = rt.memory_plan().sparse;
-              c.kv_layer_heads = ms.n_layers * ms.n_kv_heads;
+              c.kv_layer_heads = (ms.n_layers - local_layers) * ms.n_kv_heads;
               c.gbps = bandwidth ? gbps_by_threads[t] : 0;
               if (!run_tests(rt, ids, g, c, error)) return fail("bench", error);
               if (!begun) printer->begin();

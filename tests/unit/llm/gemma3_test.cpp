@@ -41,16 +41,16 @@ constexpr double kMaxDLogit = 0.75;   // over the reference's top 5 (measured be
 
 using Engine = test::TestRuntime;
 
-std::unique_ptr<Engine> make_engine(KvPolicyKind policy, uint32_t budget) {
-  const std::string gguf = test::require_file(test::gemma3_gguf());
-  if (gguf.empty()) return nullptr;
-  static std::string path;
-  std::string err;
-  if (path.empty()) {
+// The GGUF converted with --quant keep, once per process; empty (and a failure) when it cannot be.
+const std::string& converted() {
+  static const std::string path = [] {
+    const std::string gguf = test::require_file(test::gemma3_gguf());
+    if (gguf.empty()) return std::string();
+    std::string err;
     auto src = convert::read_gguf(gguf, err);
     if (!src) {
       ADD_FAILURE() << err;
-      return nullptr;
+      return std::string();
     }
     convert::WriteOptions opts;
     opts.quant = convert::QuantMode::Keep;
@@ -58,15 +58,20 @@ std::unique_ptr<Engine> make_engine(KvPolicyKind policy, uint32_t budget) {
     const std::string out = test::tmp_path("gemma3_keep.keel");
     if (!convert::write_keel(*src, opts, out, stats, err)) {
       ADD_FAILURE() << err;
-      return nullptr;
+      return std::string();
     }
-    path = out;
-  }
+    return out;
+  }();
+  return path;
+}
+
+std::unique_ptr<Engine> make_engine(KvPolicyKind policy, uint32_t budget) {
+  if (converted().empty()) return nullptr;
   RunOverrides o;
   o.kv_policy = run_policy(policy);
   o.kv_budget_tokens = budget;
   o.threads = kThreads;
-  return test::start_runtime(path, o);
+  return test::start_runtime(converted(), o);
 }
 
 nlohmann::json golden() {
@@ -245,6 +250,25 @@ TEST(Gemma3, LocalLayersDecodePastTheWindowInTheirRings) {
   EXPECT_LT(worst, float(kMaxDLogit));
   EXPECT_EQ(argmax(Span<const float>(decoded.data(), decoded.size())),
             argmax(Span<const float>(chunked.data(), chunked.size())));
+}
+
+// keel bench counts what a decode step reads: the global layers' K and V of every cached
+// token, the local layers' of their ring only (15 of 18 layers at depth 700 read 513 entries,
+// not 700).
+TEST(Gemma3, BenchCountsTheLocalLayersRingsOnly) {
+  ASSERT_FALSE(converted().empty());
+  const auto r = test::run_cli("bench -m '" + converted() + "' -p 0 -n 4 -d 700 -r 1 -t 1 --kv-policy full " +
+                               "--kv-budget 800 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.rfind("\n{") + 1), nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  const double row_pair = 2.0 * 256 * 2;  // K and V of the one KV head, f16
+  EXPECT_DOUBLE_EQ(j["kv_bytes_per_cached_token"].get<double>(), 3 * row_pair);
+  EXPECT_DOUBLE_EQ(j["local_kv_bytes_per_cached_token"].get<double>(), 15 * row_pair);
+  EXPECT_DOUBLE_EQ(j["mean_cached_tokens"].get<double>(), 702.5);  // steps attend to 701..704
+  EXPECT_DOUBLE_EQ(j["mean_local_cached_tokens"].get<double>(), 513.0);
+  EXPECT_DOUBLE_EQ(j["bytes_per_token"].get<double>(),
+                   std::round(j["weights_bytes"].get<double>() + 702.5 * 3 * row_pair + 513.0 * 15 * row_pair));
 }
 
 // The policies that move keys now run on the global layers, whose keys share one RoPE base:
