@@ -57,6 +57,18 @@ constexpr SparseSplit sparse_split(const KvPolicyConfig& c, uint32_t kv_budget, 
   return s;
 }
 
+// The selection scratch of one KV head, in 4-byte units (plan region sparse_select; layout in
+// llm/sparse_attention.cpp): score, order, tokens [max_pages]; dims [2][head_dim]; counts [2];
+// head ranking also each query head's estimates [group][max_pages] and the keys' spread
+// [head_dim].
+constexpr uint64_t sparse_select_counts_offset(const SparseSplit& s, uint32_t head_dim) {
+  return 3 * uint64_t(s.max_pages) + 2 * uint64_t(head_dim);
+}
+constexpr uint64_t sparse_select_stride(const SparseSplit& s, uint32_t head_dim, uint32_t group) {
+  const uint64_t head = s.select == RocketSelect::Head ? uint64_t(group) * s.max_pages + head_dim : 0;
+  return sparse_select_counts_offset(s, head_dim) + 2 + head;
+}
+
 // RocketKV's stage-1 capacity for a sequence of `total` tokens (prompt + new tokens) and a
 // per-step budget B: c = max(1, S/B), alpha = min(0.2 + 0.06 log2 c, 0.8), capacity =
 // floor(S / c^alpha). The cache's --kv-budget to run rocketkv with.

@@ -337,10 +337,9 @@ constexpr uint64_t region_elements(Region r, const PlanShape& s, const PlanConfi
       return sparse.budget ? 2 * uint64_t(s.n_kv_heads) * sparse.gather_rows * kv_row_halves(c.kv_type, s.head_dim) : 0;
     case Region::SparsePositions: return sparse.budget ? uint64_t(s.n_kv_heads) * sparse.gather_rows : 0;
     case Region::SparseSelect:
-      return sparse.budget ? uint64_t(s.n_kv_heads) * ((3 + uint64_t(s.n_heads / s.n_kv_heads)) * sparse.max_pages +
-                                                       3 * uint64_t(s.head_dim) + 2) +
-                                 q_dim
-                           : 0;
+      return sparse.budget
+                 ? uint64_t(s.n_kv_heads) * sparse_select_stride(sparse, s.head_dim, s.n_heads / s.n_kv_heads) + q_dim
+                 : 0;
     case Region::LogitRows: return logit_rows * s.vocab_size;
     case Region::StepSegments: return slots * kStepEntryBytes;
     case Region::Sampler: return uint64_t(s.vocab_size) * 8 + (uint64_t(s.vocab_size) + 31) / 32 * 4 + 16;

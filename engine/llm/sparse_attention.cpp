@@ -27,19 +27,6 @@ struct Transformer::SparseJob {
   const float* shift_sin;
 };
 
-namespace {
-
-// Per KV head in sparse_select, in 4-byte units: score, order, tokens [max_pages]; estimates
-// [group][max_pages]; the keys' spread [head_dim]; dims [2][head_dim]; counts [2].
-uint64_t select_stride(const SparseSplit& s, uint32_t head_dim, uint32_t group) {
-  return (3 + uint64_t(group)) * s.max_pages + 3 * uint64_t(head_dim) + 2;
-}
-uint64_t counts_offset(const SparseSplit& s, uint32_t head_dim, uint32_t group) {
-  return select_stride(s, head_dim, group) - 2;
-}
-
-}  // namespace
-
 Error Transformer::enable_sparse(const SparseSplit& split, const RegionMap& regions, const ThreadPool* pool) {
   if (split.budget == 0) return Error();
   sparse_gather_ = regions.get<uint16_t>(Region::SparseGather);
@@ -48,11 +35,12 @@ Error Transformer::enable_sparse(const SparseSplit& split, const RegionMap& regi
   KEEL_ENSURE(sparse_gather_ && sparse_positions_ && sparse_select_ && split.page >= 1 && split.topk >= 1 &&
                   split.dims >= 1 && split.dims <= shape_.head_dim,
               Status::InvalidArgument, "sparse attention without its buffers in the plan");
-  KEEL_ENSURE(regions.bytes(Region::SparseSelect) >=
-                  (select_stride(split, shape_.head_dim, shape_.n_heads / shape_.n_kv_heads) * shape_.n_kv_heads +
-                   uint64_t(shape_.n_heads) * shape_.head_dim) *
-                      4,
-              Status::Internal, "sparse_select region smaller than its use");
+  KEEL_ENSURE(
+      regions.bytes(Region::SparseSelect) >=
+          (sparse_select_stride(split, shape_.head_dim, shape_.n_heads / shape_.n_kv_heads) * shape_.n_kv_heads +
+           uint64_t(shape_.n_heads) * shape_.head_dim) *
+              4,
+      Status::Internal, "sparse_select region smaller than its use");
   KEEL_ENSURE(split.select != RocketSelect::Head || regions.bytes(Region::KvKeyMoments) > 0, Status::Internal,
               "head ranking without the key moments in the plan");
   sparse_ = split;
@@ -67,16 +55,19 @@ void Transformer::sparse_task(void* ctx, size_t kv_head) {
   const SparseSplit& sp = t.sparse_;
   const uint32_t h = uint32_t(kv_head), hd = t.shape_.head_dim, group = t.shape_.n_heads / t.shape_.n_kv_heads;
   const uint32_t pairs = t.rope_dim_ / 2, stride = kv.shape().max_pages, r = sp.dims;
-  float* sel = t.sparse_select_ + h * select_stride(sp, hd, group);
+  // The scratch of this head (kv/rocketkv_split.h, sparse_select_stride): score, order,
+  // tokens [max_pages]; dims [2][head_dim]; counts [2]; head ranking: estimates
+  // [group][max_pages], spread [head_dim].
+  float* sel = t.sparse_select_ + h * sparse_select_stride(sp, hd, group);
   float* score = sel;
   uint32_t* order = reinterpret_cast<uint32_t*>(sel + stride);
   uint32_t* tokens = order + stride;
-  float* est = reinterpret_cast<float*>(tokens + stride);
-  float* spread = est + uint64_t(group) * stride;
-  uint32_t* dims = reinterpret_cast<uint32_t*>(spread + hd);
+  uint32_t* dims = tokens + stride;
   uint32_t* counts = dims + 2 * hd;
+  float* est = reinterpret_cast<float*>(counts + 2);
+  float* spread = est + uint64_t(group) * stride;
   const float* qt = j.q + uint64_t(h) * group * hd;
-  float* qc = t.sparse_select_ + select_stride(sp, hd, group) * t.shape_.n_kv_heads + uint64_t(h) * group * hd;
+  float* qc = t.sparse_select_ + sparse_select_stride(sp, hd, group) * t.shape_.n_kv_heads + uint64_t(h) * group * hd;
   const float scale = t.query_scale_ > 0.0f ? t.query_scale_ : 1.0f / std::sqrt(float(hd));
 
   // Head ranking: both frames' estimates go into one row per head, whose best page is taken
@@ -146,8 +137,8 @@ bool Transformer::sparse_attention(KvCache& kv, uint32_t layer, uint32_t row0, u
 
   const uint64_t row = kv.row_halves(), rows = sparse_.gather_rows;
   for (uint32_t h = 0; h < shape_.n_kv_heads; ++h) {
-    const uint32_t* counts = reinterpret_cast<const uint32_t*>(sparse_select_ + h * select_stride(sparse_, hd, group) +
-                                                               counts_offset(sparse_, hd, group));
+    const uint32_t* counts = reinterpret_cast<const uint32_t*>(
+        sparse_select_ + h * sparse_select_stride(sparse_, hd, group) + sparse_select_counts_offset(sparse_, hd));
     AttentionArgs a{};
     a.q = q_ + row0 * q_dim + uint64_t(h) * group * hd;
     a.out = att_ + row0 * q_dim + uint64_t(h) * group * hd;
