@@ -51,6 +51,20 @@ typedef enum keel_kv_type {
   KEEL_KV_TYPE_Q4 = 2   /* 4 bits with a half scale and minimum per 32 numbers: 0.63 bytes */
 } keel_kv_type;
 
+/* Where the prefix a policy compresses into keeps its keys for RoPE (docs/kv.md, "Positions"). */
+typedef enum keel_kv_positions {
+  KEEL_KV_POSITIONS_DEFAULT = 0, /* cache */
+  KEEL_KV_POSITIONS_CACHE = 1,   /* at their cache index (StreamingLLM): distances stay within the budget */
+  KEEL_KV_POSITIONS_ORIGINAL = 2 /* at their positions in the text, as one-shot SnapKV keeps them */
+} keel_kv_positions;
+
+/* How sparse decode attention ranks pages (docs/kv.md, "Sparse decode attention"). */
+typedef enum keel_rocket_select {
+  KEEL_ROCKET_SELECT_DEFAULT = 0, /* group */
+  KEEL_ROCKET_SELECT_GROUP = 1,   /* RocketKV's: dimensions by |q|, the group's summed bound */
+  KEEL_ROCKET_SELECT_HEAD = 2     /* dimensions weighed by the keys' spread, each head's own estimate */
+} keel_rocket_select;
+
 /* A zeroed keel_config means: what the model file asks for (its KV defaults and the chunk of its
  * memory plan; `keel info` prints them under "run defaults"), else the engine's defaults, one
  * slot, the caller's thread. Every zero field below takes that default. */
@@ -74,6 +88,8 @@ typedef struct keel_config {
                               also for a format-1 file, which has no checksums) */
   uint32_t sparse_budget;  /* tokens a decode step attends to (docs/kv.md, "Sparse decode
                               attention"); 0 = all (rocketkv: budget / 4) */
+  uint32_t kv_positions;   /* a keel_kv_positions; 0 = cache */
+  uint32_t rocket_select;  /* a keel_rocket_select; 0 = group */
 } keel_config;
 
 typedef struct keel_plan_info {

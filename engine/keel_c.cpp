@@ -67,6 +67,8 @@ keel::Error runtime_config(const keel::Model& m, const keel_config* c, keel::Run
     o.queue_capacity = c->queue_capacity;
     o.kv_type = c->kv_type;
     o.sparse_budget = c->sparse_budget;
+    o.kv_positions = c->kv_positions;
+    o.rocket_select = c->rocket_select;
     // A C caller may store any integer in an enum field; in C++ reading one outside the
     // enumerators is undefined, so the bytes are read as the integer they are.
     // (Its size is the ABI's: an int on x86-64, one byte with ARM EABI's short enums.)
@@ -83,6 +85,8 @@ keel::Error runtime_config(const keel::Model& m, const keel_config* c, keel::Run
 
 static_assert(KEEL_KV_ROCKETKV == keel::kRunPolicyMax && KEEL_KV_SNAPKV == keel::run_policy(keel::KvPolicyKind::SnapKV),
               "keel_kv_policy numbers are RunOverrides::kv_policy's");
+static_assert(KEEL_KV_POSITIONS_ORIGINAL == 2 && KEEL_ROCKET_SELECT_HEAD == 2,
+              "keel_kv_positions and keel_rocket_select numbers are RunOverrides'");
 static_assert(int(KEEL_BACKEND_XNNPACK) == int(keel::BackendKind::Xnnpack), "keel_backend is BackendKind");
 static_assert(KEEL_KV_TYPE_Q8 == int(keel::KvType::Q8) && KEEL_KV_TYPE_Q4 == int(keel::KvType::Q4),
               "keel_kv_type numbers are KvType's");

@@ -120,11 +120,12 @@ TEST(CApi, KvPoliciesBoundAPromptLongerThanTheBudget) {
   ASSERT_TRUE(file.open(stories_keel(), err)) << err;
   std::vector<int32_t> prompt(1, 1);
   for (int i = 0; prompt.size() < 400; ++i) prompt.push_back(int32_t(3 + (i * 37 + i / 7) % 500));
-  auto run = [&](uint32_t policy, std::vector<int32_t>& out) -> keel_status {
+  auto run = [&](uint32_t policy, std::vector<int32_t>& out, uint32_t positions = 0) -> keel_status {
     keel_config cfg{};
     cfg.kv_budget_tokens = 128;
     cfg.chunk_tokens = 32;
     cfg.kv_policy = policy;
+    cfg.kv_positions = positions;
     keel_plan_info plan{};
     keel_status st = keel_plan(file.data(), file.size(), &cfg, &plan);
     if (st != KEEL_OK) return st;
@@ -163,6 +164,12 @@ TEST(CApi, KvPoliciesBoundAPromptLongerThanTheBudget) {
   }
   EXPECT_EQ(got[KEEL_KV_MODEL_DEFAULT], got[KEEL_KV_SNAPSTREAM]);
   EXPECT_NE(got[KEEL_KV_WINDOW], got[KEEL_KV_SNAPSTREAM]);
+  // The prefix at its positions in the text: the same cache, other rotations, another text.
+  std::vector<int32_t> cache, original;
+  EXPECT_EQ(run(KEEL_KV_SNAPSTREAM, cache, KEEL_KV_POSITIONS_CACHE), KEEL_OK);
+  EXPECT_EQ(run(KEEL_KV_SNAPSTREAM, original, KEEL_KV_POSITIONS_ORIGINAL), KEEL_OK);
+  EXPECT_EQ(cache, got[KEEL_KV_SNAPSTREAM]);
+  EXPECT_NE(original, got[KEEL_KV_SNAPSTREAM]);
 
   // Options the engine cannot honour are refused by keel_plan and by keel_init, with the reason.
   keel_config bad{};
@@ -189,6 +196,14 @@ TEST(CApi, KvPoliciesBoundAPromptLongerThanTheBudget) {
   keel_config kernel{};
   kernel.snap_kernel = -3;
   EXPECT_EQ(keel_plan(file.data(), file.size(), &kernel, &plan), KEEL_ERR_BAD_ARGUMENT);
+  keel_config positions{};
+  positions.kv_positions = 3;
+  EXPECT_EQ(keel_init(block.data(), block.size(), file.data(), file.size(), &positions, &e, msg, sizeof msg),
+            KEEL_ERR_BAD_ARGUMENT);
+  EXPECT_NE(std::string(msg).find("kv_positions 3"), std::string::npos) << msg;
+  keel_config select{};
+  select.rocket_select = 3;
+  EXPECT_EQ(keel_plan(file.data(), file.size(), &select, &plan), KEEL_ERR_BAD_ARGUMENT);
 }
 
 // Static storage, as firmware declares it: the arenas are members sized by constexpr plans.
