@@ -2,8 +2,29 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 namespace keel {
+namespace {
+
+// acc[j] += a * x[j] + b * y[j] over n pages, eight at a time in the compiler's generic vectors
+// (SSE on the x86 baseline, plain code where there is no SIMD): element for element the same
+// operations as the scalar tail, so the result does not depend on where a page falls.
+void accumulate(float* acc, float a, const float* x, float b, const float* y, uint32_t n) {
+  typedef float f32x8 __attribute__((vector_size(32)));
+  uint32_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    f32x8 s, u, v;
+    memcpy(&s, acc + j, sizeof s);
+    memcpy(&u, x + j, sizeof u);
+    memcpy(&v, y + j, sizeof v);
+    s += a * u + b * v;
+    memcpy(acc + j, &s, sizeof s);
+  }
+  for (; j < n; ++j) acc[j] += a * x[j] + b * y[j];
+}
+
+}  // namespace
 
 void rocketkv_choose_dims(const float* q, uint32_t group, uint32_t head_dim, const float* spread, uint32_t r,
                           uint32_t* dims) {
@@ -45,7 +66,7 @@ void rocketkv_group_bounds(const float* q, uint32_t group, uint32_t head_dim, co
         neg += x;
       }
     }
-    for (uint32_t j = 0; j < n_pages; ++j) bound[j] += pos * hi[j] + neg * lo[j];
+    accumulate(bound, pos, hi, neg, lo, n_pages);
   }
 }
 
@@ -65,7 +86,7 @@ void rocketkv_head_estimates(const float* q, uint32_t group, uint32_t head_dim, 
       const float x = qg[i] * t;
       // A positive coefficient meets the page maximum, a negative one its minimum.
       const float* src = (qg[i] >= 0.0f ? maxs : mins) + uint64_t(i) * stride;
-      for (uint32_t j = 0; j < n_pages; ++j) e[j] += x * src[j];
+      accumulate(e, x, src, 0.0f, src, n_pages);
     }
   }
 }
@@ -85,29 +106,51 @@ void rocketkv_page_scores(const float* est, uint32_t group, uint64_t est_stride,
 
 uint32_t rocketkv_select_pages(const float* score, const uint32_t* tokens, uint32_t n_pages, uint32_t k,
                                uint32_t* order) {
-  const auto before = [&](uint32_t a, uint32_t b) { return score[a] > score[b] || (score[a] == score[b] && a < b); };
   uint32_t max_tokens = 0;
-  for (uint32_t j = 0; j < n_pages; ++j) {
-    order[j] = j;
-    max_tokens = tokens[j] > max_tokens ? tokens[j] : max_tokens;
-  }
-  // No page holds more than max_tokens, so the chosen prefix of the score order is at least
-  // ceil(k / max_tokens) pages long. Only the chosen set matters (it is returned by index), so a
-  // linear selection finds those pages instead of a sort of every page (the sort was most of a
-  // decode step's selection time at a few thousand pages per head).
+  for (uint32_t j = 0; j < n_pages; ++j) max_tokens = tokens[j] > max_tokens ? tokens[j] : max_tokens;
+  // No page holds more than max_tokens, so the chosen prefix of the score order (decreasing
+  // score, the lower page first among equals) is at least m = ceil(k / max_tokens) pages long.
+  // Only the chosen set matters (it is returned by index): the m-th best score is found by a
+  // linear selection over the scores themselves, and one pass in page order takes the pages
+  // above it and, lowest first, those equal to it, so the set comes out in increasing order.
+  // (Sorting page indices by score, then the chosen ones by index, was most of a decode step's
+  // selection time at a few thousand pages per head.)
   uint32_t m = k == 0 ? 0 : max_tokens == 0 ? n_pages : (k + max_tokens - 1) / max_tokens;
-  if (m > n_pages) m = n_pages;
-  if (m > 0 && m < n_pages) std::nth_element(order, order + m - 1, order + n_pages, before);
-  uint64_t held = 0;
-  for (uint32_t i = 0; i < m; ++i) held += tokens[order[i]];
-  // Shorter pages (the last of the prefix, the ring's newest) may leave it short: the next best
-  // pages, one at a time.
-  while (m < n_pages && held < k) {
-    std::swap(order[m], *std::min_element(order + m, order + n_pages, before));
-    held += tokens[order[m++]];
+  if (m >= n_pages) {
+    for (uint32_t j = 0; j < n_pages; ++j) order[j] = j;
+    return n_pages;
   }
-  std::sort(order, order + m);
-  return m;
+  if (m == 0) return 0;
+  float* sorted = reinterpret_cast<float*>(order);  // scratch until order is written below
+  for (uint32_t j = 0; j < n_pages; ++j) sorted[j] = score[j];
+  std::nth_element(sorted, sorted + (n_pages - m), sorted + n_pages);
+  float cut = sorted[n_pages - m];  // the m-th largest
+  uint32_t ties = m;
+  for (uint32_t j = 0; j < n_pages; ++j) ties -= score[j] > cut;
+  uint32_t n = 0, last_tie = 0;
+  uint64_t held = 0;
+  for (uint32_t j = 0; j < n_pages; ++j) {
+    if (score[j] > cut || (score[j] == cut && ties > 0)) {
+      if (score[j] == cut) --ties, last_tie = j;
+      order[n++] = j;
+      held += tokens[j];
+    }
+  }
+  // Shorter pages (the last of the prefix, the ring's newest) may leave it short: the next best
+  // pages, one at a time. Everything after (cut, last_tie) in the score order is unchosen.
+  while (n < n_pages && held < k) {
+    uint32_t best = n_pages;
+    for (uint32_t j = 0; j < n_pages; ++j) {
+      const bool unchosen = score[j] < cut || (score[j] == cut && j > last_tie);
+      if (unchosen && (best == n_pages || score[j] > score[best])) best = j;
+    }
+    cut = score[best], last_tie = best;
+    uint32_t at = n++;
+    for (; at > 0 && order[at - 1] > best; --at) order[at] = order[at - 1];
+    order[at] = best;
+    held += tokens[best];
+  }
+  return n;
 }
 
 }  // namespace keel

@@ -109,15 +109,23 @@ void Transformer::sparse_task(void* ctx, size_t kv_head) {
   const uint16_t* k = kv.keys(j.layer, h);
   const uint16_t* v = kv.values(j.layer, h);
   const int32_t* pos = kv.positions(j.layer, h);
+  // Chosen pages that follow each other are consecutive rows (the prefix's last page ends where
+  // the ring's first begins): one copy per run of them. Prefix rows stay first.
+  const uint32_t prefix_rows = pre > 0 ? kv.prefix() : 0;
   uint32_t n = 0, n_prefix = 0;
-  for (uint32_t i = 0; i < m; ++i) {
-    uint32_t b, e;
+  for (uint32_t i = 0; i < m;) {
+    uint32_t b, e, b_next, e_next;
     kv.page_range(order[i], &b, &e);
+    for (++i; i < m && order[i] == order[i - 1] + 1; ++i) {
+      kv.page_range(order[i], &b_next, &e_next);
+      if (b_next != e) break;
+      e = e_next;
+    }
     memcpy(gk + n * row, k + b * row, (e - b) * row * 2);
     memcpy(gv + n * row, v + b * row, (e - b) * row * 2);
     memcpy(gp + n, pos + b, (e - b) * 4);
     n += e - b;
-    if (order[i] < pre) n_prefix += e - b;
+    if (b < prefix_rows) n_prefix += (e < prefix_rows ? e : prefix_rows) - b;
   }
   const uint32_t own = kv.visible();  // the decode token's staged entry
   memcpy(gk + n * row, k + own * row, row * 2);
