@@ -24,6 +24,20 @@ void accumulate(float* acc, float a, const float* x, float b, const float* y, ui
   for (; j < n; ++j) acc[j] += a * x[j] + b * y[j];
 }
 
+// acc[j] += a * x[j], the same way.
+void accumulate(float* acc, float a, const float* x, uint32_t n) {
+  typedef float f32x8 __attribute__((vector_size(32)));
+  uint32_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    f32x8 s, u;
+    memcpy(&s, acc + j, sizeof s);
+    memcpy(&u, x + j, sizeof u);
+    s += a * u;
+    memcpy(acc + j, &s, sizeof s);
+  }
+  for (; j < n; ++j) acc[j] += a * x[j];
+}
+
 }  // namespace
 
 void rocketkv_choose_dims(const float* q, uint32_t group, uint32_t head_dim, const float* spread, uint32_t r,
@@ -86,7 +100,7 @@ void rocketkv_head_estimates(const float* q, uint32_t group, uint32_t head_dim, 
       const float x = qg[i] * t;
       // A positive coefficient meets the page maximum, a negative one its minimum.
       const float* src = (qg[i] >= 0.0f ? maxs : mins) + uint64_t(i) * stride;
-      accumulate(e, x, src, 0.0f, src, n_pages);
+      accumulate(e, x, src, n_pages);
     }
   }
 }
