@@ -20,22 +20,33 @@ using test::run_cli;
 
 std::string q(const std::string& s) { return "'" + s + "'"; }
 
+// `keel passkey ... --json -q` on the essays: the results of its JSON document, which must hold
+// `n` of them.
+json passkey_results(const std::string& model, const std::string& args, size_t n) {
+  const auto r = run_cli("passkey -m " + q(model) + " " + args + " --haystack " +
+                         q(test::require_file(test::shared_path("data/paul_graham_essays"))) + " --json -q");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  const size_t nl = r.out.rfind("\n{");
+  const json j = json::parse(r.out.substr(nl == std::string::npos ? 0 : nl + 1), nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << r.out;
+  if (j.is_discarded() || !j.contains("results") || j["results"].size() != n) {
+    ADD_FAILURE() << "expected " << n << " results: " << r.out;
+    return json::array();
+  }
+  return j["results"];
+}
+
 TEST(PasskeyLong, SnapStreamFindsKeys450And620TokensBeforeTheQuestionAt7500Tokens) {
   const std::string model = test::tmp_path("passkey_long_smollm2.keel");
   const auto c = run_cli("convert " + q(test::require_file(test::smollm2_gguf())) + " -o " + q(model) + " -q");
   ASSERT_EQ(c.exit_code, 0) << c.out;
   // Seed 1 (the default) draws the keys of the depths in turn: 4432462 at 0.92, 25246 at 0.94.
-  const auto r = run_cli("passkey -m " + q(model) +
-                         " --lengths 7500 --depths 0.92,0.94 -t 1 --kv-policy snapstream --kv-budget 1024 --haystack " +
-                         q(test::require_file(test::shared_path("data/paul_graham_essays"))) + " --json -q");
-  ASSERT_EQ(r.exit_code, 0) << r.out;
-  const size_t nl = r.out.rfind("\n{");
-  const json j = json::parse(r.out.substr(nl == std::string::npos ? 0 : nl + 1), nullptr, false);
-  ASSERT_FALSE(j.is_discarded()) << r.out;
-  ASSERT_EQ(j["results"].size(), 2u) << r.out;
+  const json results =
+      passkey_results(model, "--lengths 7500 --depths 0.92,0.94 -t 1 --kv-policy snapstream --kv-budget 1024", 2);
+  ASSERT_EQ(results.size(), 2u);
   const char* expected[] = {"4432462", "25246"};
   for (size_t i = 0; i < 2; ++i) {
-    const json& x = j["results"][i];
+    const json& x = results[i];
     ASSERT_EQ(x["expected"], expected[i]) << "not the prompts the misses were found on: " << x;
     EXPECT_GE(x["length"].get<int>(), 7400) << x;
     EXPECT_TRUE(x["correct"].get<bool>())
@@ -54,18 +65,14 @@ TEST(PasskeyLong, Gemma3RocketKvWithHeadRankingAndOriginalPositionsFindsTheFullC
   const auto c =
       run_cli("convert " + q(test::require_file(test::gemma3_gguf())) + " -o " + q(model) + " --quant keep -q");
   ASSERT_EQ(c.exit_code, 0) << c.out;
-  const auto r = run_cli("passkey -m " + q(model) +
-                         " --lengths 8192 --depths 0.5,0.8,0.9 -t 1 --kv-policy rocketkv --kv-budget 3729 "
-                         "--sparse-budget 1024 --rocket-select head --kv-positions original --haystack " +
-                         q(test::require_file(test::shared_path("data/paul_graham_essays"))) + " --json -q");
-  ASSERT_EQ(r.exit_code, 0) << r.out;
-  const size_t nl = r.out.rfind("\n{");
-  const json j = json::parse(r.out.substr(nl == std::string::npos ? 0 : nl + 1), nullptr, false);
-  ASSERT_FALSE(j.is_discarded()) << r.out;
-  ASSERT_EQ(j["results"].size(), 3u) << r.out;
+  const json results = passkey_results(model,
+                                       "--lengths 8192 --depths 0.5,0.8,0.9 -t 1 --kv-policy rocketkv --kv-budget 3729 "
+                                       "--sparse-budget 1024 --rocket-select head --kv-positions original",
+                                       3);
+  ASSERT_EQ(results.size(), 3u);
   const char* expected[] = {"4432462", "25246"};  // depths 0.5 and 0.8, found by the full cache
   for (size_t i = 0; i < 2; ++i) {
-    const json& x = j["results"][i];
+    const json& x = results[i];
     ASSERT_EQ(x["expected"], expected[i]) << "not the prompts measured: " << x;
     EXPECT_TRUE(x["correct"].get<bool>())
         << "rocketkv answered '" << x["answer"].get<std::string>() << "' at depth " << x["depth"]
