@@ -140,7 +140,19 @@ class KvCache {
     return pages_ ? prefix_pages() + (ring_len_ + shape_.page_tokens - 1) / shape_.page_tokens : 0;
   }
   // Physical entries [begin, end) of page `page`.
-  void page_range(uint32_t page, uint32_t* begin, uint32_t* end) const;
+  void page_range(uint32_t page, uint32_t* begin, uint32_t* end) const {
+    const uint32_t p = shape_.page_tokens, pre = prefix_pages();
+    if (page < pre) {
+      *begin = page * p;
+      *end = (page + 1) * p < prefix_ ? (page + 1) * p : prefix_;
+      return;
+    }
+    const uint32_t r = page - pre;
+    *begin = prefix_ + r * p;
+    *end = prefix_ + ((r + 1) * p < ring_len_ ? (r + 1) * p : ring_len_);
+  }
+  // tokens[j] = the entries of page j, for j in [0, page_count()).
+  void page_sizes(uint32_t* tokens) const;
   // [head_dim][max_pages]: dimension i of page j at i * max_pages + j.
   const float* page_min(uint32_t layer, uint32_t head) const {
     return pages_ + slab_pages(layer, head) * 2 * shape_.head_dim;

@@ -14,16 +14,12 @@ constexpr uint32_t kMaxPageRow = 1024;  // numbers of one key (the engine's larg
 
 }  // namespace
 
-void KvCache::page_range(uint32_t page, uint32_t* begin, uint32_t* end) const {
-  const uint32_t p = shape_.page_tokens, pre = prefix_pages();
-  if (page < pre) {
-    *begin = page * p;
-    *end = (page + 1) * p < prefix_ ? (page + 1) * p : prefix_;
-    return;
-  }
-  const uint32_t r = page - pre;
-  *begin = prefix_ + r * p;
-  *end = prefix_ + ((r + 1) * p < ring_len_ ? (r + 1) * p : ring_len_);
+void KvCache::page_sizes(uint32_t* tokens) const {
+  // Every page is whole but the last of the prefix and the last of the ring.
+  const uint32_t p = shape_.page_tokens, pre = prefix_pages(), n = page_count();
+  for (uint32_t j = 0; j < n; ++j) tokens[j] = p;
+  if (pre > 0) tokens[pre - 1] = prefix_ - (pre - 1) * p;
+  if (n > pre) tokens[n - 1] = ring_len_ - (n - 1 - pre) * p;
 }
 
 void KvCache::refresh_pages(uint32_t l, uint32_t h, uint32_t prefix, uint32_t ring_len, uint32_t first, uint32_t last) {

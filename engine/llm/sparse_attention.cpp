@@ -95,11 +95,7 @@ void Transformer::sparse_task(void* ctx, size_t kv_head) {
   } else {
     rocketkv_group_bounds(qt, group, hd, dims + hd, r, mins + pre, maxs + pre, stride, n_pages - pre, score + pre);
   }
-  for (uint32_t p = 0; p < n_pages; ++p) {
-    uint32_t b, e;
-    kv.page_range(p, &b, &e);
-    tokens[p] = e - b;
-  }
+  kv.page_sizes(tokens);
   const uint32_t m = rocketkv_select_pages(score, tokens, n_pages, sp.topk, order);
 
   const uint64_t row = kv.row_halves(), rows = sp.gather_rows;
@@ -110,10 +106,29 @@ void Transformer::sparse_task(void* ctx, size_t kv_head) {
   const uint16_t* v = kv.values(j.layer, h);
   const int32_t* pos = kv.positions(j.layer, h);
   // Chosen pages that follow each other are consecutive rows (the prefix's last page ends where
-  // the ring's first begins): one copy per run of them. Prefix rows stay first.
+  // the ring's first begins): one copy per run of them. Prefix rows stay first. The pages are
+  // scattered over the cache, so each is fetched kPagesAhead chosen pages before its copy: left
+  // to the hardware, every copy would wait for its rows.
   const uint32_t prefix_rows = pre > 0 ? kv.prefix() : 0;
+  const uint64_t row_bytes = row * 2;
+  uint32_t ahead = 0;  // chosen pages fetched so far
+  const auto fetch_until = [&](uint32_t until) {
+    for (; ahead < until && ahead < m; ++ahead) {
+      uint32_t b, e;
+      kv.page_range(order[ahead], &b, &e);
+      const char* kb = reinterpret_cast<const char*>(k + b * row);
+      const char* vb = reinterpret_cast<const char*>(v + b * row);
+      for (uint64_t at = 0; at < (e - b) * row_bytes; at += 64) {
+        // Into the outer caches: the L1's few fill buffers would stall the loop on them.
+        __builtin_prefetch(kb + at, 0, 1);
+        __builtin_prefetch(vb + at, 0, 1);
+      }
+    }
+  };
+  constexpr uint32_t kPagesAhead = 8;
   uint32_t n = 0, n_prefix = 0;
   for (uint32_t i = 0; i < m;) {
+    fetch_until(i + kPagesAhead);
     uint32_t b, e, b_next, e_next;
     kv.page_range(order[i], &b, &e);
     for (++i; i < m && order[i] == order[i - 1] + 1; ++i) {
@@ -121,8 +136,8 @@ void Transformer::sparse_task(void* ctx, size_t kv_head) {
       if (b_next != e) break;
       e = e_next;
     }
-    memcpy(gk + n * row, k + b * row, (e - b) * row * 2);
-    memcpy(gv + n * row, v + b * row, (e - b) * row * 2);
+    memcpy(gk + n * row, k + b * row, (e - b) * row_bytes);
+    memcpy(gv + n * row, v + b * row, (e - b) * row_bytes);
     memcpy(gp + n, pos + b, (e - b) * 4);
     n += e - b;
     if (b < prefix_rows) n_prefix += (e < prefix_rows ? e : prefix_rows) - b;

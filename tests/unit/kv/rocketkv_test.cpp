@@ -90,10 +90,13 @@ struct RandomPages {
     std::sort(d.begin(), d.end());
     return d;
   }
+  void expect_selection(const std::vector<float>& score, int trial) const { expect_top_pages(score, tokens, k, trial); }
   // rocketkv_select_pages against the reference on the same float scores (the order of equal
   // floats is the contract): pages by decreasing score until k tokens, nothing left out above
   // anything taken.
-  void expect_selection(const std::vector<float>& score, int trial) const {
+  static void expect_top_pages(const std::vector<float>& score, const std::vector<uint32_t>& tokens, uint32_t k,
+                               int trial) {
+    const uint32_t n_pages = uint32_t(score.size());
     std::vector<uint32_t> order(n_pages);
     const uint32_t m = rocketkv_select_pages(score.data(), tokens.data(), n_pages, k, order.data());
     std::vector<uint32_t> ref(n_pages);
@@ -106,10 +109,36 @@ struct RandomPages {
     ASSERT_EQ(std::vector<uint32_t>(order.begin(), order.begin() + m), ref) << "trial " << trial;
     for (uint32_t p = 0; p < n_pages; ++p) {
       if (std::binary_search(ref.begin(), ref.end(), p)) continue;
-      for (uint32_t c : ref) EXPECT_LE(score[p], score[c]);
+      for (uint32_t c : ref) ASSERT_LE(score[p], score[c]) << "trial " << trial;
     }
   }
 };
+
+// Decode-sized selections (thousands of pages, as a 4k-8k cache cut into pages of 2-4 gives)
+// whose scores are continuous, coarsely rounded (many ties at the cut), signed zeros, or
+// partly -inf; two partial pages as the prefix's and the ring's last.
+TEST(RocketKvSelect, LargeSelectionsWithTiesZerosAndInfinitiesEqualTheSortedReference) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  for (int trial = 0; trial < 48; ++trial) {
+    const uint32_t n_pages = 500 + uint32_t(rng() % 4000), page = 1u << (trial % 3);
+    std::vector<float> score(n_pages);
+    for (float& x : score) {
+      x = nd(rng);
+      switch (trial % 4) {
+        case 1: x = std::round(x); break;  // ~20 distinct values
+        case 2: x = rng() % 3 == 0 ? (rng() % 2 ? 0.0f : -0.0f) : x; break;
+        case 3: x = rng() % 5 == 0 ? -INFINITY : x; break;
+        default: break;
+      }
+    }
+    std::vector<uint32_t> tokens(n_pages, page);
+    tokens[rng() % n_pages] = 1;
+    tokens[n_pages - 1] = 1 + uint32_t(rng() % page);
+    const uint32_t k = 1 + uint32_t(rng() % (n_pages * page / 2));
+    RandomPages::expect_top_pages(score, tokens, k, trial);
+  }
+}
 
 // RocketSelect::Group: dims by sum |q|, the group's summed bound in double, the selection.
 TEST(RocketKvSelect, GroupRankingEqualsBruteForceTopKOfTheBound) {
@@ -250,15 +279,18 @@ struct PagedCache {
     }
     kv.advance(n);
   }
-  // Every page's summary equals its rows' min and max; pages tile prefix and ring exactly, and
-  // none straddles the two. The key moments equal sums over the visible rows (up to rounding of
-  // the running sums), and the spread their standard deviation.
+  // Every page's summary equals its rows' min and max; pages tile prefix and ring exactly, none
+  // straddles the two, and page_sizes agrees with page_range. The key moments equal sums over the visible rows (up to
+  // rounding of the running sums), and the spread their standard deviation.
   void expect_summaries(const char* when) {
     SCOPED_TRACE(when);
     uint32_t covered = 0;
+    std::vector<uint32_t> sizes(s.max_pages);
+    kv.page_sizes(sizes.data());
     for (uint32_t p = 0; p < kv.page_count(); ++p) {
       uint32_t b, e;
       kv.page_range(p, &b, &e);
+      ASSERT_EQ(sizes[p], e - b) << "page " << p;
       ASSERT_EQ(b, covered);
       ASSERT_GT(e, b);
       ASSERT_LE(e - b, s.page_tokens);
