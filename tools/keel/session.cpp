@@ -289,18 +289,13 @@ bool Session::start(uint32_t budget, std::string& error) {
             human_bytes(avail) + " available (lower --kv-budget)";
     return false;
   }
-  persistent_.reset(static_cast<uint8_t*>(aligned_alloc(64, align_up(p.persistent_bytes, 64))));
-  scratch_.reset(static_cast<uint8_t*>(aligned_alloc(64, align_up(p.scratch_bytes, 64))));
-  if (!persistent_ || !scratch_) {
-    error = "cannot reserve the arenas (" + std::to_string(p.persistent_bytes + p.scratch_bytes) + " bytes)";
-    return false;
-  }
+  if (!persistent_.reserve(p.persistent_bytes, error) || !scratch_.reserve(p.scratch_bytes, error)) return false;
   // Touch the arenas now so their pages are resident before the first token.
-  memset(persistent_.get(), 0, p.persistent_bytes);
-  memset(scratch_.get(), 0, p.scratch_bytes);
+  memset(persistent_.data(), 0, p.persistent_bytes);
+  memset(scratch_.data(), 0, p.scratch_bytes);
   if (threads_ > 1) pool_ = std::make_unique<port::LinuxThreadPool>(threads_);
-  e = runtime_.init(model_, cfg, Span<uint8_t>(persistent_.get(), p.persistent_bytes),
-                    Span<uint8_t>(scratch_.get(), p.scratch_bytes), pool_ ? pool_->pool() : nullptr);
+  e = runtime_.init(model_, cfg, Span<uint8_t>(persistent_.data(), p.persistent_bytes),
+                    Span<uint8_t>(scratch_.data(), p.scratch_bytes), pool_ ? pool_->pool() : nullptr);
   if (!e.ok()) {
     error = engine_error(e);
     return false;

@@ -10,6 +10,7 @@
 #include "keel/args.h"
 #include "backend/dataflow_hw.h"
 #include "llm/runtime.h"
+#include "ports/linux/arena_memory.h"
 #include "ports/linux/mapped_file.h"
 #include "ports/linux/thread_pool.h"
 
@@ -76,9 +77,6 @@ class Session {
   const SessionOptions& options() const { return opts_; }
 
  private:
-  struct Free {
-    void operator()(uint8_t* p) const { free(p); }
-  };
   SessionOptions opts_;
   port::MappedFile file_;
   Model model_;
@@ -86,7 +84,7 @@ class Session {
   KvPolicyKind policy_ = KvPolicyKind::Full;
   std::unique_ptr<port::LinuxThreadPool> pool_;
   HwDesc hw_;  // what the dataflow backend emulates; the plan points at it
-  std::unique_ptr<uint8_t, Free> persistent_, scratch_;
+  port::ArenaMemory persistent_, scratch_;
   Runtime runtime_;
 };
 
