@@ -3,9 +3,9 @@
 // many values, with the x86 kernels (kernels/attention.h). Keys and values are random normal
 // numbers stored as f16, q8 and q4; every layer has its own cache, so a step reads
 // depth x 23,040 bytes in f16 as the engine does, mostly from DRAM past a few hundred tokens.
-// The quantized formats run with each x86 table the CPU has (AVX2; AVX-512 VNNI, which the
-// engine picks when present), one query head per call, and, where the table has them, through the
-// grouped-query entries the engine runs: a KV head's 3 query heads per call, each row read once.
+// Each format runs with each x86 table the CPU has (AVX2; AVX-512 VNNI, which the engine picks
+// when present), one query head per call, and through each table's grouped-query entries, which
+// the engine runs: a KV head's 3 query heads per call, each row read from memory once.
 //
 // Times are the thread's CPU time (a shared host's other work does not count; cache and memory
 // contention still do), median of 7 steps, formats alternating within each repetition.
@@ -127,26 +127,24 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "attention_bench: this CPU lacks AVX2/F16C/FMA\n");
     return 1;
   }
-  std::vector<Variant> variants{{0, avx2}, {1, avx2}, {2, avx2}};
-  if (avx512 != nullptr) variants.insert(variants.begin() + 2, {1, avx512});
-  if (avx512 != nullptr) variants.push_back({2, avx512});
-  // Each format's rows, then its grouped row where the AVX-512 table has one.
-  if (avx512 != nullptr) {
-    std::vector<Variant> with_groups;
-    for (const Variant& v : variants) {
-      with_groups.push_back(v);
-      const bool last_of_type = &v == &variants.back() || (&v + 1)->type != v.type;
-      if (last_of_type && avx512->scores_group_of(kTypes[v.type]) && avx512->weighted_sum_group_of(kTypes[v.type]))
-        with_groups.push_back({v.type, avx512, true});
+  // Per format: each table one query head per call, then each table's grouped entries.
+  std::vector<Variant> variants;
+  for (int t = 0; t < 3; ++t) {
+    for (const AttentionKernels* k : {avx2, avx512}) {
+      // The AVX-512 table's f16 single-query entries are the AVX2 ones.
+      if (k != nullptr && (t > 0 || k == avx2)) variants.push_back({t, k});
     }
-    variants = with_groups;
+    for (const AttentionKernels* k : {avx2, avx512}) {
+      if (k != nullptr && k->scores_group_of(kTypes[t]) && k->weighted_sum_group_of(kTypes[t]))
+        variants.push_back({t, k, true});
+    }
   }
   std::mt19937 rng(1);
   std::normal_distribution<float> nd;
   constexpr uint32_t kGroup = kHeads / kKvHeads;
   std::vector<float> q(kHeadDim * kHeads), out(kHeadDim * kGroup);
   for (float& x : q) x = nd(rng);
-  std::printf("%-6s %-4s %-11s %12s %12s %12s %14s\n", "depth", "type", "kernels", "scores ms", "sums ms", "step ms",
+  std::printf("%-6s %-4s %-18s %12s %12s %12s %14s\n", "depth", "type", "kernels", "scores ms", "sums ms", "step ms",
               "KV bytes/step");
   for (uint32_t depth : depths) {
     std::vector<float> p(uint64_t(depth) * kGroup);
@@ -199,8 +197,9 @@ int main(int argc, char** argv) {
       std::sort(sums_s[v].begin(), sums_s[v].end());
       const double s = scores_s[v][kReps / 2] * 1e3, w = sums_s[v][kReps / 2] * 1e3;
       const uint64_t bytes = uint64_t(depth) * kLayers * kKvHeads * 2 * kv_row_bytes(kTypes[t], kHeadDim);
-      std::printf("%-6u %-4s %-11s %12.2f %12.2f %12.2f %14llu\n", depth, kv_type_name(kTypes[t]),
-                  variants[v].grouped ? "grouped" : variants[v].k->name, s, w, s + w, (unsigned long long)bytes);
+      const std::string name = std::string(variants[v].k->name) + (variants[v].grouped ? " grouped" : "");
+      std::printf("%-6u %-4s %-18s %12.2f %12.2f %12.2f %14llu\n", depth, kv_type_name(kTypes[t]), name.c_str(), s, w,
+                  s + w, (unsigned long long)bytes);
     }
   }
   return 0;

@@ -7,6 +7,7 @@
 
 #include "core/f16.h"
 #include "kernels/x86/query_q8.h"
+#include "kernels/x86/unrolled.h"
 #include "kernels/attention.h"
 #include "kernels/x86/f16_lane_sums.h"
 
@@ -147,8 +148,10 @@ void to_half_avx2(const float* x, uint32_t n, uint16_t* out) {
 // two scales are applied once per group. Eight keys go through together so the horizontal
 // sums, the scale loads and the conversions are shared by a vector of eight keys.
 constexpr uint32_t kMaxGroups = x86::kQueryMaxGroups;
+using x86::for_query_blocks;
 using x86::quantize_query;
 using x86::QueryQ8;
+using x86::unrolled;
 
 // Eight int32 8-lane sums to one vector of eight totals, as sum8 does for floats.
 inline __m256i sum8_epi32(const __m256i* a) {
@@ -180,13 +183,21 @@ struct Q8Rows {
   static const uint8_t* numbers(const uint16_t* row, uint32_t groups) {
     return reinterpret_cast<const uint8_t*>(row + groups);
   }
-  static __m256i dot(__m256i qv, const uint8_t* group) {
+  // A group of a key as the dot products take it, prepared once for every query.
+  struct Key {
+    __m256i k, magnitude;
+  };
+  static Key key(const uint8_t* group) {
     const __m256i kv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group));
+    return {kv, _mm256_abs_epi8(kv)};
+  }
+  static __m256i dot(__m256i qv, const Key& key) {
     // maddubs multiplies unsigned by signed bytes: |k| times q with k's sign (both within
     // +-127, so the pair sums stay inside int16).
-    const __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(kv), _mm256_sign_epi8(qv, kv));
+    const __m256i pairs = _mm256_maddubs_epi16(key.magnitude, _mm256_sign_epi8(qv, key.k));
     return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
   }
+  static __m256i dot(__m256i qv, const uint8_t* group) { return dot(qv, key(group)); }
   static constexpr uint32_t kGroupBytes = 32;
   // Values as f32, eight at a time: part 0..3 of a group.
   static __m256 load8(const uint8_t* group, uint32_t part) {
@@ -207,9 +218,14 @@ struct Q4Rows {
     const __m128i low4 = _mm_set1_epi8(15);
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), low4), _mm_and_si128(x, low4));
   }
-  static __m256i dot(__m256i qv, const uint8_t* group) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(nibbles(group), qv), _mm256_set1_epi16(1));
+  struct Key {
+    __m256i numbers;
+  };
+  static Key key(const uint8_t* group) { return {nibbles(group)}; }
+  static __m256i dot(__m256i qv, const Key& key) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(key.numbers, qv), _mm256_set1_epi16(1));
   }
+  static __m256i dot(__m256i qv, const uint8_t* group) { return dot(qv, key(group)); }
   static constexpr uint32_t kGroupBytes = 16;
   static __m256 load8(const uint8_t* group, uint32_t part) {
     const __m128i x = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(group + 8 * (part & 1)));
@@ -218,11 +234,10 @@ struct Q4Rows {
   }
 };
 
+// Scores of the query `qq` (quantize_query's) against n rows.
 template <class Rows>
-void scores_quant(const float* q, const uint16_t* k, uint32_t n, uint32_t hd, float scale, float* s) {
+void scores_quant_rows(const QueryQ8& qq, const uint16_t* k, uint32_t n, uint32_t hd, float scale, float* s) {
   const uint32_t groups = hd / 32, row = kv_row_halves(Rows::kType, hd);
-  QueryQ8 qq;
-  quantize_query(q, groups, qq);
   uint32_t j = 0;
   for (; j + 8 <= n; j += 8) {
     const uint16_t* kj = k + uint64_t(j) * row;
@@ -252,6 +267,13 @@ void scores_quant(const float* q, const uint16_t* k, uint32_t n, uint32_t hd, fl
     }
     s[j] = acc * scale;
   }
+}
+
+template <class Rows>
+void scores_quant(const float* q, const uint16_t* k, uint32_t n, uint32_t hd, float scale, float* s) {
+  QueryQ8 qq;
+  quantize_query(q, hd / 32, qq);
+  scores_quant_rows<Rows>(qq, k, n, hd, scale, s);
 }
 
 // out = sum_j p[j] * (d_j * v_j + m_j), the minimum term for q4 only. The whole output row
@@ -327,12 +349,285 @@ void weighted_sum_q4_avx2(const float* p, const uint16_t* v, uint32_t n, uint32_
   weighted_sum_quant<Q4Rows>(p, v, n, hd, out);
 }
 
+// ---- The queries of one KV head together ----
+//
+// With grouped-query attention the g queries that share a KV head read the same rows. On AVX2
+// the single-query kernels are bound by the work done on each row (f16 conversions, q8/q4
+// widening), not by memory, so these do that work once per row for all the queries: each
+// converted vector feeds one FMA per query. Per query, every FMA is the single-query kernel's
+// with the same operands, in the same order along each chain (a score's chain runs over the head
+// dims of its key, a weighted sum's over the rows for each output lane), so the results are its
+// bits. Queries go three at a time: 4 keys x 3 queries or 4 vectors x 3 queries of accumulators
+// and the operands fit AVX2's sixteen registers.
+constexpr uint32_t kGroupBlock = 3;
+
+// Rows per block of the weighted sums, which make one pass over a block per 32 output lanes: a
+// block stays in L1 between the passes.
+constexpr uint32_t kGroupRows = 64;
+
+// scores_avx2's path for head_dim a multiple of 8 above 16, for G <= kGroupBlock queries: each
+// eight keys taken as two halves of four, whose chains end in the same shuffle tree.
+template <uint32_t G>
+void scores_f16_block(const float* q, const uint16_t* k, uint32_t n, uint32_t hd, float scale, float* s,
+                      uint64_t s_stride) {
+  const __m256 sc = _mm256_set1_ps(scale);
+  uint32_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    alignas(32) float sums[G][8][8];  // [query][key][lane]: the chains' ends, for the shuffle tree
+    for (uint32_t half = 0; half < 8; half += 4) {
+      const uint16_t* kj = k + uint64_t(j + half) * hd;
+      __m256 a[G][4];
+      unrolled<G>([&](auto g) { unrolled<4>([&](auto r) { a[g][r] = _mm256_setzero_ps(); }); });
+      for (uint32_t i = 0; i < hd; i += 8) {
+        unrolled<4>([&](auto r) {
+          const __m256 kv = load_half8(kj + uint64_t(r) * hd + i);
+          unrolled<G>(
+              [&](auto g) { a[g][r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + uint64_t(g) * hd + i), kv, a[g][r]); });
+        });
+      }
+      unrolled<G>([&](auto g) { unrolled<4>([&](auto r) { _mm256_store_ps(sums[g][half + r], a[g][r]); }); });
+    }
+    for (uint32_t g = 0; g < G; ++g) {
+      __m256 acc[8];
+      for (uint32_t r = 0; r < 8; ++r) acc[r] = _mm256_load_ps(sums[g][r]);
+      _mm256_storeu_ps(s + g * s_stride + j, _mm256_mul_ps(hsum8_in_order(acc), sc));
+    }
+  }
+  // The last keys one at a time, as scores_avx2 takes them.
+  for (uint32_t g = 0; g < G; ++g)
+    scores_avx2(q + uint64_t(g) * hd, k + uint64_t(j) * hd, n - j, hd, scale, s + g * s_stride + j);
+}
+
+void scores_f16_group_avx2(const float* q, uint32_t g, const uint16_t* k, uint32_t n, uint32_t hd, float scale,
+                           float* s, uint64_t s_stride) {
+  if (hd % 8 != 0 || hd <= 16) {
+    for (uint32_t i = 0; i < g; ++i) scores_avx2(q + uint64_t(i) * hd, k, n, hd, scale, s + i * s_stride);
+    return;
+  }
+  for_query_blocks<kGroupBlock>(g, [&](uint32_t i, auto size) {
+    const float* qi = q + uint64_t(i) * hd;
+    float* si = s + i * s_stride;
+    if constexpr (size == 1) {
+      scores_avx2(qi, k, n, hd, scale, si);
+    } else {
+      scores_f16_block<size>(qi, k, n, hd, scale, si, s_stride);
+    }
+  });
+}
+
+// W eight-lane vectors of G queries' outputs from lane c on, over rows [j0, j1): the chains are
+// carried in `out` between blocks (zeroed before the first, which adds to +0 as a chain
+// started from zero does).
+template <uint32_t G, uint32_t W>
+void weighted_sum_f16_lanes(const float* p, uint64_t p_stride, const uint16_t* v, uint32_t j0, uint32_t j1, uint32_t hd,
+                            uint32_t c, float* out) {
+  __m256 acc[G][W];
+  unrolled<G>(
+      [&](auto g) { unrolled<W>([&](auto w) { acc[g][w] = _mm256_loadu_ps(out + uint64_t(g) * hd + c + 8 * w); }); });
+  for (uint32_t j = j0; j < j1; ++j) {
+    __m256 pj[G];
+    unrolled<G>([&](auto g) { pj[g] = _mm256_broadcast_ss(p + g * p_stride + j); });
+    const uint16_t* vj = v + uint64_t(j) * hd + c;
+    unrolled<W>([&](auto w) {
+      const __m256 vv = load_half8(vj + 8 * w);
+      unrolled<G>([&](auto g) { acc[g][w] = _mm256_fmadd_ps(pj[g], vv, acc[g][w]); });
+    });
+  }
+  unrolled<G>(
+      [&](auto g) { unrolled<W>([&](auto w) { _mm256_storeu_ps(out + uint64_t(g) * hd + c + 8 * w, acc[g][w]); }); });
+}
+
+template <uint32_t G>
+void weighted_sum_f16_block(const float* p, uint64_t p_stride, const uint16_t* v, uint32_t n, uint32_t hd, float* out) {
+  for (uint32_t i = 0; i < G * hd; ++i) out[i] = 0.0f;
+  for (uint32_t j0 = 0; j0 < n; j0 += kGroupRows) {
+    const uint32_t j1 = n - j0 < kGroupRows ? n : j0 + kGroupRows;
+    uint32_t c = 0;
+    for (; c + 32 <= hd; c += 32) weighted_sum_f16_lanes<G, 4>(p, p_stride, v, j0, j1, hd, c, out);
+    for (; c < hd; c += 8) weighted_sum_f16_lanes<G, 1>(p, p_stride, v, j0, j1, hd, c, out);
+  }
+}
+
+void weighted_sum_f16_group_avx2(const float* p, uint64_t p_stride, uint32_t g, const uint16_t* v, uint32_t n,
+                                 uint32_t hd, float* out) {
+  // weighted_sum_avx2 runs one chain per output lane over the rows for head dims that are
+  // multiples of 8 other than 8; other heads, and no rows (zeros), take the queries one by one.
+  if (hd % 8 != 0 || hd == 8 || n == 0) {
+    for (uint32_t i = 0; i < g; ++i) weighted_sum_avx2(p + i * p_stride, v, n, hd, out + uint64_t(i) * hd);
+    return;
+  }
+  for_query_blocks<kGroupBlock>(g, [&](uint32_t i, auto size) {
+    weighted_sum_f16_block<size>(p + i * p_stride, p_stride, v, n, hd, out + uint64_t(i) * hd);
+  });
+}
+
+// Four keys' int32 lane sums to their four totals (exact, so in any order): keys 0..3.
+inline __m128i sum4_epi32(__m256i d0, __m256i d1, __m256i d2, __m256i d3) {
+  const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(d0, d1), _mm256_hadd_epi32(d2, d3));
+  return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+// scores_quant_rows for G <= kGroupBlock quantized queries: each key group loaded (and q8's
+// magnitudes or q4's nibbles taken) once for the G queries, each key's scale and minimum
+// converted once; four keys x G queries of int32 products in registers. The integer sums are
+// exact and every f32 operation is scores_quant_rows' own, in its order.
+template <class Rows, uint32_t G>
+void scores_quant_block(const QueryQ8* qq, const uint16_t* k, uint32_t n, uint32_t hd, float scale, float* s,
+                        uint64_t s_stride) {
+  const uint32_t groups = hd / 32, row = kv_row_halves(Rows::kType, hd);
+  const __m256 sc = _mm256_set1_ps(scale);
+  uint32_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const uint16_t* kj = k + uint64_t(j) * row;
+    __m256 acc[G];
+    unrolled<G>([&](auto g) { acc[g] = _mm256_setzero_ps(); });
+    for (uint32_t b = 0; b < groups; ++b) {
+      __m256i qv[G];
+      unrolled<G>([&](auto g) { qv[g] = _mm256_load_si256(reinterpret_cast<const __m256i*>(qq[g].q + 32 * b)); });
+      __m128i totals[2][G];  // [keys 0..3, 4..7][query]
+      unrolled<2>([&](auto half) {
+        __m256i d[G][4];
+        unrolled<4>([&](auto r) {
+          const uint16_t* kr = kj + uint64_t(4 * half + r) * row;
+          const typename Rows::Key key = Rows::key(Rows::numbers(kr, groups) + b * Rows::kGroupBytes);
+          unrolled<G>([&](auto g) { d[g][r] = Rows::dot(qv[g], key); });
+        });
+        unrolled<G>([&](auto g) { totals[half][g] = sum4_epi32(d[g][0], d[g][1], d[g][2], d[g][3]); });
+      });
+      const __m256 dk = load_halves_strided(kj + b, row);
+      const __m256 mk = Rows::kHasMin ? load_halves_strided(kj + groups + b, row) : dk;
+      unrolled<G>([&](auto g) {
+        const __m256 dots = _mm256_cvtepi32_ps(_mm256_set_m128i(totals[1][g], totals[0][g]));
+        acc[g] = _mm256_fmadd_ps(_mm256_mul_ps(dk, _mm256_set1_ps(qq[g].d[b])), dots, acc[g]);
+        if (Rows::kHasMin) acc[g] = _mm256_fmadd_ps(mk, _mm256_set1_ps(qq[g].sum[b]), acc[g]);
+      });
+    }
+    unrolled<G>([&](auto g) { _mm256_storeu_ps(s + g * s_stride + j, _mm256_mul_ps(acc[g], sc)); });
+  }
+  // The last keys one at a time, as scores_quant_rows takes them.
+  for (uint32_t g = 0; g < G; ++g)
+    scores_quant_rows<Rows>(qq[g], k + uint64_t(j) * row, n - j, hd, scale, s + g * s_stride + j);
+}
+
+template <class Rows>
+void scores_quant_group(const float* q, uint32_t g, const uint16_t* k, uint32_t n, uint32_t hd, float scale, float* s,
+                        uint64_t s_stride) {
+  if (!quant_fast_path(hd)) {
+    const AttentionKernels& ref = attention_kernels_ref();
+    for (uint32_t i = 0; i < g; ++i)
+      ref.scores_of(Rows::kType)(q + uint64_t(i) * hd, k, n, hd, scale, s + i * s_stride);
+    return;
+  }
+  for_query_blocks<kGroupBlock>(g, [&](uint32_t i, auto size) {
+    QueryQ8 qq[size];
+    for (uint32_t x = 0; x < size; ++x) quantize_query(q + uint64_t(i + x) * hd, hd / 32, qq[x]);
+    if constexpr (size == 1) {
+      scores_quant_rows<Rows>(qq[0], k, n, hd, scale, s + i * s_stride);
+    } else {
+      scores_quant_block<Rows, size>(qq, k, n, hd, scale, s + i * s_stride, s_stride);
+    }
+  });
+}
+
+// weighted_sum_quant for G <= kGroupBlock queries: each group's 32 numbers of a row are widened
+// to f32 once and multiplied into the G queries' accumulators with their own coefficients
+// p[j] * d_j (computed as weighted_sum_quant computes them); q4's minimum terms are summed per
+// query into the same lanes as there. Rows in blocks of kGroupRows, one pass per group.
+template <class Rows, uint32_t G>
+void weighted_sum_quant_block(const float* p, uint64_t p_stride, const uint16_t* v, uint32_t n, uint32_t hd,
+                              float* out) {
+  const uint32_t groups = hd / 32, row = kv_row_halves(Rows::kType, hd);
+  __m256 mins[G][kMaxGroups];
+  for (uint32_t g = 0; g < G; ++g)
+    for (uint32_t b = 0; b < groups; ++b) mins[g][b] = _mm256_setzero_ps();
+  alignas(32) float coef[G][kGroupRows];
+  // The chains are carried in `out` between blocks, from +0 as weighted_sum_quant's start.
+  for (uint32_t i = 0; i < G * hd; ++i) out[i] = 0.0f;
+  for (uint32_t j0 = 0; j0 < n; j0 += kGroupRows) {
+    const uint32_t len = n - j0 < kGroupRows ? n - j0 : kGroupRows;
+    const uint16_t* vb = v + uint64_t(j0) * row;
+    for (uint32_t b = 0; b < groups; ++b) {
+      // Coefficients and minimum terms of this group's rows: eight rows as one vector, as
+      // weighted_sum_quant takes them, and the last of all rows one by one into lane 0.
+      uint32_t r = 0;
+      for (; r + 8 <= len; r += 8) {
+        const __m256 d = load_halves_strided(vb + uint64_t(r) * row + b, row);
+        const __m256 m = Rows::kHasMin ? load_halves_strided(vb + uint64_t(r) * row + groups + b, row) : d;
+        for (uint32_t g = 0; g < G; ++g) {
+          const __m256 pj = _mm256_loadu_ps(p + g * p_stride + j0 + r);
+          _mm256_store_ps(coef[g] + r, _mm256_mul_ps(pj, d));
+          if (Rows::kHasMin) mins[g][b] = _mm256_fmadd_ps(pj, m, mins[g][b]);
+        }
+      }
+      for (; r < len; ++r) {
+        const uint16_t* vr = vb + uint64_t(r) * row;
+        const float d = f16_to_f32(vr[b]), m = Rows::kHasMin ? f16_to_f32(vr[groups + b]) : 0.0f;
+        for (uint32_t g = 0; g < G; ++g) {
+          const float pj = p[g * p_stride + j0 + r];
+          coef[g][r] = pj * d;
+          if (Rows::kHasMin) mins[g][b] = _mm256_add_ps(mins[g][b], _mm256_setr_ps(pj * m, 0, 0, 0, 0, 0, 0, 0));
+        }
+      }
+      __m256 acc[G][4];
+      unrolled<G>([&](auto g) {
+        unrolled<4>([&](auto h) { acc[g][h] = _mm256_loadu_ps(out + uint64_t(g) * hd + 32 * b + 8 * h); });
+      });
+      for (r = 0; r < len; ++r) {
+        const uint8_t* x = Rows::numbers(vb + uint64_t(r) * row, groups) + b * Rows::kGroupBytes;
+        __m256 c[G];
+        unrolled<G>([&](auto g) { c[g] = _mm256_broadcast_ss(&coef[g][r]); });
+        unrolled<4>([&](auto h) {
+          const __m256 xv = Rows::load8(x, h);
+          unrolled<G>([&](auto g) { acc[g][h] = _mm256_fmadd_ps(c[g], xv, acc[g][h]); });
+        });
+      }
+      unrolled<G>([&](auto g) {
+        unrolled<4>([&](auto h) { _mm256_storeu_ps(out + uint64_t(g) * hd + 32 * b + 8 * h, acc[g][h]); });
+      });
+    }
+  }
+  for (uint32_t g = 0; g < G; ++g) {
+    for (uint32_t b = 0; b < 4 * groups; ++b) {
+      float* o = out + uint64_t(g) * hd + 8 * b;
+      const __m256 a = _mm256_loadu_ps(o);
+      const __m256 m = Rows::kHasMin ? _mm256_set1_ps(hsum(mins[g][b / 4])) : _mm256_setzero_ps();
+      _mm256_storeu_ps(o, _mm256_add_ps(a, m));
+    }
+  }
+}
+
+template <class Rows>
+void weighted_sum_quant_group(const float* p, uint64_t p_stride, uint32_t g, const uint16_t* v, uint32_t n, uint32_t hd,
+                              float* out) {
+  if (!quant_fast_path(hd)) {
+    const AttentionKernels& ref = attention_kernels_ref();
+    for (uint32_t i = 0; i < g; ++i)
+      ref.weighted_sum_of(Rows::kType)(p + i * p_stride, v, n, hd, out + uint64_t(i) * hd);
+    return;
+  }
+  for_query_blocks<kGroupBlock>(g, [&](uint32_t i, auto size) {
+    weighted_sum_quant_block<Rows, size>(p + i * p_stride, p_stride, v, n, hd, out + uint64_t(i) * hd);
+  });
+}
+
 }  // namespace
 
 const AttentionKernels* attention_kernels_x86_avx2_table() {
-  static const AttentionKernels k{
-      "avx2",         scores_avx2,          weighted_sum_avx2, to_half_avx2,        weighted_sum_more_avx2,
-      scores_q8_avx2, weighted_sum_q8_avx2, scores_q4_avx2,    weighted_sum_q4_avx2};
+  static const AttentionKernels k{"avx2",
+                                  scores_avx2,
+                                  weighted_sum_avx2,
+                                  to_half_avx2,
+                                  weighted_sum_more_avx2,
+                                  scores_q8_avx2,
+                                  weighted_sum_q8_avx2,
+                                  scores_q4_avx2,
+                                  weighted_sum_q4_avx2,
+                                  scores_f16_group_avx2,
+                                  weighted_sum_f16_group_avx2,
+                                  scores_quant_group<Q8Rows>,
+                                  weighted_sum_quant_group<Q8Rows>,
+                                  scores_quant_group<Q4Rows>,
+                                  weighted_sum_quant_group<Q4Rows>};
   return &k;
 }
 

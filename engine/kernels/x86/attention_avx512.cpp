@@ -30,6 +30,7 @@
 #include "kernels/x86/avx512_intrin.h"
 #include "kernels/x86/f16_lane_sums.h"
 #include "kernels/x86/query_q8.h"
+#include "kernels/x86/unrolled.h"
 
 namespace keel {
 
@@ -363,31 +364,17 @@ constexpr uint32_t kQuantGroupBlock = 4;
 template <class Rows, uint32_t kChunks>
 void scores_group_chunked(const float* q, uint32_t g, const uint16_t* k, uint32_t n, uint32_t, float scale, float* s,
                           uint64_t s_stride) {
-  for (uint32_t i = 0; i < g; i += kQuantGroupBlock) {
-    const float* qi = q + uint64_t(i) * kChunk * kChunks;
-    float* si = s + i * s_stride;
-    switch (g - i < kQuantGroupBlock ? g - i : kQuantGroupBlock) {
-      case 1: scores_chunked<Rows, kChunks, 1>(qi, k, n, scale, si, s_stride); break;
-      case 2: scores_chunked<Rows, kChunks, 2>(qi, k, n, scale, si, s_stride); break;
-      case 3: scores_chunked<Rows, kChunks, 3>(qi, k, n, scale, si, s_stride); break;
-      default: scores_chunked<Rows, kChunks, 4>(qi, k, n, scale, si, s_stride); break;
-    }
-  }
+  x86::for_query_blocks<kQuantGroupBlock>(g, [&](uint32_t i, auto size) {
+    scores_chunked<Rows, kChunks, size>(q + uint64_t(i) * kChunk * kChunks, k, n, scale, s + i * s_stride, s_stride);
+  });
 }
 
 template <class Rows, uint32_t kChunks>
 void weighted_sum_group_chunked(const float* p, uint64_t p_stride, uint32_t g, const uint16_t* v, uint32_t n, uint32_t,
                                 float* out) {
-  for (uint32_t i = 0; i < g; i += kQuantGroupBlock) {
-    const float* pi = p + i * p_stride;
-    float* oi = out + uint64_t(i) * kChunk * kChunks;
-    switch (g - i < kQuantGroupBlock ? g - i : kQuantGroupBlock) {
-      case 1: weighted_sum_chunked<Rows, kChunks, 1>(pi, p_stride, v, n, oi); break;
-      case 2: weighted_sum_chunked<Rows, kChunks, 2>(pi, p_stride, v, n, oi); break;
-      case 3: weighted_sum_chunked<Rows, kChunks, 3>(pi, p_stride, v, n, oi); break;
-      default: weighted_sum_chunked<Rows, kChunks, 4>(pi, p_stride, v, n, oi); break;
-    }
-  }
+  x86::for_query_blocks<kQuantGroupBlock>(g, [&](uint32_t i, auto size) {
+    weighted_sum_chunked<Rows, kChunks, size>(p + i * p_stride, p_stride, v, n, out + uint64_t(i) * kChunk * kChunks);
+  });
 }
 
 template <class Rows, uint32_t kChunks>
@@ -518,15 +505,9 @@ void scores_f16_group(const float* q, uint32_t g, const uint16_t* k, uint32_t n,
     for (uint32_t i = 0; i < g; ++i) one(q + uint64_t(i) * hd, k, n, hd, scale, s + i * s_stride);
     return;
   }
-  for (uint32_t i = 0; i < g; i += kGroupBlock) {
-    const float* qi = q + uint64_t(i) * hd;
-    float* si = s + i * s_stride;
-    switch (g - i < kGroupBlock ? g - i : kGroupBlock) {
-      case 1: scores_f16_block<1>(qi, k, n, hd, scale, si, s_stride); break;
-      case 2: scores_f16_block<2>(qi, k, n, hd, scale, si, s_stride); break;
-      default: scores_f16_block<3>(qi, k, n, hd, scale, si, s_stride); break;
-    }
-  }
+  x86::for_query_blocks<kGroupBlock>(g, [&](uint32_t i, auto size) {
+    scores_f16_block<size>(q + uint64_t(i) * hd, k, n, hd, scale, s + i * s_stride, s_stride);
+  });
 }
 
 // weighted_sum_avx2's paths for head_dim a multiple of 8 other than 8: one FMA chain per output
@@ -558,15 +539,9 @@ void weighted_sum_f16_group(const float* p, uint64_t p_stride, uint32_t g, const
     for (uint32_t i = 0; i < g; ++i) one(p + i * p_stride, v, n, hd, out + uint64_t(i) * hd);
     return;
   }
-  for (uint32_t i = 0; i < g; i += kGroupBlock) {
-    const float* pi = p + i * p_stride;
-    float* oi = out + uint64_t(i) * hd;
-    switch (g - i < kGroupBlock ? g - i : kGroupBlock) {
-      case 1: weighted_sum_f16_block<1>(pi, p_stride, v, n, hd, oi); break;
-      case 2: weighted_sum_f16_block<2>(pi, p_stride, v, n, hd, oi); break;
-      default: weighted_sum_f16_block<3>(pi, p_stride, v, n, hd, oi); break;
-    }
-  }
+  x86::for_query_blocks<kGroupBlock>(g, [&](uint32_t i, auto size) {
+    weighted_sum_f16_block<size>(p + i * p_stride, p_stride, v, n, hd, out + uint64_t(i) * hd);
+  });
 }
 
 }  // namespace

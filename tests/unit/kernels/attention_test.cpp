@@ -82,15 +82,18 @@ TEST(AttentionKernels, ScoresDoNotDependOnTheKeysTakenTogether) {
 
 // The grouped-query entries give each query the bits the single-query entries give it alone
 // (a request's tokens then do not depend on whether its heads went through together), for
-// groups split into blocks of three and head dims inside and outside their fast paths.
+// groups split into blocks of three, row counts across the AVX2 kernels' 64-row blocks, and head
+// dims inside and outside their fast paths.
 TEST(AttentionKernels, GroupedQueriesGetTheirBitsAlone) {
   std::vector<const AttentionKernels*> grouped;
   for (const AttentionKernels* k : tables()) {
     if (k->scores_group != nullptr) grouped.push_back(k);
   }
-  if (attention_kernels_x86_avx512() != nullptr) {
-    ASSERT_FALSE(grouped.empty()) << "the AVX-512 table has grouped-query kernels";
+  if (attention_kernels_x86() != nullptr) {
+    ASSERT_FALSE(grouped.empty()) << "the x86 tables have grouped-query kernels";
   }
+  const AttentionKernels* avx2 = attention_kernels_x86_avx2();
+  if (avx2 != nullptr && avx2 != attention_kernels_x86()) grouped.push_back(avx2);
   std::mt19937 rng(13);
   std::normal_distribution<float> nd(0.0f, 1.5f);
   std::uniform_real_distribution<float> ud(0.0f, 1.0f);
@@ -98,7 +101,7 @@ TEST(AttentionKernels, GroupedQueriesGetTheirBitsAlone) {
     ASSERT_NE(k->weighted_sum_group, nullptr);
     for (uint32_t hd : {8u, 24u, 64u, 72u, 128u, 256u}) {
       for (uint32_t g : {1u, 2u, 3u, 4u, 7u}) {
-        for (uint32_t n : {0u, 1u, 7u, 8u, 9u, 17u, 41u}) {
+        for (uint32_t n : {0u, 1u, 7u, 8u, 9u, 17u, 41u, 64u, 65u, 139u}) {
           SCOPED_TRACE(testing::Message() << k->name << " hd " << hd << " g " << g << " n " << n);
           const uint64_t stride = n + 3;
           std::vector<float> q(uint64_t(g) * hd), p(g * stride);
@@ -128,17 +131,22 @@ TEST(AttentionKernels, GroupedQueriesGetTheirBitsAlone) {
 }
 
 // The same over q8 and q4 rows: head dims on the AVX-512 chunked paths (64..256) and one outside
-// (96), row counts around the 16-row blocks, groups split into blocks of four.
+// (96), row counts around the 16-row blocks of AVX-512 and the 64-row blocks of AVX2, groups
+// split into blocks of four (AVX-512) and eight (AVX2).
 TEST(AttentionKernels, GroupedQueriesOverQuantizedRowsGetTheirBitsAlone) {
   const AttentionKernels* avx512 = attention_kernels_x86_avx512();
-  if (avx512 != nullptr) {
+  const AttentionKernels* avx2 = attention_kernels_x86_avx2();
+  for (const AttentionKernels* x86 : {avx512, avx2}) {
+    if (x86 == nullptr) continue;
     for (KvType t : {KvType::Q8, KvType::Q4}) {
-      ASSERT_NE(avx512->scores_group_of(t), nullptr) << "the AVX-512 table groups " << kv_type_name(t);
-      ASSERT_NE(avx512->weighted_sum_group_of(t), nullptr) << "the AVX-512 table groups " << kv_type_name(t);
+      ASSERT_NE(x86->scores_group_of(t), nullptr) << "the " << x86->name << " table groups " << kv_type_name(t);
+      ASSERT_NE(x86->weighted_sum_group_of(t), nullptr) << "the " << x86->name << " table groups " << kv_type_name(t);
     }
   }
   std::vector<const AttentionKernels*> all = tables();
-  if (avx512 != nullptr) all.push_back(avx512);
+  for (const AttentionKernels* x86 : {avx512, avx2}) {
+    if (x86 != nullptr && x86 != attention_kernels_x86()) all.push_back(x86);
+  }
   std::mt19937 rng(17);
   std::normal_distribution<float> nd(0.0f, 1.5f);
   std::uniform_real_distribution<float> ud(0.0f, 1.0f);
@@ -154,8 +162,8 @@ TEST(AttentionKernels, GroupedQueriesOverQuantizedRowsGetTheirBitsAlone) {
       ASSERT_NE(weighted_sum_group, nullptr) << k->name;
       for (uint32_t hd : {64u, 96u, 128u, 192u, 256u}) {
         const uint32_t row = kv_row_halves(t, hd);
-        for (uint32_t g : {1u, 2u, 3u, 4u, 5u, 7u}) {
-          for (uint32_t n : {0u, 1u, 15u, 16u, 17u, 33u, 47u}) {
+        for (uint32_t g : {1u, 2u, 3u, 4u, 5u, 7u, 9u}) {
+          for (uint32_t n : {0u, 1u, 15u, 16u, 17u, 33u, 47u, 64u, 71u, 139u}) {
             SCOPED_TRACE(testing::Message()
                          << k->name << " " << kv_type_name(t) << " hd " << hd << " g " << g << " n " << n);
             const uint64_t stride = n + 3;
@@ -190,7 +198,7 @@ TEST(AttentionKernels, GroupedQueriesOverQuantizedRowsGetTheirBitsAlone) {
       }
     }
   }
-  if (avx512 != nullptr) {
+  if (avx512 != nullptr || avx2 != nullptr) {
     EXPECT_GT(checked, 0u);
   }
 }
