@@ -365,6 +365,18 @@ constexpr uint32_t kGroupBlock = 3;
 // block stays in L1 between the passes.
 constexpr uint32_t kGroupRows = 64;
 
+// Rows kPrefetchRows ahead toward L1, `count` of them from `rows` (each row_bytes long), none
+// past `end`: a call streams a KV head's rows once from L3 or DRAM, and the hardware
+// prefetchers stop at each 4 KiB page, so the arithmetic would otherwise wait on every page.
+constexpr uint32_t kPrefetchRows = 128;
+
+inline void prefetch_rows(const void* rows, const void* end, uint32_t count, uint64_t row_bytes) {
+  const char* ahead = static_cast<const char*>(rows) + kPrefetchRows * row_bytes;
+  const char* stop = ahead + count * row_bytes;
+  if (stop > static_cast<const char*>(end)) stop = static_cast<const char*>(end);
+  for (; ahead < stop; ahead += 64) _mm_prefetch(ahead, _MM_HINT_T0);
+}
+
 // scores_avx2's path for head_dim a multiple of 8 above 16, for G <= kGroupBlock queries: each
 // eight keys taken as two halves of four, whose chains end in the same shuffle tree.
 template <uint32_t G>
@@ -373,6 +385,7 @@ void scores_f16_block(const float* q, const uint16_t* k, uint32_t n, uint32_t hd
   const __m256 sc = _mm256_set1_ps(scale);
   uint32_t j = 0;
   for (; j + 8 <= n; j += 8) {
+    prefetch_rows(k + uint64_t(j) * hd, k + uint64_t(n) * hd, 8, hd * 2);
     alignas(32) float sums[G][8][8];  // [query][key][lane]: the chains' ends, for the shuffle tree
     for (uint32_t half = 0; half < 8; half += 4) {
       const uint16_t* kj = k + uint64_t(j + half) * hd;
@@ -442,6 +455,7 @@ void weighted_sum_f16_block(const float* p, uint64_t p_stride, const uint16_t* v
   for (uint32_t i = 0; i < G * hd; ++i) out[i] = 0.0f;
   for (uint32_t j0 = 0; j0 < n; j0 += kGroupRows) {
     const uint32_t j1 = n - j0 < kGroupRows ? n : j0 + kGroupRows;
+    prefetch_rows(v + uint64_t(j0) * hd, v + uint64_t(n) * hd, kGroupRows, hd * 2);
     uint32_t c = 0;
     for (; c + 32 <= hd; c += 32) weighted_sum_f16_lanes<G, 4>(p, p_stride, v, j0, j1, hd, c, out);
     for (; c < hd; c += 8) weighted_sum_f16_lanes<G, 1>(p, p_stride, v, j0, j1, hd, c, out);
@@ -479,6 +493,7 @@ void scores_quant_block(const QueryQ8* qq, const uint16_t* k, uint32_t n, uint32
   uint32_t j = 0;
   for (; j + 8 <= n; j += 8) {
     const uint16_t* kj = k + uint64_t(j) * row;
+    prefetch_rows(kj, k + uint64_t(n) * row, 8, row * 2);
     __m256 acc[G];
     unrolled<G>([&](auto g) { acc[g] = _mm256_setzero_ps(); });
     for (uint32_t b = 0; b < groups; ++b) {
@@ -546,6 +561,7 @@ void weighted_sum_quant_block(const float* p, uint64_t p_stride, const uint16_t*
   for (uint32_t j0 = 0; j0 < n; j0 += kGroupRows) {
     const uint32_t len = n - j0 < kGroupRows ? n - j0 : kGroupRows;
     const uint16_t* vb = v + uint64_t(j0) * row;
+    prefetch_rows(vb, v + uint64_t(n) * row, kGroupRows, row * 2);
     for (uint32_t b = 0; b < groups; ++b) {
       // Coefficients and minimum terms of this group's rows: eight rows as one vector, as
       // weighted_sum_quant takes them, and the last of all rows one by one into lane 0.

@@ -14,9 +14,8 @@ namespace {  // NOLINT(google-build-namespaces): see above
 // in memory, storing every accumulator back on each row, even where it unrolls the loop.
 template <uint32_t N, class F>
 inline __attribute__((always_inline)) void unrolled(F&& f) {
-  [&]<uint32_t... I>(std::integer_sequence<uint32_t, I...>) {
-    (f(std::integral_constant<uint32_t, I>{}), ...);
-  }(std::make_integer_sequence<uint32_t, N>{});
+  [&]<uint32_t... I>(std::integer_sequence<uint32_t, I...>) { (f(std::integral_constant<uint32_t, I>{}), ...); }
+  (std::make_integer_sequence<uint32_t, N>{});
 }
 
 // The g queries of a grouped-query call in blocks of at most Block, each block handed to a kernel
