@@ -87,7 +87,8 @@ float mth_largest(const float* x, uint32_t n, uint32_t m, uint32_t* scratch, uin
     // Digits end at bit `top` of the highest bit where the keys differ, whole digits below.
     int top = 31;
     while (((lo ^ hi) >> top) == 0) --top;
-    prefix = hi >> (top + 1) << (top + 1);
+    // A shift by 32 is undefined: when the keys differ in the top bit, no bits are shared.
+    prefix = top == 31 ? 0 : hi >> (top + 1) << (top + 1);
     for (int shift = top + 1 - int(kDigitBits); shift > -int(kDigitBits); shift -= int(kDigitBits)) {
       const uint32_t at = shift > 0 ? uint32_t(shift) : 0, bits = uint32_t(shift + int(kDigitBits)) - at;
       const uint32_t mask = (1u << bits) - 1;
