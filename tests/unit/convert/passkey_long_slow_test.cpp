@@ -20,6 +20,16 @@ using test::run_cli;
 
 std::string q(const std::string& s) { return "'" + s + "'"; }
 
+// `gguf` converted to a file of this test's own: ctest runs the tests of this file in separate
+// processes, side by side, so none may write another's model. Empty (after a failure) when the
+// conversion fails.
+std::string converted(const std::string& gguf, const std::string& name, const std::string& extra_args) {
+  const std::string model = test::tmp_path(name);
+  const auto c = run_cli("convert " + q(test::require_file(gguf)) + " -o " + q(model) + " " + extra_args + " -q");
+  EXPECT_EQ(c.exit_code, 0) << c.out;
+  return c.exit_code == 0 ? model : std::string();
+}
+
 // `keel passkey ... --json -q` on the essays: the results of its JSON document, which must hold
 // `n` of them.
 json passkey_results(const std::string& model, const std::string& args, size_t n) {
@@ -42,9 +52,8 @@ json passkey_results(const std::string& model, const std::string& args, size_t n
 // streaming's 1, with greedy decoding on one thread; the test asks for a clear margin). Eight
 // 2k prompts: 40 s in the Release build on a Zen 3 core, past 20 minutes under the sanitizers.
 TEST(PasskeyLong, SnapStreamKeepsPassKeysThatStreamingLoses) {
-  const std::string model = test::tmp_path("passkey_short_smollm2.keel");
-  const auto c = run_cli("convert " + q(test::require_file(test::smollm2_gguf())) + " -o " + q(model) + " -q");
-  ASSERT_EQ(c.exit_code, 0) << c.out;
+  const std::string model = converted(test::smollm2_gguf(), "passkey_short_smollm2.keel", "");
+  ASSERT_FALSE(model.empty());
   size_t found[2] = {0, 0};
   const char* policies[2] = {"snapstream", "streaming"};
   for (int i = 0; i < 2; ++i) {
@@ -66,9 +75,8 @@ TEST(PasskeyLong, SnapStreamKeepsPassKeysThatStreamingLoses) {
 }
 
 TEST(PasskeyLong, SnapStreamFindsKeys450And620TokensBeforeTheQuestionAt7500Tokens) {
-  const std::string model = test::tmp_path("passkey_long_smollm2.keel");
-  const auto c = run_cli("convert " + q(test::require_file(test::smollm2_gguf())) + " -o " + q(model) + " -q");
-  ASSERT_EQ(c.exit_code, 0) << c.out;
+  const std::string model = converted(test::smollm2_gguf(), "passkey_long_smollm2.keel", "");
+  ASSERT_FALSE(model.empty());
   // Seed 1 (the default) draws the keys of the depths in turn: 4432462 at 0.92, 25246 at 0.94.
   const json results =
       passkey_results(model, "--lengths 7500 --depths 0.92,0.94 -t 1 --kv-policy snapstream --kv-budget 1024", 2);
@@ -90,10 +98,8 @@ TEST(PasskeyLong, SnapStreamFindsKeys450And620TokensBeforeTheQuestionAt7500Token
 // 0.5 and 0.8 of these three prompts; the full cache misses 0.9). Three 8k prompts on one
 // thread: about a minute.
 TEST(PasskeyLong, Gemma3RocketKvWithHeadRankingAndOriginalPositionsFindsTheFullCachesKeys) {
-  const std::string model = test::tmp_path("passkey_long_gemma3.keel");
-  const auto c =
-      run_cli("convert " + q(test::require_file(test::gemma3_gguf())) + " -o " + q(model) + " --quant keep -q");
-  ASSERT_EQ(c.exit_code, 0) << c.out;
+  const std::string model = converted(test::gemma3_gguf(), "passkey_long_gemma3.keel", "--quant keep");
+  ASSERT_FALSE(model.empty());
   const json results = passkey_results(model,
                                        "--lengths 8192 --depths 0.5,0.8,0.9 -t 1 --kv-policy rocketkv --kv-budget 3729 "
                                        "--sparse-budget 1024 --rocket-select head --kv-positions original",
