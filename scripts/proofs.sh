@@ -18,7 +18,10 @@ KEEL="$PWD/$BUILD_DIR/tools/keel"
 step() { echo; echo "== proofs: $* ($(date +%H:%M:%S))"; }
 
 step "whole suite under ASan + UBSan (build-asan), but the tests labelled slow"
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKEEL_SANITIZE="address;undefined" >/dev/null
+# Line tables only (-g1): the sanitizers' stack traces keep their files and lines, and the
+# build takes about 20 minutes on two cores instead of 28 with full debug information.
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
+  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DKEEL_SANITIZE="address;undefined" >/dev/null
 cmake --build build-asan -j "$JOBS" >build-asan/build.log 2>&1 || { tail -40 build-asan/build.log >&2; exit 1; }
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

@@ -8,6 +8,11 @@
 
 namespace keel::test {
 
+// Built with KEEL_SANITIZE (the sanitizer run of scripts/proofs.sh), where the engine runs
+// several times slower: a test whose length is only there to repeat the same paths may run
+// fewer of them, and says so.
+inline constexpr bool kSanitized = KEEL_TEST_SANITIZED;
+
 // Path of a required input; the calling test fails (ADD_FAILURE + empty string) if it is absent.
 std::string require_file(const std::string& path);
 std::string shared_path(const std::string& rel);  // ../shared/<rel>
