@@ -123,9 +123,9 @@ TEST(KvPolicies, OriginalPositionsKeepEveryKeyAsTheModelComputedIt) {
   EXPECT_GT(moved_total, 0u);
 }
 
-// 100k tokens, about 100 times the budget. Under the sanitizers (eight times slower: 595 s against 77
-// on a Zen 3 core) 16k, still sixteen budgets' worth of evictions and
-// compactions for each policy: the paths are the same, the Release suite runs the full length.
+// 100k tokens, about 100 times the budget. Under the sanitizers, eight times slower (595 s
+// against 77 on a Zen 3 core), 16k: still sixteen budgets' worth of evictions and compactions
+// for each policy, along the same paths; the Release suite runs the full length.
 TEST(KvPolicies, HundredThousandTokenPromptStaysInTheBudget) {
   ASSERT_TRUE(stories().model.loaded());
   const int32_t n_prompt = test::kSanitized ? 16000 : 100000, n_decode = 200;
