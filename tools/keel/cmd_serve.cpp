@@ -84,6 +84,7 @@ class Server {
     model_id_ = o.alias.empty() ? namespace_from_path(s.options().model_path) : o.alias;
     system_ = default_system_message(s.model());
     limits_.max_tokens = o.max_tokens;
+    limits_.max_body_bytes = o.max_body;
     created_ = int64_t(time(nullptr));
   }
 
@@ -357,16 +358,20 @@ void Server::routes(httplib::Server& http) {
     r.set_content(error_body(r.status, message, r.status >= 500 ? "server_error" : "invalid_request_error", code),
                   "application/json");
   });
-  http.set_exception_handler([](const Request&, Response& r, std::exception_ptr ep) {
-    std::string what = "internal error";
+  // An exception is a defect of the server, not of the request: its text goes to the log, the
+  // client gets a fixed message.
+  http.set_exception_handler([](const Request& q, Response& r, std::exception_ptr ep) {
+    std::string what = "unknown exception";
     try {
       if (ep) std::rethrow_exception(ep);
     } catch (const std::exception& ex) {
       what = ex.what();
     } catch (...) {
     }
+    fprintf(stderr, "keel serve: %s %s: internal error: %s\n", q.method.c_str(), q.path.c_str(), what.c_str());
     r.status = 500;
-    r.set_content(error_body(500, what, "server_error", "internal_error"), "application/json");
+    r.set_content(error_body(500, "internal error; the server log has the details", "server_error", "internal_error"),
+                  "application/json");
   });
   http.set_logger([this](const Request&, const Response& r) { counters.count(r.status); });
 }

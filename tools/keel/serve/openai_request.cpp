@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 namespace keel::cli {
 
@@ -59,6 +61,148 @@ struct Fail {
     e.message = message;
     return false;
   }
+};
+
+// Builds the document from the parser's events, refusing what no request needs before it is
+// stored: nesting deeper than kMaxJsonDepth, numbers beyond a double, integers beyond 64 bits.
+// nlohmann's parser and its destructor walk a document with explicit stacks, but dump(), copies
+// and comparisons recurse once a level, so the depth limit is what keeps them on the stack.
+class BoundedDocument {
+ public:
+  BoundedDocument(std::string_view body, json& root, const Fail& fail) : body_(body), root_(root), fail_(fail) {}
+  bool failed() const { return failed_; }
+
+  bool null() { return store(json(nullptr)); }
+  bool boolean(bool v) { return store(json(v)); }
+  bool number_integer(json::number_integer_t v) { return store(json(v)); }
+  bool number_unsigned(json::number_unsigned_t v) { return store(json(v)); }
+  bool number_float(json::number_float_t v, const std::string& lexeme) {
+    // The lexer reads an integer that does not fit 64 bits as a double, rounded.
+    if (integer_literal(lexeme)) return too_large(lexeme);
+    return store(json(v));
+  }
+  bool string(std::string& s) { return store(json(std::move(s))); }
+  bool binary(json::binary_t&) { return store(json()); }  // JSON text has no binary values
+  bool start_object(size_t) { return open(json::object()); }
+  bool start_array(size_t) { return open(json::array()); }
+  bool key(std::string& k) {
+    frames_.back().key = std::move(k);
+    return true;
+  }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+  bool parse_error(size_t position, const std::string& token, const json::exception& ex) {
+    // 406: a number literal beyond the range of a double; the token is the literal.
+    if (ex.id == 406) return too_large(token);
+    failed_ = true;
+    // `position` counts the bytes read, the offending one included.
+    const size_t at = position ? position - 1 : 0;
+    const char c = at < body_.size() ? body_[at] : '\0';
+    const bool not_a_number = c == 'N' || c == 'I' || c == 'i' || (c == 'a' && at > 0 && body_[at - 1] == 'n');
+    if (not_a_number && !frames_.empty()) {
+      const std::string where = path();
+      return fail_(where,
+                   "'" + where + "' is not a JSON value (byte " + std::to_string(at) +
+                       "); NaN and Infinity are not numbers in JSON",
+                   "invalid_json");
+    }
+    if (position > body_.size())
+      return fail_("", "the request body is not valid JSON: it ends before the value is complete", "invalid_json");
+    return fail_(
+        "",
+        "the request body is not valid JSON: unexpected byte " + std::to_string(at) + " ('" + std::string(1, c) + "')",
+        "invalid_json");
+  }
+
+ private:
+  struct Frame {
+    json* value;
+    std::string key;   // objects: the key of the member being read
+    size_t count = 0;  // arrays: elements stored so far
+  };
+
+  static bool integer_literal(const std::string& s) {
+    const size_t digits = s.size() - (s.rfind("-", 0) == 0 ? 1 : 0);
+    return digits > 0 && s.find_first_of(".eE") == std::string::npos;
+  }
+  static std::string clip(const std::string& s, size_t n) { return s.size() > n ? s.substr(0, n) + "..." : s; }
+
+  bool too_large(const std::string& lexeme) {
+    failed_ = true;
+    const std::string where = path();
+    const std::string name = where.empty() ? "the request body" : "'" + where + "'";
+    if (integer_literal(lexeme)) {
+      const size_t digits = lexeme.size() - (lexeme[0] == '-' ? 1 : 0);
+      return fail_(where,
+                   name + " is an integer of " + std::to_string(digits) +
+                       " digits; integers must fit in 64 bits (-9223372036854775808 to 18446744073709551615)",
+                   "number_out_of_range");
+    }
+    return fail_(where, name + " is " + clip(lexeme, 24) + ", beyond the range of a double (1.8e308)",
+                 "number_out_of_range");
+  }
+
+  // The name of the value being read, as the error messages write fields: messages[0].content.
+  std::string path() const {
+    std::string p;
+    for (size_t i = 0; i < frames_.size(); ++i) {
+      const Frame& f = frames_[i];
+      const bool last = i + 1 == frames_.size();
+      if (f.value->is_array()) {
+        p += '[';
+        p += std::to_string(last ? f.count : f.count - 1);
+        p += ']';
+      } else {
+        if (!p.empty()) p += ".";
+        p += f.key;
+      }
+    }
+    return p;
+  }
+
+  json* put(json v) {
+    if (frames_.empty()) {
+      root_ = std::move(v);
+      return &root_;
+    }
+    Frame& f = frames_.back();
+    if (f.value->is_array()) {
+      f.value->push_back(std::move(v));
+      ++f.count;
+      return &f.value->back();
+    }
+    json& member = (*f.value)[f.key];
+    member = std::move(v);
+    return &member;
+  }
+  bool store(json v) {
+    put(std::move(v));
+    return true;
+  }
+
+  bool open(json container) {
+    if (frames_.size() >= kMaxJsonDepth) {
+      failed_ = true;
+      const std::string where = path();
+      const std::string top = frames_.size() > 1 ? (frames_[0].value->is_array() ? "" : frames_[0].key) : "";
+      return fail_(
+          top,
+          "'" + clip(where, 48) + "' nests arrays and objects deeper than " + std::to_string(kMaxJsonDepth) + " levels",
+          "nesting_too_deep");
+    }
+    frames_.push_back(Frame{put(std::move(container)), {}, 0});
+    return true;
+  }
+  bool close() {
+    frames_.pop_back();
+    return true;
+  }
+
+  std::string_view body_;
+  json& root_;
+  const Fail& fail_;
+  std::vector<Frame> frames_;
+  bool failed_ = false;
 };
 
 std::string found(const json& v) {
@@ -237,15 +381,20 @@ bool parse_openai_request(std::string_view body, Endpoint endpoint, const Reques
   const size_t bad = invalid_utf8_offset(body);
   if (bad != std::string_view::npos)
     return fail("", "the request body is not valid UTF-8 (byte " + std::to_string(bad) + ")", "invalid_utf8");
+  if (limits.max_body_bytes && body.size() > limits.max_body_bytes) {
+    fail("",
+         "the request body is " + std::to_string(body.size()) + " bytes; at most " +
+             std::to_string(limits.max_body_bytes),
+         "body_too_large");
+    error.http_status = 413;
+    return false;
+  }
   json j;
-  try {
-    j = json::parse(body.begin(), body.end());
-  } catch (const json::parse_error& e) {
-    // nlohmann's what() is "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
-    std::string what = e.what();
-    const size_t at = what.find("] ");
-    if (at != std::string::npos) what = what.substr(at + 2);
-    return fail("", "the request body is not valid JSON: " + what, "invalid_json");
+  BoundedDocument doc(body, j, fail);
+  // No exception leaves the parser: every refusal comes back through the document's handlers.
+  if (!json::sax_parse(body.data(), body.data() + body.size(), &doc) || doc.failed()) {
+    if (!doc.failed()) fail("", "the request body is not valid JSON", "invalid_json");
+    return false;
   }
   if (!j.is_object()) return fail("", "the request body must be a JSON object, got " + found(j), "invalid_type");
 

@@ -48,11 +48,14 @@ struct RequestLimits {
   uint32_t max_tokens = 2048;                   // most tokens one request may ask for
   uint32_t default_max_tokens_chat = 0;         // chat without max_tokens: this (0 = max_tokens)
   uint32_t default_max_tokens_completion = 16;  // OpenAI's default for /v1/completions
+  size_t max_body_bytes = 0;                    // larger bodies: 413 (0 = no limit)
 };
 
 constexpr size_t kMaxStopStrings = 4;  // as OpenAI
 constexpr size_t kMaxStopBytes = 256;
 constexpr size_t kMaxMessages = 1024;
+// Arrays and objects nested deeper are refused before they are stored (a chat body needs 4).
+constexpr size_t kMaxJsonDepth = 64;
 
 struct RequestError {
   int http_status = 400;
@@ -65,7 +68,9 @@ struct RequestError {
 // Byte offset of the first ill-formed UTF-8 sequence in `s`, or npos.
 size_t invalid_utf8_offset(std::string_view s);
 
-// Parses and checks `body`. False with `error` set when the request cannot be served as asked.
+// Parses and checks `body`. False with `error` set when the request cannot be served as asked:
+// 400 for JSON nested deeper than kMaxJsonDepth, numbers beyond a double or integers beyond
+// 64 bits (the field named), 413 beyond limits.max_body_bytes. Nothing is thrown.
 bool parse_openai_request(std::string_view body, Endpoint endpoint, const RequestLimits& limits, OpenAiRequest& out,
                           RequestError& error);
 

