@@ -86,7 +86,9 @@ class Stream:
         for line in lines[1:]:
             k, _, v = line.partition(":")
             headers[k.strip().lower()] = v.strip()
-        if "content-length" in headers:
+        if status < 200:
+            body = b""  # an interim answer has no body
+        elif "content-length" in headers:
             body = self._take(int(headers["content-length"]))
         elif headers.get("transfer-encoding", "").lower() == "chunked":
             body = b""
@@ -230,6 +232,117 @@ def main():
         r = srv.post("/v1/completions", b'{"prompt": "x", "max_tokens": 4, "temperature": 1e-999}')
         check(r is not None and r.status == 200, f"a number that underflows to 0 is a number: 200 ({r!r})")
         survived("the number overflows")
+
+        # A chunked body past --max-body-bytes: 413 once past it, the connection closed (it was read
+        # whole, 8 MiB, and answered 200).
+        s, st = srv.connect()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Transfer-Encoding: chunked\r\n\r\n")
+        chunk = b"%x\r\n" % 65536 + b" " * 65536 + b"\r\n"
+        sent = 0
+        try:
+            for _ in range(128):  # 8 MiB
+                s.sendall(chunk)
+                sent += 65536
+        except OSError:
+            pass  # refused and closed while sending
+        r = st.reply()
+        check(openai_error(r, 413, "body_too_large") and r.headers.get("connection") == "close",
+              f"chunked body past the limit: 413, Connection: close, after {sent >> 10} KiB sent ({r!r})")
+        check(st.closed(), "chunked body past the limit: the connection is closed")
+        s.close()
+        survived("a chunked body past the limit")
+        body = json.dumps(BASELINE).encode()
+        chunked = b"".join(b"%x\r\n" % len(body[i:i + 7]) + body[i:i + 7] + b"\r\n" for i in range(0, len(body), 7))
+        r = srv.send(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                     b"Connection: close\r\n\r\n" + chunked + b"0\r\n\r\n")
+        check(r is not None and r.status == 200 and r.json()["choices"][0]["text"] == answer,
+              f"a chunked body within the limit: the same answer ({r!r})")
+
+        # A POST without Content-Length: 411 at once and the connection closed (it was read until
+        # the client closed, then not answered), whether or not the client keeps sending.
+        for half_close in (False, True):
+            s, st = srv.connect(timeout=10)
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\r\n" +
+                      json.dumps(BASELINE).encode())
+            if half_close:
+                s.shutdown(socket.SHUT_WR)
+            t0 = time.time()
+            r = st.reply()
+            check(openai_error(r, 411, "length_required") and time.time() - t0 < 2 and st.closed(),
+                  f"POST without Content-Length ({'half-closed' if half_close else 'kept open'}): 411 at once, "
+                  f"closed ({r!r})")
+            s.close()
+        survived("bodies without a length")
+
+        # Request lines and headers past their limits: 414 and 431, even when the line never ends.
+        for what, raw, status, code in [
+                ("a 10 KB URL", b"GET /health?" + b"a" * 10000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414, "uri_too_long"),
+                ("a request line that never ends", b"GET /" + b"a" * (1 << 20), 414, "uri_too_long"),
+                ("200 headers", b"GET /health HTTP/1.1\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(200)) +
+                 b"\r\n", 431, "too_many_headers"),
+                ("a 20 KB header", b"GET /health HTTP/1.1\r\nX-Big: " + b"b" * 20000 + b"\r\n\r\n", 431,
+                 "headers_too_large"),
+                ("a header line that never ends", b"GET /health HTTP/1.1\r\nX-Big: " + b"b" * (1 << 20), 431,
+                 "headers_too_large")]:
+            r = srv.send(raw)
+            check(openai_error(r, status, code) and r.headers.get("connection") == "close",
+                  f"{what}: {status} {code} ({r!r})")
+        survived("oversized request lines and headers")
+
+        # Four pipelined requests on one connection: four answers in order (1 was answered, the rest
+        # dropped).
+        prompts = ["Once upon a time", "The dog", "Lily saw", "One day"]
+        want = [srv.post("/v1/completions", {**BASELINE, "prompt": p}).json()["choices"][0]["text"] for p in prompts]
+        s, st = srv.connect()
+        pipeline = b""
+        for p in prompts:
+            body = json.dumps({**BASELINE, "prompt": p}).encode()
+            pipeline += (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        s.sendall(pipeline + b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        got = []
+        for _ in prompts:
+            try:
+                r = st.reply()
+            except socket.timeout:
+                r = None
+            got.append(r.json()["choices"][0]["text"] if r is not None and r.status == 200 else None)
+        check(got == want, f"4 pipelined requests: 4 answers in order ({sum(g is not None for g in got)} answered)")
+        r = st.reply()
+        check(r is not None and r.status == 200 and r.headers.get("connection") == "close" and st.closed(),
+              f"a pipelined request with Connection: close is answered, then the connection closed ({r!r})")
+        s.close()
+        survived("pipelining")
+
+        # A request whose head stalls (slowloris): 408 once --idle-timeout (3 s here) has passed
+        # since its first byte, and requests on other connections are served meanwhile.
+        stalled = []
+        for _ in range(20):
+            s, st = srv.connect()
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+            stalled.append((s, st))
+        t0 = time.time()
+        survived("20 stalled heads")
+        check(time.time() - t0 < 2, f"served beside 20 stalled heads in {time.time() - t0:.2f} s")
+        r = stalled[0][1].reply()
+        check(openai_error(r, 408, "request_timeout") and time.time() - t0 < 6,
+              f"a stalled head: 408 after {time.time() - t0:.1f} s ({r!r})")
+        for s, _ in stalled:
+            s.close()
+        # Expect: 100-continue gets its interim answer, then the real one.
+        body = json.dumps(BASELINE).encode()
+        s, st = srv.connect()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nConnection: close\r\n"
+                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n")
+        r = st.reply()
+        check(r is not None and r.status == 100, f"Expect: 100-continue: 100 first ({r!r})")
+        s.sendall(body)
+        r = st.reply()
+        check(r is not None and r.status == 200 and r.json()["choices"][0]["text"] == answer,
+              f"then the answer ({r!r})")
+        s.close()
+        check(srv.proc.poll() is None, "the server is still running")
     finally:
         srv.kill()
     if failures:

@@ -19,6 +19,7 @@
 #include "keel/commands.h"
 #include "keel/serve/completion_text.h"
 #include "keel/serve/engine_thread.h"
+#include "keel/serve/http_connection.h"
 #include "keel/serve/http_pool.h"
 #include "keel/serve/openai_response.h"
 #include "keel/serve/prompt.h"
@@ -58,6 +59,9 @@ const char kHelp[] =
     "The KV policy and budget are the model's unless given; every slot has its own budget.\n"
     "Under --kv-policy full a prompt that does not fit the budget gets 400 with both numbers;\n"
     "the bounded policies take prompts of any length.\n";
+
+// A keep-alive connection serves this many requests, the last answered with `Connection: close`.
+constexpr size_t kMaxRequestsPerConnection = 100;
 
 using httplib::Request;
 using httplib::Response;
@@ -422,13 +426,17 @@ int cmd_serve(int argc, char** argv) {
 
   EngineThread engine(session.runtime(), o.queue);
   Server server(session, o, engine, tok);
-  httplib::Server http;
+  HttpLimits limits;
+  limits.max_body_bytes = o.max_body;
+  BoundedHttpServer http(limits);
+  http.on_refusal = [&server](int status) { server.counters.count(status); };
   const size_t max_threads = o.http_threads;
   http.new_task_queue = [max_threads] { return new HttpPool(max_threads); };
   http.set_payload_max_length(o.max_body);
   http.set_read_timeout(o.idle_timeout_s, 0);
   http.set_write_timeout(o.idle_timeout_s, 0);
   http.set_keep_alive_timeout(o.idle_timeout_s);
+  http.set_keep_alive_max_count(kMaxRequestsPerConnection);
   server.routes(http);
   // httplib listens with a backlog of 5 (compiled into Debian's library): a burst of connections
   // on a busy host overflows it and the kernel drops SYNs, which clients retry only after a
