@@ -15,8 +15,8 @@ void push_pair(const Symbol* sym, int32_t left, const MergeTable& merges, PairHe
 
 }  // namespace
 
-void bpe_encode_word(const uint8_t* word, size_t n, const int32_t* byte_token, const MergeTable& merges,
-                     WordScratch& scratch, TokenSink& sink) {
+bool bpe_merge_word(const uint8_t* word, size_t n, const int32_t* byte_token, const MergeTable& merges,
+                    WordScratch& scratch) {
   Symbol* sym = scratch.symbols;
   int32_t count = 0;
   for (size_t i = 0; i < n && i < kMaxWordBytes; ++i) {
@@ -25,7 +25,7 @@ void bpe_encode_word(const uint8_t* word, size_t n, const int32_t* byte_token, c
     sym[count] = Symbol{id, uint16_t(i), 1, int16_t(count - 1), int16_t(count + 1)};
     ++count;
   }
-  if (count == 0) return;
+  if (count == 0) return false;
   sym[count - 1].next = -1;
 
   PairHeap heap(scratch.heap, kMaxHeapPairs);
@@ -48,7 +48,13 @@ void bpe_encode_word(const uint8_t* word, size_t n, const int32_t* byte_token, c
     push_pair(sym, l.prev, merges, heap);
     push_pair(sym, left, merges, heap);
   }
-  for (int32_t i = 0; i >= 0; i = sym[i].next) sink.push(sym[i].id);
+  return true;
+}
+
+void bpe_encode_word(const uint8_t* word, size_t n, const int32_t* byte_token, const MergeTable& merges,
+                     WordScratch& scratch, TokenSink& sink) {
+  if (!bpe_merge_word(word, n, byte_token, merges, scratch)) return;
+  for (int32_t i = 0; i >= 0; i = scratch.symbols[i].next) sink.push(scratch.symbols[i].id);
 }
 
 }  // namespace keel::text

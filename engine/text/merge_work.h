@@ -9,9 +9,10 @@
 namespace keel::text {
 
 // Longest word merged as a whole, in bytes (after SentencePiece's space -> U+2581 rewrite).
-// A longer pre-token is cut into pieces of at most this many bytes at character boundaries and
-// each piece is merged on its own; only then can the result differ from the reference
-// tokenizers, which have no such limit.
+// A longer pre-token is merged in pieces of at most this many bytes, cut where no token reaches
+// across (word_cut.h), which leaves the ids those of merging it whole, as the reference
+// tokenizers do; only a stretch with no such place within reach is cut where it must be, and
+// only then can the ids differ (docs/format.md, "Tokenizers").
 constexpr size_t kMaxWordBytes = 1024;
 // Each merge pushes at most two pairs, so a word of n symbols pushes fewer than 3n.
 constexpr size_t kMaxHeapPairs = 3 * kMaxWordBytes;

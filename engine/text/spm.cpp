@@ -43,16 +43,16 @@ bool SpmVocab::usable(int32_t id) const {
 
 float SpmVocab::score(int32_t id) const { return scores ? scores->Get(uint32_t(id)) : 0.0f; }
 
-void spm_encode_word(const uint8_t* word, size_t n, const SpmVocab& v, WordScratch& scratch, TokenSink& sink) {
+bool spm_merge_word(const uint8_t* word, size_t n, const SpmVocab& v, WordScratch& scratch) {
   Symbol* sym = scratch.symbols;
   int32_t count = 0;
   for (size_t i = 0; i < n && i < kMaxWordBytes;) {
-    const uint32_t len = utf8_decode(word + i, n - i).len;
+    const uint32_t len = uint32_t(utf8_lead_length(word[i]) < n - i ? utf8_lead_length(word[i]) : n - i);
     sym[count] = Symbol{-1, uint16_t(i), uint16_t(len), int16_t(count - 1), int16_t(count + 1)};
     ++count;
     i += len;
   }
-  if (count == 0) return;
+  if (count == 0) return false;
   sym[count - 1].next = -1;
 
   PairHeap heap(scratch.heap, kMaxHeapPairs);
@@ -71,7 +71,12 @@ void spm_encode_word(const uint8_t* word, size_t n, const SpmVocab& v, WordScrat
     push_pair(word, sym, l.prev, v, heap);
     push_pair(word, sym, left, v, heap);
   }
+  return true;
+}
 
+void spm_encode_word(const uint8_t* word, size_t n, const SpmVocab& v, WordScratch& scratch, TokenSink& sink) {
+  if (!spm_merge_word(word, n, v, scratch)) return;
+  const Symbol* sym = scratch.symbols;
   for (int32_t i = 0; i >= 0; i = sym[i].next) {
     const uint8_t* p = word + sym[i].start;
     const int32_t id = v.index->find(p, sym[i].len);

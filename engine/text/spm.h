@@ -1,5 +1,6 @@
 // SentencePiece BPE of one word (llama.cpp / llama2.c semantics). The word's text has spaces
-// already rewritten as U+2581. Symbols start as its UTF-8 characters; the adjacent pair whose
+// already rewritten as U+2581. Symbols start as its UTF-8 characters, cut by their lead bytes
+// as llama.cpp cuts them (utf8_lead_length: an ill-formed lead byte takes the bytes after it); the adjacent pair whose
 // concatenation is a token with the highest score is merged, leftmost first among equal
 // scores, until no pair is a token. A final symbol that is not a token becomes byte-fallback
 // tokens <0xNN> for each of its bytes, or one unknown token when the vocabulary lacks one
@@ -40,6 +41,9 @@ inline int parse_byte_token(const char* s, size_t n) {
   return (hi < 0 || lo < 0) ? -1 : hi * 16 + lo;
 }
 
+// The merges alone: scratch.symbols holds the final symbols, a list from index 0 linked by
+// `next`, each covering word[start, start + len). False for an empty word. n <= kMaxWordBytes.
+bool spm_merge_word(const uint8_t* word, size_t n, const SpmVocab& vocab, WordScratch& scratch);
 // n <= kMaxWordBytes.
 void spm_encode_word(const uint8_t* word, size_t n, const SpmVocab& vocab, WordScratch& scratch, TokenSink& sink);
 

@@ -6,12 +6,21 @@
 #include "core/check.h"
 #include "text/bpe.h"
 #include "text/pretokenize.h"
+#include "text/word_cut.h"
 
 namespace keel::text {
 namespace {
 
 constexpr uint8_t kSpaceMark[3] = {0xE2, 0x96, 0x81};  // U+2581, SentencePiece's space
 constexpr size_t kScratchAlign = 8;
+// SentencePiece: word starts tried one by one before every boundary of the buffer's tail at once.
+constexpr int kWordStartsTried = 8;
+// agreed_cut: how much shorter the second merge is, and how far before the first place where
+// the two merges disagree the cut must stay.
+constexpr size_t kCutProbeBytes = 256;
+constexpr size_t kCutMarginBytes = 64;
+
+bool has_bit(const uint64_t* bits, size_t i) { return (bits[i >> 6] >> (i & 63)) & 1u; }
 
 bool is_special_type(fb::TokenType t) { return t == fb::TokenType::Control || t == fb::TokenType::UserDefined; }
 
@@ -168,6 +177,8 @@ Error Tokenizer::init(const fb::Tokenizer* t, Arena& arena) {
   }
   sort_specials(tokens, specials_, n_specials_);
 
+  spm_vocab_ = SpmVocab{&vocab_, t->scores(), types_, byte_token_, unk_};
+  can_search_cuts_ = max_token_bytes_ <= kMaxCutScanBytes;
   if (kind_ == fb::TokenizerKind::ByteLevelBpe) {
     KEEL_TRY(merges_.init(t->merges(), vocab_, arena));
   } else {
@@ -273,12 +284,24 @@ void Tokenizer::encode_byte_level(const uint8_t* s, size_t n, WordScratch& ws, T
   PreTokenIterator it(pre_, s, n);
   size_t begin, len;
   while (it.next(&begin, &len)) {
-    // A pre-token longer than kMaxWordBytes is merged in pieces cut at character starts.
+    // A pre-token longer than kMaxWordBytes is merged in pieces, cut where no token reaches
+    // across (word_cut.h); only a stretch with no such place in reach is cut where it must be.
     while (len > 0) {
       size_t piece = len;
       if (piece > kMaxWordBytes) {
-        piece = kMaxWordBytes;
-        while (piece > 1 && (s[begin + piece] & 0xC0) == 0x80) --piece;
+        const uint8_t* word = s + begin;
+        auto token_end = [&](size_t i, size_t e_min, size_t e_max) {
+          return byte_level_token_end(word, i, e_min, e_max);
+        };
+        auto any_byte = [](size_t) { return true; };  // byte-level symbols start as single bytes
+        piece = can_search_cuts_
+                    ? last_safe_cut(len, kMaxWordBytes / 2, kMaxWordBytes, max_token_bytes_, token_end, any_byte)
+                    : 0;
+        if (piece == 0) piece = agreed_cut(word, kMaxWordBytes, ws);
+        if (piece == 0) {
+          piece = kMaxWordBytes;
+          while (piece > 1 && (word[piece] & 0xC0) == 0x80) --piece;
+        }
       }
       bpe_encode_word(s + begin, piece, byte_token_, merges_, ws, sink);
       begin += piece;
@@ -287,43 +310,143 @@ void Tokenizer::encode_byte_level(const uint8_t* s, size_t n, WordScratch& ws, T
   }
 }
 
-// Words are cut before each U+2581 that follows another character. When no piece holds a U+2581
-// after another character (init() checks; true of SentencePiece vocabularies trained with
-// split_by_whitespace, the default), no merge crosses such a cut and the result is that of
-// merging the whole run at once. Otherwise, and for a word longer than kMaxWordBytes, words are
-// only cut every kMaxWordBytes bytes.
+size_t Tokenizer::byte_level_token_end(const uint8_t* word, size_t i, size_t e_min, size_t e_max) const {
+  // The raw bytes [i, e) in the byte alphabet, as the merged symbols spell them (a byte the
+  // vocabulary has no character for is dropped, as bpe_encode_word drops it), hashed as they grow.
+  uint8_t spelled[2 * kMaxCutScanBytes];
+  size_t m = 0, found = 0;
+  uint64_t fnv = VocabIndex::kFnvStart;
+  for (size_t e = i + 1; e <= e_max; ++e) {
+    const uint8_t b = word[e - 1];
+    if (byte_token_[b] >= 0) {
+      const uint32_t k = utf8_encode(byte_to_code_point(b), spelled + m);
+      for (uint32_t j = 0; j < k; ++j) fnv = VocabIndex::fnv_extend(fnv, spelled[m + j]);
+      m += k;
+    }
+    if (e >= e_min && vocab_.find_hashed(fnv, spelled, m) >= 0) found = e;
+  }
+  return found;
+}
+
+size_t Tokenizer::spm_token_end(const uint8_t* word, size_t i, size_t e_min, size_t e_max) const {
+  size_t found = 0;
+  uint64_t fnv = VocabIndex::kFnvStart;
+  for (size_t e = i + 1; e <= e_max; ++e) {
+    fnv = VocabIndex::fnv_extend(fnv, word[e - 1]);
+    if (e < e_min) continue;
+    const int32_t id = vocab_.find_hashed(fnv, word + i, e - i);
+    if (id >= 0 && spm_vocab_.usable(id)) found = e;
+  }
+  return found;
+}
+
+size_t Tokenizer::agreed_cut(const uint8_t* word, size_t n, WordScratch& ws) const {
+  if (n <= kCutProbeBytes + kCutMarginBytes) return 0;
+  auto merge = [&](size_t len) {
+    return kind_ == fb::TokenizerKind::ByteLevelBpe ? bpe_merge_word(word, len, byte_token_, merges_, ws)
+                                                    : spm_merge_word(word, len, spm_vocab_, ws);
+  };
+  const Symbol* sym = ws.symbols;
+  uint64_t whole_starts[kMaxWordBytes / 64 + 1] = {};
+  if (!merge(n)) return 0;
+  for (int32_t i = 0; i >= 0; i = sym[i].next) whole_starts[sym[i].start >> 6] |= uint64_t(1) << (sym[i].start & 63);
+  const size_t m = n - kCutProbeBytes;
+  if (!merge(m)) return 0;
+  // The first offset where the two merges disagree: a symbol of the shorter one that does not
+  // start where one of the whole word's does, or that covers the start of one.
+  size_t disagree = m;
+  for (int32_t i = 0; i >= 0 && disagree == m; i = sym[i].next) {
+    if (!has_bit(whole_starts, sym[i].start)) {
+      disagree = sym[i].start;
+      break;
+    }
+    for (size_t q = size_t(sym[i].start) + 1; q < size_t(sym[i].start) + sym[i].len; ++q) {
+      if (has_bit(whole_starts, q)) {
+        disagree = q;
+        break;
+      }
+    }
+  }
+  size_t cut = 0;
+  for (int32_t i = 0; i >= 0 && size_t(sym[i].start) + kCutMarginBytes <= disagree; i = sym[i].next) cut = sym[i].start;
+  return cut;
+}
+
+// The run is rewritten (spaces as U+2581) into ws.text and merged a word at a time; each append
+// is one first symbol, cut from the rewritten bytes as spm_merge_word cuts them, so every cut
+// below falls between symbols. When no piece holds a U+2581 after another character (init()
+// checks; true of SentencePiece vocabularies trained with split_by_whitespace, the default), no
+// merge crosses the cut before a word's U+2581 and words are cut there. Otherwise (Gemma 3's
+// ">\u2581</"), and for a word longer than the scratch, the text is cut only where no piece
+// reaches across (word_cut.h): first at the last few word starts that are safe, else at any
+// safe symbol start, else where two merges agree (agreed_cut), so the ids are those of merging
+// the whole run at once, as llama.cpp does.
 void Tokenizer::encode_sentencepiece(const uint8_t* s, size_t n, WordScratch& ws, TokenSink& sink) const {
-  SpmVocab vocab;
-  vocab.index = &vocab_;
-  vocab.scores = table_->scores();
-  vocab.types = types_;
-  vocab.byte_token = byte_token_;
-  vocab.unk_id = unk_;
+  uint8_t* text = ws.text;
   size_t w = 0;
   bool last_was_space = false;
-  auto flush = [&]() {
-    if (w > 0) spm_encode_word(ws.text, w, vocab, ws, sink);
-    w = 0;
+  auto encode_prefix = [&](size_t b) {
+    spm_encode_word(text, b, spm_vocab_, ws, sink);
+    memmove(text, text + b, w - b);
+    w -= b;
+  };
+  // Makes room in a full buffer whose text goes on past w.
+  auto cut = [&]() {
+    size_t b = 0;
+    if (can_search_cuts_ && w >= max_token_bytes_ + kMaxWordBytes / 2) {
+      uint64_t starts[kMaxWordBytes / 64 + 1] = {};  // first symbols' starts, as spm_merge_word cuts them
+      for (size_t i = 0; i < w; i += utf8_lead_length(text[i])) starts[i >> 6] |= uint64_t(1) << (i & 63);
+      auto token_end = [&](size_t i, size_t e_min, size_t e_max) { return spm_token_end(text, i, e_min, e_max); };
+      auto is_start = [&](size_t b) { return has_bit(starts, b); };
+      // Boundaries tested must have max_token_bytes_ - 1 bytes of the text after them in the buffer.
+      const size_t hi = w - max_token_bytes_ + 1, lo = kMaxWordBytes / 4;
+      int tried = 0;
+      for (size_t c = hi; c > lo && tried < kWordStartsTried; --c) {
+        const bool word_start = is_start(c) && c + 3 <= w && memcmp(text + c, kSpaceMark, 3) == 0 &&
+                                !(is_start(c - 3) && memcmp(text + c - 3, kSpaceMark, 3) == 0);
+        if (!word_start) continue;
+        ++tried;
+        if (is_safe_cut(w, c, max_token_bytes_, token_end)) {
+          b = c;
+          break;
+        }
+      }
+      if (b == 0) b = last_safe_cut(w, lo, hi, max_token_bytes_, token_end, is_start);
+    }
+    if (b == 0) b = agreed_cut(text, w, ws);
+    if (b == 0) b = w;  // neither kind of cut: the one case where the ids may differ (docs/format.md)
+    encode_prefix(b);
   };
   auto append = [&](const uint8_t* p, size_t k, bool is_space) {
-    if ((cut_words_at_spaces_ && is_space && w > 0 && !last_was_space) || w + k > kMaxWordBytes) {
-      flush();
-    }
-    memcpy(ws.text + w, p, k);
+    if (cut_words_at_spaces_ && is_space && w > 0 && !last_was_space) encode_prefix(w);
+    if (w + k > kMaxWordBytes) cut();
+    memcpy(text + w, p, k);
     w += k;
     last_was_space = is_space;
   };
   if (add_space_prefix_) append(kSpaceMark, 3, true);
-  for (size_t i = 0; i < n;) {
-    const DecodedChar c = utf8_decode(s + i, n - i);
-    if (c.cp == ' ') {
-      append(kSpaceMark, 3, true);
-    } else {
-      append(s + i, c.len, c.cp == 0x2581);
+  // The rewritten run byte by byte: a space gives the three bytes of U+2581.
+  size_t i = 0, mark_left = 0;
+  auto next_byte = [&](uint8_t* b) {
+    if (mark_left > 0) {
+      *b = kSpaceMark[3 - mark_left--];
+      return true;
     }
-    i += c.len;
+    if (i >= n) return false;
+    *b = s[i++];
+    if (*b == ' ') {
+      *b = kSpaceMark[0];
+      mark_left = 2;
+    }
+    return true;
+  };
+  uint8_t symbol[4];
+  while (next_byte(&symbol[0])) {
+    size_t k = 1;
+    while (k < utf8_lead_length(symbol[0]) && next_byte(&symbol[k])) ++k;
+    append(symbol, k, k == 3 && memcmp(symbol, kSpaceMark, 3) == 0);
   }
-  flush();
+  if (w > 0) encode_prefix(w);
 }
 
 }  // namespace keel::text

@@ -90,6 +90,15 @@ class Tokenizer {
   void encode_run(const uint8_t* s, size_t n, WordScratch& ws, TokenSink& sink) const;
   void encode_byte_level(const uint8_t* s, size_t n, WordScratch& ws, TokenSink& sink) const;
   void encode_sentencepiece(const uint8_t* s, size_t n, WordScratch& ws, TokenSink& sink) const;
+  // The largest e in [e_min, e_max] such that word[i, e) spells a token merging can form, or 0
+  // (word_cut.h). Byte-level: `word` is raw bytes; SentencePiece: the rewritten text.
+  size_t byte_level_token_end(const uint8_t* word, size_t i, size_t e_min, size_t e_max) const;
+  size_t spm_token_end(const uint8_t* word, size_t i, size_t e_min, size_t e_max) const;
+  // Where no safe cut is in reach: word[0, n) and word[0, n - 256) are merged and the cut is
+  // the last symbol start at least 64 bytes before the first offset where the two disagree, on
+  // the evidence that the end of the text moves no symbol that far back (as in the long runs
+  // of one repeated word or character that have no safe cut). 0 when there is none.
+  size_t agreed_cut(const uint8_t* word, size_t n, WordScratch& ws) const;
   // Length of the longest UserDefined (or, with `control`, Control) token at s[0..n) (0 if
   // none); its id in *id.
   size_t match_special(const uint8_t* s, size_t n, bool control, int32_t* id) const;
@@ -111,6 +120,11 @@ class Tokenizer {
   bool add_bos_ = false;
   bool add_space_prefix_ = false;
   bool cut_words_at_spaces_ = false;  // SentencePiece: see encode_sentencepiece
+  // Longest token the safe-cut search handles (word_cut.h); a vocabulary with a longer one cuts
+  // long words at fixed offsets instead.
+  static constexpr size_t kMaxCutScanBytes = 256;
+  bool can_search_cuts_ = false;
+  SpmVocab spm_vocab_;
 };
 
 template <typename F>

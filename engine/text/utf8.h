@@ -31,6 +31,14 @@ constexpr bool utf8_valid_second(uint8_t lead, uint8_t b) {
   }
 }
 
+// Bytes of the character a byte leads, by its top four bits alone (1 for ASCII and for a
+// continuation byte, 2, 3 or 4 for a lead byte), however the bytes after it look: how
+// llama.cpp's SentencePiece tokenizer cuts text into its first symbols, well-formed or not.
+inline uint32_t utf8_lead_length(uint8_t b) {
+  static constexpr uint8_t kByTopBits[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+  return kByTopBits[b >> 4];
+}
+
 struct DecodedChar {
   uint32_t cp;   // kInvalidCodePoint for an ill-formed byte
   uint32_t len;  // bytes consumed, >= 1 (an ill-formed byte is consumed alone)

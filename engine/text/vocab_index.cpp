@@ -4,16 +4,24 @@
 
 namespace keel::text {
 
-uint64_t hash_bytes(const uint8_t* a, size_t na, const uint8_t* b, size_t nb) {
-  // FNV-1a over both parts, then a 64-bit finalizer so that the low bits used as the slot
-  // index depend on every input byte.
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < na; ++i) h = (h ^ a[i]) * 0x100000001b3ull;
-  for (size_t i = 0; i < nb; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+namespace {
+
+// A 64-bit finalizer over the FNV-1a state, so that the low bits used as the slot index depend
+// on every input byte.
+uint64_t finish_hash(uint64_t h) {
   h ^= h >> 33;
   h *= 0xff51afd7ed558ccdull;
   h ^= h >> 33;
   return h;
+}
+
+}  // namespace
+
+uint64_t hash_bytes(const uint8_t* a, size_t na, const uint8_t* b, size_t nb) {
+  uint64_t h = VocabIndex::kFnvStart;
+  for (size_t i = 0; i < na; ++i) h = VocabIndex::fnv_extend(h, a[i]);
+  for (size_t i = 0; i < nb; ++i) h = VocabIndex::fnv_extend(h, b[i]);
+  return finish_hash(h);
 }
 
 size_t VocabIndex::capacity_for(size_t n_tokens) {
@@ -48,6 +56,16 @@ bool VocabIndex::init(const TokenStrings* tokens, Arena& arena) {
     if (!duplicate) slots_[slot] = int32_t(id);
   }
   return true;
+}
+
+int32_t VocabIndex::find_hashed(uint64_t fnv, const uint8_t* s, size_t n) const {
+  if (!slots_) return -1;
+  for (size_t slot = size_t(finish_hash(fnv)) & mask_;; slot = (slot + 1) & mask_) {
+    const int32_t id = slots_[slot];
+    if (id < 0) return -1;
+    const flatbuffers::String* t = tokens_->Get(uint32_t(id));
+    if (t->size() == n && memcmp(t->data(), s, n) == 0) return id;
+  }
 }
 
 int32_t VocabIndex::find(const uint8_t* a, size_t na, const uint8_t* b, size_t nb) const {

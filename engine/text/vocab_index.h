@@ -25,6 +25,11 @@ class VocabIndex {
 
   // Id of the token whose text is a[0..na) followed by b[0..nb), or -1.
   int32_t find(const uint8_t* a, size_t na, const uint8_t* b = nullptr, size_t nb = 0) const;
+  // The same for s[0..n), given `fnv`, the FNV-1a state after s[0..n) (kFnvStart extended by
+  // each byte): a caller looking up every prefix of a string hashes each byte once.
+  int32_t find_hashed(uint64_t fnv, const uint8_t* s, size_t n) const;
+  static constexpr uint64_t kFnvStart = 0xcbf29ce484222325ull;
+  static uint64_t fnv_extend(uint64_t h, uint8_t b) { return (h ^ b) * 0x100000001b3ull; }
   const flatbuffers::String* text(int32_t id) const { return tokens_->Get(uint32_t(id)); }
 
  private:

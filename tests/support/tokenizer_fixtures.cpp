@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "convert/keel_writer.h"
 #include "convert/source_file.h"
 #include "flatbuffers/flatbuffers.h"
 #include "support/test_support.h"
@@ -383,9 +384,10 @@ std::string LoadedTokenizer::decode(const std::vector<int32_t>& ids, bool print_
   return out;
 }
 
-std::unique_ptr<LoadedTokenizer> make_tokenizer(const SourceTokenizer& src) {
-  auto t = std::make_unique<LoadedTokenizer>();
-  t->table = build_tokenizer_table(src);
+namespace {
+
+// Sizes the arenas for t->table and initializes the tokenizer over it.
+std::unique_ptr<LoadedTokenizer> init_loaded(std::unique_ptr<LoadedTokenizer> t) {
   const auto* table = flatbuffers::GetRoot<fb::Tokenizer>(t->table.data());
   t->arena_memory.resize(text::Tokenizer::arena_bytes(table));
   t->scratch_memory.resize(text::Tokenizer::scratch_bytes());
@@ -397,6 +399,27 @@ std::unique_ptr<LoadedTokenizer> make_tokenizer(const SourceTokenizer& src) {
     return nullptr;
   }
   return t;
+}
+
+}  // namespace
+
+std::unique_ptr<LoadedTokenizer> make_tokenizer(const SourceTokenizer& src) {
+  auto t = std::make_unique<LoadedTokenizer>();
+  t->table = build_tokenizer_table(src);
+  return init_loaded(std::move(t));
+}
+
+std::unique_ptr<LoadedTokenizer> make_tokenizer_as_converted(const SourceTokenizer& src) {
+  auto t = std::make_unique<LoadedTokenizer>();
+  flatbuffers::FlatBufferBuilder fbb;
+  fbb.Finish(convert::build_tokenizer(fbb, src));
+  t->table.assign(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
+  flatbuffers::Verifier verifier(t->table.data(), t->table.size());
+  if (!verifier.VerifyBuffer<fb::Tokenizer>(nullptr)) {
+    ADD_FAILURE() << "the converter's tokenizer table does not verify";
+    return nullptr;
+  }
+  return init_loaded(std::move(t));
 }
 
 std::vector<std::string> read_ggml_vocab_inputs(const std::string& path) {

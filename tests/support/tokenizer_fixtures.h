@@ -43,6 +43,10 @@ struct LoadedTokenizer {
 // init(); returns null (after a test failure) on error.
 std::unique_ptr<LoadedTokenizer> make_tokenizer(const convert::SourceTokenizer& src);
 
+// The same, from the table the converter writes (keel::convert::build_tokenizer, as write_keel
+// stores it).
+std::unique_ptr<LoadedTokenizer> make_tokenizer_as_converted(const convert::SourceTokenizer& src);
+
 // Strings of a llama.cpp vocab test file (.inp): texts separated by "\n__ggml_vocab_test__\n".
 std::vector<std::string> read_ggml_vocab_inputs(const std::string& path);
 // Ids of a llama.cpp vocab test file (.out): one line of space-separated ids per text.

@@ -8,33 +8,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "convert/keel_writer.h"
 #include "support/test_support.h"
 #include "support/tokenizer_fixtures.cpp"  // NOLINT: compiled into this test binary only
 
 namespace keel::test {
 namespace {
-
-// The table as write_keel stores it, built by the converter's own build_tokenizer.
-std::unique_ptr<LoadedTokenizer> from_converter(const convert::SourceTokenizer& src) {
-  auto t = std::make_unique<LoadedTokenizer>();
-  flatbuffers::FlatBufferBuilder fbb;
-  fbb.Finish(convert::build_tokenizer(fbb, src));
-  t->table.assign(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
-  flatbuffers::Verifier verifier(t->table.data(), t->table.size());
-  EXPECT_TRUE(verifier.VerifyBuffer<fb::Tokenizer>(nullptr));
-  const auto* table = flatbuffers::GetRoot<fb::Tokenizer>(t->table.data());
-  t->arena_memory.resize(text::Tokenizer::arena_bytes(table));
-  t->scratch_memory.resize(text::Tokenizer::scratch_bytes());
-  t->arena.reset(t->arena_memory.data(), t->arena_memory.size());
-  t->scratch.reset(t->scratch_memory.data(), t->scratch_memory.size());
-  const Error e = t->tok.init(table, t->arena);
-  if (!e.ok()) {
-    ADD_FAILURE() << "Tokenizer::init: " << e.message();
-    return nullptr;
-  }
-  return t;
-}
 
 TEST(TokenizerFromConverter, GgufLlamaSpmVocab) {
   std::string error;
@@ -44,7 +22,7 @@ TEST(TokenizerFromConverter, GgufLlamaSpmVocab) {
   ASSERT_TRUE(load_gguf_vocab(shared_path("fixtures/ggml-vocab-llama-spm.gguf"), vocab_only, error)) << error;
   ASSERT_EQ(model->tokenizer.tokens, vocab_only.tokens);
   ASSERT_EQ(model->tokenizer.scores, vocab_only.scores);
-  auto t = from_converter(model->tokenizer);
+  auto t = make_tokenizer_as_converted(model->tokenizer);
   ASSERT_TRUE(t);
   const auto inputs = read_ggml_vocab_inputs(require_file(shared_path("fixtures/ggml-vocab-llama-spm.gguf.inp")));
   const auto outputs = read_ggml_vocab_outputs(require_file(shared_path("fixtures/ggml-vocab-llama-spm.gguf.out")));
@@ -60,7 +38,7 @@ TEST(TokenizerFromConverter, Llama2cStories260K) {
   const auto model = convert::read_llama2c(require_file(shared_path("models/stories260K/stories260K.bin")),
                                            require_file(shared_path("models/stories260K/tok512.bin")), error);
   ASSERT_TRUE(model) << error;
-  auto t = from_converter(model->tokenizer);
+  auto t = make_tokenizer_as_converted(model->tokenizer);
   ASSERT_TRUE(t);
   std::ifstream f(require_file(source_path("tests/golden/stories260K_tokenizer.json")));
   const nlohmann::json g = nlohmann::json::parse(f, nullptr, false);
