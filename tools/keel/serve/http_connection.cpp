@@ -12,6 +12,7 @@
 #include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -174,13 +175,15 @@ bool iequals(std::string_view a, std::string_view b) {
   return a.size() == b.size() && strncasecmp(a.data(), b.data(), a.size()) == 0;
 }
 
-// A decimal Content-Length; false for anything else (signs, spaces inside, overflow).
+// A decimal Content-Length, saturated at UINT64_MAX (past any body limit); false for anything
+// else (signs, spaces inside, lists).
 bool parse_length(std::string_view s, uint64_t& out) {
-  if (s.empty() || s.size() > 19) return false;
+  if (s.empty()) return false;
   out = 0;
   for (char c : s) {
     if (c < '0' || c > '9') return false;
-    out = out * 10 + uint64_t(c - '0');
+    const uint64_t d = uint64_t(c - '0');
+    out = out > (UINT64_MAX - d) / 10 ? UINT64_MAX : out * 10 + d;
   }
   return true;
 }
@@ -209,14 +212,18 @@ class Connection {
     Head head;
     Outcome o = read_head(head, refusal);
     if (o != Outcome::Request) return o;
-    std::string body;
-    o = read_body(head, body, refusal);
-    if (o != Outcome::Request) return o;
+    // The body is read straight after the head it is framed with (one copy of it, not two); its
+    // Content-Length goes in once its size is known.
     framed = head.request_line;
     for (const std::string& l : head.lines) framed += l;
-    if (head.has_length || head.chunked) framed += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+    const size_t head_end = framed.size();
     framed += "\r\n";
-    framed += body;
+    const size_t body_start = framed.size();
+    if (head.has_length && head.length <= limits_.max_body_bytes) framed.reserve(body_start + size_t(head.length) + 40);
+    o = read_body(head, framed, body_start, refusal);
+    if (o != Outcome::Request) return o;
+    if (head.has_length || head.chunked)
+      framed.insert(head_end, "Content-Length: " + std::to_string(framed.size() - body_start) + "\r\n");
     return Outcome::Request;
   }
 
@@ -363,7 +370,8 @@ class Connection {
     }
   }
 
-  Outcome read_body(const Head& head, std::string& body, Refusal& refusal) {
+  // Appends the body to `out`, where it starts at `body_start`.
+  Outcome read_body(const Head& head, std::string& out, size_t body_start, Refusal& refusal) {
     const bool may_have_body = head.method == "POST" || head.method == "PUT" || head.method == "PATCH";
     if (!head.has_length && !head.chunked) {
       // A request without either has no body (RFC 9112 6.3); a POST here always needs one, and
@@ -378,7 +386,7 @@ class Connection {
       static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
       write_all(fd_, kContinue, sizeof kContinue - 1, write_timeout_ms_);
     }
-    if (head.has_length) return take(head.length, body, refusal);
+    if (head.has_length) return take(head.length, out, refusal);
     std::string line;
     for (;;) {
       if (Outcome o = framing_line(line, 1024, refusal); o != Outcome::Request) return o;
@@ -391,8 +399,8 @@ class Connection {
       }
       if (digits == 0) return refuse(refusal, 400, "a chunk size is not hexadecimal", "bad_request");
       if (size == 0) break;
-      if (body.size() + size > limits_.max_body_bytes) return too_large(refusal);
-      if (Outcome o = take(size, body, refusal); o != Outcome::Request) return o;
+      if (out.size() - body_start + size > limits_.max_body_bytes) return too_large(refusal);
+      if (Outcome o = take(size, out, refusal); o != Outcome::Request) return o;
       std::string crlf;
       if (Outcome o = framing_line(crlf, 3, refusal); o != Outcome::Request) return o;
       if (!trim(crlf).empty()) return refuse(refusal, 400, "a chunk is longer than its size", "bad_request");
@@ -452,12 +460,12 @@ bool BoundedHttpServer::process_and_close_socket(socket_t sock) {
   if (refused) {
     // The client may still be sending what was refused; closing now would reset the connection
     // and could discard the answer before the client reads it. Its bytes are read and dropped
-    // for a bounded time.
+    // while they keep coming, for 2 s at most; a client silent for 200 ms is not waited for.
     const auto linger = Clock::now() + std::chrono::seconds(2);
     char sink[16384];
     for (;;) {
       pollfd p{sock, POLLIN, 0};
-      if (poll(&p, 1, remaining_ms(linger)) <= 0) break;
+      if (poll(&p, 1, std::min(remaining_ms(linger), 200)) <= 0) break;
       if (recv(sock, sink, sizeof sink, 0) <= 0) break;
     }
   }
