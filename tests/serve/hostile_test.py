@@ -253,6 +253,41 @@ def rss_drift(srv, answer, warmup=20, rounds=130):
           f"after {rounds} more: drift {end_rss - start_rss:+.1f} MiB (bound 5; peak during the rounds {peak:.1f} MiB)")
 
 
+def slowloris_case():
+    """Stalled heads hold a connection thread each until their 408: with --http-threads 16, 15 of
+    them do not delay a normal request; the 16th takes the last thread, and the request waits for
+    the first 408 (--idle-timeout 3 s)."""
+    srv = Server("--http-threads", "16", "--idle-timeout", "3")
+    try:
+        body = json.dumps(BASELINE).encode()
+        request = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: " +
+                   str(len(body)).encode() + b"\r\n\r\n" + body)
+        want = srv.send(request).json()["choices"][0]["text"]
+        for stalled_count, fast in ((15, True), (16, False)):
+            stalled = []
+            for _ in range(stalled_count):
+                s, st = srv.connect()
+                s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n{")
+                stalled.append(s)
+            time.sleep(0.3)
+            t0 = time.time()
+            r = srv.send(request)
+            dt = time.time() - t0
+            ok = r is not None and r.status == 200 and r.json()["choices"][0]["text"] == want
+            if fast:
+                check(ok and dt < 1, f"--http-threads 16, {stalled_count} stalled bodies: a normal request in "
+                      f"{dt * 1000:.0f} ms")
+            else:
+                check(ok and 1.5 < dt < 6, f"--http-threads 16, {stalled_count} stalled bodies: a normal request waits "
+                      f"for the first 408 ({dt:.1f} s)")
+            for s in stalled:
+                s.close()
+            time.sleep(0.5)
+        check(srv.proc.poll() is None, "the server is still running")
+    finally:
+        srv.kill()
+
+
 def main():
     srv = Server("--slots", "2", "--max-body-bytes", str(MAX_BODY), "--idle-timeout", "3")
     try:
@@ -418,6 +453,7 @@ def main():
         check(srv.proc.poll() is None, "the server is still running")
     finally:
         srv.kill()
+    slowloris_case()
     if failures:
         print(f"{len(failures)} checks failed:\n  " + "\n  ".join(failures))
         return 1
