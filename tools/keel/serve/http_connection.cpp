@@ -13,6 +13,8 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <exception>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -426,11 +428,10 @@ class Connection {
 
 }  // namespace
 
-bool BoundedHttpServer::process_and_close_socket(socket_t sock) {
+void BoundedHttpServer::serve_connection(socket_t sock, bool& ok, bool& refused) {
   const int read_ms = int(read_timeout_sec_ * 1000 + read_timeout_usec_ / 1000);
   const int write_ms = int(write_timeout_sec_ * 1000 + write_timeout_usec_ / 1000);
   Connection c(sock, limits_, std::max(read_ms, 1), std::max(write_ms, 1));
-  bool ok = true, refused = false;
   for (size_t served = 0; ok && served < keep_alive_max_count_; ++served) {
     // Wait for the next request's first byte, watching for the server stopping.
     const auto idle_deadline = Clock::now() + std::chrono::seconds(keep_alive_timeout_sec_);
@@ -455,6 +456,17 @@ bool BoundedHttpServer::process_and_close_socket(socket_t sock) {
     bool closed = false;
     ok = process_request(stream, served + 1 == keep_alive_max_count_, closed, nullptr);
     if (closed) break;
+  }
+}
+
+bool BoundedHttpServer::process_and_close_socket(socket_t sock) {
+  bool ok = true, refused = false;
+  // An exception here would end the process from a pool thread: it ends the connection instead.
+  try {
+    serve_connection(sock, ok, refused);
+  } catch (const std::exception& e) {
+    fprintf(stderr, "keel serve: a connection ended on an internal error: %s\n", e.what());
+    ok = false;
   }
   shutdown(sock, SHUT_WR);
   if (refused) {

@@ -37,6 +37,7 @@ class BoundedHttpServer : public httplib::Server {
 
  private:
   bool process_and_close_socket(socket_t sock) override;
+  void serve_connection(socket_t sock, bool& ok, bool& refused);
 
   HttpLimits limits_;
 };
