@@ -249,6 +249,11 @@ def rss_drift(srv, answer, warmup=20, rounds=130):
     end_rss = at_rest()
     check(not bad, f"{sent} hostile and normal requests in {time.time() - t0:.0f} s: each answered as expected "
           f"({len(bad)} not: {bad[:3]})")
+    if os.environ.get("KEEL_TEST_SANITIZED") == "1":
+        # Not a pass: the bound is not checked where the sanitizer's allocator owns the memory.
+        print(f"NOT CHECKED: RSS bound in a sanitizer build (at rest {start_rss:.1f} -> {end_rss:.1f} MiB, the "
+              "sanitizer's quarantine holds freed memory)", flush=True)
+        return
     check(end_rss - start_rss < 5, f"RSS at rest {start_rss:.1f} MiB after {warmup} warm-up rounds, {end_rss:.1f} MiB "
           f"after {rounds} more: drift {end_rss - start_rss:+.1f} MiB (bound 5; peak during the rounds {peak:.1f} MiB)")
 
