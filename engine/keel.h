@@ -83,9 +83,10 @@ typedef struct keel_config {
                               policy's (7 snapkv, 31 snapstream); -1 = adaptive */
   uint32_t queue_capacity; /* keel_submit: requests that may wait for a slot; 0 = none */
   uint32_t kv_type;        /* a keel_kv_type; 0 = f16 */
-  uint32_t verify_weights; /* non-zero: keel_init checks every tensor's CRC-32C first (reads all
-                              weights once; KEEL_ERR_BAD_MODEL naming the tensor on a mismatch,
-                              also for a format-1 file, which has no checksums) */
+  uint32_t verify_weights; /* non-zero: keel_init checks every checksum the file carries first
+                              (format 3: each part of the metadata, then every tensor; reads the
+                              whole file once; KEEL_ERR_BAD_MODEL naming the part or tensor on a
+                              mismatch, also for a format-1 file, which has no checksums) */
   uint32_t sparse_budget;  /* tokens a decode step attends to (docs/kv.md, "Sparse decode
                               attention"); 0 = all (rocketkv: budget / 4) */
   uint32_t kv_positions;   /* a keel_kv_positions; 0 = cache */

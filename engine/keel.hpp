@@ -85,11 +85,10 @@ class Engine {
 
   // Verifies the model and checks it has the compiled-in shape (ModelShapeMismatch otherwise),
   // then lays the runtime out in the member arenas. Single-threaded (bare metal). With
-  // `verify_weights`, every tensor's checksum is checked first (Model::verify_checksums).
+  // `verify_weights`, every checksum the file carries is checked first (Model::load).
   Error init(const void* model, size_t model_bytes, BackendKind backend = BackendKind::Auto,
              bool verify_weights = false) {
-    KEEL_TRY(model_.load(Span<const uint8_t>(static_cast<const uint8_t*>(model), model_bytes)));
-    if (verify_weights) KEEL_TRY(model_.verify_checksums());
+    KEEL_TRY(model_.load(Span<const uint8_t>(static_cast<const uint8_t*>(model), model_bytes), verify_weights));
     const ModelShape& s = model_.shape();
     KEEL_ENSURE(s.vocab_size == Shape::vocab_size && s.dim == Shape::dim && s.n_layers == Shape::n_layers &&
                     s.n_heads == Shape::n_heads && s.n_kv_heads == Shape::n_kv_heads && s.head_dim == Shape::head_dim &&

@@ -166,12 +166,9 @@ keel_status keel_init(void* memory, size_t memory_bytes, const void* model, size
   }
   keel_engine* e = new (base + pad) keel_engine();
   e->last_error[0] = '\0';
-  keel::Error err = e->model.load(keel::Span<const uint8_t>(static_cast<const uint8_t*>(model), model_bytes));
+  keel::Error err = e->model.load(keel::Span<const uint8_t>(static_cast<const uint8_t*>(model), model_bytes),
+                                  config && config->verify_weights);
   if (!err.ok()) return fail(err);
-  if (config && config->verify_weights) {
-    err = e->model.verify_checksums();
-    if (!err.ok()) return fail(err);
-  }
   keel::RuntimeConfig rc;
   err = runtime_config(e->model, config, rc);
   if (!err.ok()) return fail(err);

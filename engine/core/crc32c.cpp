@@ -24,9 +24,31 @@ struct Tables {
 
 constexpr Tables kTables;
 
+#if defined(__x86_64__) && defined(__GNUC__)
+// SSE4.2's crc32 instruction computes this very polynomial, eight bytes in three cycles: about
+// 8 GB/s at 3 GHz in one stream, as fast as one core reads DRAM, so streams interleaved to hide
+// its latency would buy nothing for a model file.
+__attribute__((target("sse4.2"))) uint32_t crc32c_sse42_stream(const uint8_t* p, size_t n, uint32_t c) {
+  while (n >= 8) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    c = uint32_t(__builtin_ia32_crc32di(c, v));
+    p += 8;
+    n -= 8;
+  }
+  while (n--) c = __builtin_ia32_crc32qi(c, *p++);
+  return c;
+}
+
+bool cpu_has_sse42() {
+  static const bool has = __builtin_cpu_supports("sse4.2");
+  return has;
+}
+#endif
+
 }  // namespace
 
-uint32_t crc32c(const void* data, size_t n, uint32_t crc) {
+uint32_t crc32c_portable(const void* data, size_t n, uint32_t crc) {
   const uint8_t* p = static_cast<const uint8_t*>(data);
   const auto& t = kTables.t;
   uint32_t c = ~crc;
@@ -42,6 +64,13 @@ uint32_t crc32c(const void* data, size_t n, uint32_t crc) {
   }
   while (n--) c = (c >> 8) ^ t[0][(c ^ *p++) & 0xffu];
   return ~c;
+}
+
+uint32_t crc32c(const void* data, size_t n, uint32_t crc) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (cpu_has_sse42()) return ~crc32c_sse42_stream(static_cast<const uint8_t*>(data), n, ~crc);
+#endif
+  return crc32c_portable(data, n, crc);
 }
 
 }  // namespace keel

@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "core/crc32c.h"
+#include "model/file_checksums.h"
 #include "core/format.h"
 #include "flatbuffers/flatbuffers.h"
 #include "model/weight_format.h"
@@ -219,10 +220,30 @@ const char* canonical_tensor_name(TensorRole role, int layer, char* buf, size_t 
   return buf;
 }
 
-Error Model::load(Span<const uint8_t> image) {
+Error Model::load(Span<const uint8_t> image, bool verify_sums) {
+  // The trailer's sums are checked before a byte of the metadata is trusted, so that a flipped
+  // byte anywhere is reported as a checksum mismatch naming its part, not as whatever the
+  // structural checks make of it.
+  if (verify_sums && trailer_bytes(image) > 0) {
+    meta_ = nullptr;
+    KEEL_TRY(verify_trailer(image));
+  }
+  KEEL_TRY(load_structure(image));
+  if (verify_sums) {
+    const Error e = verify_checksums();
+    if (!e.ok()) {
+      meta_ = nullptr;
+      return e;
+    }
+  }
+  return Error();
+}
+
+Error Model::load_structure(Span<const uint8_t> image) {
   meta_ = nullptr;
   data_ = nullptr;
   data_size_ = 0;
+  image_ = Span<const uint8_t>();
   memset(index_, 0, sizeof index_);
   const uint8_t* p = image.data();
   const size_t n = image.size();
@@ -248,8 +269,36 @@ Error Model::load(Span<const uint8_t> image) {
   KEEL_ENSURE(doff <= n && dsize <= n - doff, Status::ModelTruncated,
               "data section [%llu, +%llu) ends past the end of the file (%zu bytes)", (unsigned long long)doff,
               (unsigned long long)dsize, n);
-  KEEL_ENSURE(doff + dsize == n, Status::ModelBadOffset, "data section ends at %llu but the file has %zu bytes",
-              (unsigned long long)(doff + dsize), n);
+  // Version 3 files end with the checksum trailer (file_checksums.h), whose parts tile the
+  // metadata [0, doff) in order; earlier versions end with the data section.
+  size_t trailer = 0;
+  if (m->format_version() >= kFirstTrailerVersion) {
+    trailer = trailer_bytes(image);
+    KEEL_ENSURE(trailer > 0, Status::ModelTruncated,
+                "format version %" PRIu32
+                " ends with a checksum trailer after the data section (byte %llu); the "
+                "file's last 16 bytes hold none (a part count of 1..%" PRIu32
+                ", a sum, 'KEELSUMS'): truncated "
+                "or corrupted",
+                m->format_version(), (unsigned long long)(doff + dsize), kMaxTrailerParts);
+    uint64_t covered = 0;
+    for (uint32_t i = 0; i < trailer_part_count(image); ++i) {
+      const TrailerPart part = trailer_part(image, i);
+      KEEL_ENSURE(part.offset == covered && part.size <= doff - covered, Status::ModelVerifyFailed,
+                  "checksum trailer part %" PRIu32
+                  " (%s) covers [%llu, +%llu); expected it to start at %llu and "
+                  "end by the data section at %llu",
+                  i, file_part_name(part.kind), (unsigned long long)part.offset, (unsigned long long)part.size,
+                  (unsigned long long)covered, (unsigned long long)doff);
+      covered += part.size;
+    }
+    KEEL_ENSURE(covered == doff, Status::ModelVerifyFailed,
+                "checksum trailer parts cover [0, %llu); expected the metadata [0, %llu)", (unsigned long long)covered,
+                (unsigned long long)doff);
+  }
+  KEEL_ENSURE(doff + dsize + trailer == n, Status::ModelBadOffset,
+              "data section ends at %llu%s but the file has %zu bytes", (unsigned long long)(doff + dsize),
+              trailer ? " (then the checksum trailer)" : "", n);
   {
     // No metadata may lie inside the data section.
     flatbuffers::Verifier v(p, doff < fb_len ? doff : fb_len);
@@ -387,6 +436,7 @@ Error Model::load(Span<const uint8_t> image) {
   data_ = p + doff;
   data_size_ = dsize;
   shape_ = s;
+  image_ = image;
   return Error();
 }
 
@@ -418,9 +468,21 @@ Error Model::verify_checksums() const {
               "format version %" PRIu32 " carries no tensor checksums; expected version >= %" PRIu32
               " (convert the source again)",
               meta_->format_version(), kFirstChecksumVersion);
+  const bool whole_file = meta_->format_version() >= kFirstTrailerVersion;
+  if (whole_file) KEEL_TRY(verify_trailer(image_));
   const auto* tensors = meta_->tensors();
+  uint64_t prev_end = 0;
   for (uint32_t i = 0; i < tensors->size(); ++i) {
     const fb::Tensor* t = tensors->Get(i);
+    if (whole_file) {
+      // The padding before each tensor is zero by the layout rule (docs/format.md).
+      for (uint64_t at = prev_end; at < t->offset(); ++at) {
+        KEEL_ENSURE(data_[at] == 0, Status::ModelChecksumMismatch,
+                    "padding before tensor %s: byte %llu of the data section is 0x%02x; expected 0", t->name()->c_str(),
+                    (unsigned long long)at, data_[at]);
+      }
+      prev_end = t->offset() + t->size();
+    }
     const uint32_t actual = crc32c(data_ + t->offset(), size_t(t->size()));
     KEEL_ENSURE(actual == t->crc32c(), Status::ModelChecksumMismatch,
                 "tensor %s: CRC-32C of its %llu bytes is %08" PRIx32 "; the file says %08" PRIx32, t->name()->c_str(),

@@ -10,11 +10,13 @@
 
 namespace keel {
 
-// Version 2: every tensor carries a CRC-32C of its bytes. Version 1 files (no checksums) still
-// load; only verify_checksums() refuses them.
-constexpr uint32_t kFormatVersion = 2;
+// Version 2: every tensor carries a CRC-32C of its bytes. Version 3: a checksum trailer covers
+// the metadata too (model/file_checksums.h), so every byte of the file is checked. Version 1
+// files (no checksums) still load; only verification refuses them.
+constexpr uint32_t kFormatVersion = 3;
 constexpr uint32_t kOldestFormatVersion = 1;
 constexpr uint32_t kFirstChecksumVersion = 2;
+constexpr uint32_t kFirstTrailerVersion = 3;
 
 // Upper bounds the verifier enforces; far above any edge model, low enough that products of
 // them cannot overflow 64-bit arithmetic.
@@ -54,8 +56,9 @@ bool role_is_per_layer(fb::TensorRole role);
 class Model {
  public:
   // Verifies `image` (docs/format.md "What the loader checks") and, on success, makes this a
-  // view of it. On failure the Model is left empty.
-  Error load(Span<const uint8_t> image);
+  // view of it. On failure the Model is left empty. With `verify_sums`, the checksums are
+  // checked too (verify_checksums; the trailer's before anything else), which reads every byte.
+  Error load(Span<const uint8_t> image, bool verify_sums = false);
 
   bool loaded() const { return meta_ != nullptr; }
   const fb::Model* meta() const { return meta_; }
@@ -66,11 +69,17 @@ class Model {
   // InvalidArgument naming the first id outside the vocabulary and its index.
   Error check_tokens(Span<const int32_t> tokens) const;
   bool has_checksums() const { return meta_ && meta_->format_version() >= kFirstChecksumVersion; }
-  // Recomputes every tensor's CRC-32C: ModelChecksumMismatch naming the first tensor whose bytes
-  // differ (and both sums), ModelNoChecksums for a version 1 file. Reads all weights once.
+  bool has_whole_file_checksums() const { return meta_ && meta_->format_version() >= kFirstTrailerVersion; }
+  // Recomputes every checksum the file carries: version 3, each part of the metadata
+  // (header, metadata, tokenizer, tensor table, padding), the zero padding between tensors and
+  // every tensor; version 2, every tensor. ModelChecksumMismatch names the first part or tensor
+  // whose bytes differ (and both sums), ModelNoChecksums for a version 1 file. Reads the file once.
   Error verify_checksums() const;
 
  private:
+  Error load_structure(Span<const uint8_t> image);
+
+  Span<const uint8_t> image_;
   const fb::Model* meta_ = nullptr;
   const uint8_t* data_ = nullptr;
   uint64_t data_size_ = 0;

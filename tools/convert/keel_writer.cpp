@@ -7,6 +7,7 @@
 
 #include "convert/pack.h"
 #include "core/crc32c.h"
+#include "model/file_checksums.h"
 #include "llm/plan.h"
 #include "model/model.h"
 #include "model/weight_format.h"
@@ -123,11 +124,39 @@ struct PlannedTensor {
   uint32_t crc32c;  // of the written bytes; known once the tensor is written
 };
 
+// Where the parts of the checksum trailer (model/file_checksums.h) lie in a finished metadata
+// buffer. FlatBuffers builds back to front and the parts are built one after another, so each
+// is one range, known from the builder's size before and after it.
+struct MetadataParts {
+  uint64_t tensor_table_end = 0;  // builder sizes: after the tensor table,
+  uint64_t tokenizer_end = 0;     // after the tokenizer,
+  uint64_t metadata_end = 0;      // before the Model table (the rest is the header)
+
+  // The trailer's parts for a buffer of fb_size bytes followed by zeros up to data_offset.
+  std::vector<keel::TrailerPart> parts(const uint8_t* fb, uint64_t fb_size, uint64_t data_offset) const {
+    using keel::FilePart;
+    const uint64_t header = fb_size - metadata_end, meta = metadata_end - tokenizer_end,
+                   tok = tokenizer_end - tensor_table_end;
+    std::vector<keel::TrailerPart> out = {
+        {0, header, 0, uint32_t(FilePart::Header)},
+        {header, meta, 0, uint32_t(FilePart::Metadata)},
+        {header + meta, tok, 0, uint32_t(FilePart::Tokenizer)},
+        {header + meta + tok, tensor_table_end, 0, uint32_t(FilePart::TensorTable)},
+    };
+    for (auto& p : out) p.crc32c = keel::crc32c(fb + p.offset, size_t(p.size));
+    static const uint8_t zeros[64] = {};
+    out.push_back({fb_size, data_offset - fb_size, keel::crc32c(zeros, size_t(data_offset - fb_size)),
+                   uint32_t(FilePart::Padding)});
+    return out;
+  }
+};
+
 // Builds the metadata FlatBuffer. `data_offset` is written as given; every field is forced so
 // the buffer's size does not depend on the values.
-void build_metadata(flatbuffers::FlatBufferBuilder& fbb, const SourceModel& m,
-                    const std::vector<PlannedTensor>& planned, const WriteOptions& opts, uint64_t data_offset,
-                    uint64_t data_size, const keel::MemoryPlan& plan) {
+MetadataParts build_metadata(flatbuffers::FlatBufferBuilder& fbb, const SourceModel& m,
+                             const std::vector<PlannedTensor>& planned, const WriteOptions& opts, uint64_t data_offset,
+                             uint64_t data_size, const keel::MemoryPlan& plan) {
+  MetadataParts parts;
   fbb.Clear();
   fbb.ForceDefaults(true);
   const SourceHyper& h = m.hyper;
@@ -155,7 +184,9 @@ void build_metadata(flatbuffers::FlatBufferBuilder& fbb, const SourceModel& m,
     tensors.push_back(tb.Finish());
   }
   auto tensors_vec = fbb.CreateVector(tensors);
+  parts.tensor_table_end = fbb.GetSize();
   auto tokenizer = build_tokenizer(fbb, m.tokenizer);
+  parts.tokenizer_end = fbb.GetSize();
   auto arch_name = fbb.CreateString(h.arch_name);
   auto chat = fbb.CreateString(m.chat_template);
   auto source = fbb.CreateString(m.source_description);
@@ -191,6 +222,7 @@ void build_metadata(flatbuffers::FlatBufferBuilder& fbb, const SourceModel& m,
   auto mem = keel::fb::CreateMemoryPlan(fbb, opts.kv.budget_tokens, opts.slots, opts.chunk_tokens, data_size,
                                         plan.persistent_bytes, plan.scratch_bytes);
 
+  parts.metadata_end = fbb.GetSize();
   keel::fb::ModelBuilder mb(fbb);
   mb.add_format_version(keel::kFormatVersion);
   mb.add_data_offset(data_offset);
@@ -205,6 +237,7 @@ void build_metadata(flatbuffers::FlatBufferBuilder& fbb, const SourceModel& m,
   mb.add_memory_plan(mem);
   mb.add_source(source);
   fbb.Finish(mb.Finish(), keel::fb::ModelIdentifier());
+  return parts;
 }
 
 // Rows [0, nr) of `raw` (the source encoding) -> `out` in the target dtype.
@@ -411,12 +444,17 @@ bool write_keel(const SourceModel& m, const WriteOptions& opts, const std::strin
     }
     if (opts.progress) opts.progress(i + 1, m.tensors.size(), data_offset + written);
   }
-  // 4. The metadata again, now with every tensor's checksum, over the placeholder.
-  build_metadata(fbb, m, planned, opts, data_offset, data_size, plan);
+  // 4. The checksum trailer of the final metadata after the data, then the metadata itself,
+  // now with every tensor's checksum, over the placeholder.
+  const MetadataParts layout = build_metadata(fbb, m, planned, opts, data_offset, data_size, plan);
   if (keel::align64(fbb.GetSize()) != data_offset) {
     error = "internal: metadata size changed with the checksums";
     return false;
   }
+  const std::vector<keel::TrailerPart> parts = layout.parts(fbb.GetBufferPointer(), fbb.GetSize(), data_offset);
+  std::vector<uint8_t> trailer(keel::kTrailerFixedBytes + parts.size() * keel::kTrailerPartBytes);
+  keel::write_trailer(parts.data(), uint32_t(parts.size()), trailer.data());
+  if (!write_all(file.f, trailer.data(), trailer.size(), error, tmp_path)) return false;
   if (fseek(file.f, 0, SEEK_SET) != 0 || !write_all(file.f, fbb.GetBufferPointer(), fbb.GetSize(), error, tmp_path)) {
     if (error.empty()) error = "cannot seek in " + tmp_path + ": " + strerror(errno);
     return false;
@@ -431,7 +469,7 @@ bool write_keel(const SourceModel& m, const WriteOptions& opts, const std::strin
     error = "cannot rename " + tmp_path + " to " + out_path + ": " + strerror(errno);
     return false;
   }
-  stats.file_bytes = data_offset + data_size;
+  stats.file_bytes = data_offset + data_size + trailer.size();
   stats.data_bytes = data_size;
   stats.tensors = m.tensors.size();
   return true;

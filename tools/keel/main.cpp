@@ -15,7 +15,7 @@ struct Command {
 const Command kCommands[] = {
     {"convert", keel::cli::cmd_convert, "convert a GGUF, Hugging Face or llama2.c model to .keel"},
     {"info", keel::cli::cmd_info, "show a .keel model's shape, tensors, tokenizer and memory plan"},
-    {"verify", keel::cli::cmd_verify, "check a .keel file and every tensor's checksum"},
+    {"verify", keel::cli::cmd_verify, "check every byte of a .keel file against its checksums"},
     {"run", keel::cli::cmd_run, "generate text from a prompt"},
     {"chat", keel::cli::cmd_chat, "chat with a ChatML model"},
     {"ppl", keel::cli::cmd_ppl, "perplexity of a text"},

@@ -42,7 +42,7 @@ struct SessionOptions {
   uint32_t logit_rows = 1;
   uint32_t slots = 1;           // sequences the plan holds side by side
   uint32_t queue_capacity = 0;  // requests the scheduler may hold waiting
-  bool verify_weights = false;  // check every tensor's checksum on load
+  bool verify = true;           // check every checksum the file carries on load (--no-verify)
   std::string error;            // set by parse_session_options for a value out of range
 };
 
@@ -60,7 +60,8 @@ extern const char kSessionHelp[];
 
 class Session {
  public:
-  // Loads and verifies the model (mapped, never copied).
+  // Loads and verifies the model (mapped, never copied), and checks every checksum it carries
+  // unless options.verify is off (a version 1 file, which has none, loads with a note).
   bool load(const SessionOptions& o, std::string& error);
   // The policy in force: --kv-policy, else `fallback` (a command's default), else the model's.
   bool resolve_policy(const char* fallback, std::string& error);
@@ -75,12 +76,15 @@ class Session {
   const MemoryPlan& plan() const { return runtime_.memory_plan(); }
   uint32_t threads() const { return threads_; }
   const SessionOptions& options() const { return opts_; }
+  // Seconds load() spent checking the file's checksums (0 with --no-verify).
+  double verify_seconds() const { return verify_seconds_; }
 
  private:
   SessionOptions opts_;
   port::MappedFile file_;
   Model model_;
   uint32_t threads_ = 1;
+  double verify_seconds_ = 0.0;
   KvPolicyKind policy_ = KvPolicyKind::Full;
   std::unique_ptr<port::LinuxThreadPool> pool_;
   HwDesc hw_;  // what the dataflow backend emulates; the plan points at it

@@ -8,6 +8,7 @@
 
 #include "convert/keel_writer.h"
 #include "convert/source_model.h"
+#include "model/file_checksums.h"
 #include "model/model.h"
 #include "model/weight_format.h"
 #include "support/test_support.h"
@@ -117,7 +118,8 @@ TEST(Loader, HandcraftedCorruptionsGetSpecificStatus) {
        "format version 99"},
       {"data offset misaligned", [](Image& img) { img.meta()->mutate_data_offset(img.meta()->data_offset() + 8); },
        Status::ModelMisaligned, "multiple of 64"},
-      {"data section too long", [](Image& img) { img.meta()->mutate_data_size(img.meta()->data_size() + 64); },
+      {"data section too long",
+       [](Image& img) { img.meta()->mutate_data_size(img.meta()->data_size() + trailer_bytes(img.span()) + 64); },
        Status::ModelTruncated, "past the end"},
       {"data section too short", [](Image& img) { img.meta()->mutate_data_size(img.meta()->data_size() - 64); },
        Status::ModelBadOffset, "file has"},
