@@ -27,8 +27,10 @@ def main():
     threads = sys.argv[6] if len(sys.argv) > 6 else "1"
     bindir = subprocess.run(["bash", os.path.join(ROOT, "bench", "build_llamacpp.sh")], check=True,
                             capture_output=True, text=True).stdout.strip()
+    # --no-repack: on hosts with AMX (Sapphire Rapids) this llama.cpp's AMX matmul, which repacked
+    # weights select, dies with SIGSEGV (ggml_backend_amx_mul_mat); its AVX-512 kernels run instead.
     out = subprocess.run([os.path.join(bindir, "llama-perplexity"), "-m", gguf, "-f", text, "-c", str(ctx),
-                          "--chunks", "1", "-t", threads, "-b", str(min(ctx, 2048))],
+                          "--chunks", "1", "-t", threads, "-b", str(min(ctx, 2048)), "--no-repack"],
                          capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f"llama-perplexity failed: {out.stderr[-2000:]}")
