@@ -16,8 +16,8 @@ fi
 stage() {
   local name="$1" start status
   shift
-  echo
-  echo "== $name ($(date +%H:%M:%S))"
+  # on stderr: a stage's command may send its standard output elsewhere
+  printf '\n== %s (%s)\n' "$name" "$(date +%H:%M:%S)" >&2
   start=$(date +%s)
   # Not `"$@" || status=$?`: a function run on the left of || would ignore set -e inside it.
   set +e
