@@ -30,7 +30,7 @@ bool MappedFile::open(const std::string& path, std::string& error) {
   size_ = static_cast<size_t>(st.st_size);
   if (size_ == 0) {
     // mmap of 0 bytes fails; an empty span is still a valid (and invalid-model) input.
-    static const uint8_t kEmpty[8] alignas(64) = {};
+    alignas(64) static const uint8_t kEmpty[8] = {};
     data_ = const_cast<uint8_t*>(kEmpty);
     ::close(fd);
     return true;

@@ -406,7 +406,8 @@ bool read_safetensors(const std::string& path, std::vector<StTensor>& out, std::
 
   for (const auto& [name, info] : header.items()) {
     if (name == "__metadata__") continue;
-    auto bad = [&](const std::string& what) { return fail("tensor '" + name + "': " + what); };
+    const std::string& tensor = name;  // clang 14 cannot capture a structured binding
+    auto bad = [&](const std::string& what) { return fail("tensor '" + tensor + "': " + what); };
     const json* dtype = member(info, "dtype");
     const json* shape = member(info, "shape");
     const json* offsets = member(info, "data_offsets");
