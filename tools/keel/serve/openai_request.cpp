@@ -51,6 +51,14 @@ size_t invalid_utf8_offset(std::string_view s) {
 
 namespace {
 
+// The longest prefix of `s` of at most n bytes that does not split a UTF-8 sequence: error
+// messages quote cut values, and a cut character would reach the client as U+FFFD.
+std::string utf8_prefix(const std::string& s, size_t n) {
+  if (n >= s.size()) return s;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  return s.substr(0, n);
+}
+
 struct Fail {
   RequestError& e;
   bool operator()(const std::string& param, const std::string& message, const char* code = "invalid_value") const {
@@ -96,7 +104,9 @@ class BoundedDocument {
     if (ex.id == 406) return too_large(token);
     failed_ = true;
     // `position` counts the bytes read, the offending one included.
-    const size_t at = position ? position - 1 : 0;
+    size_t at = position ? position - 1 : 0;
+    // The body is well-formed UTF-8: the byte is quoted with the rest of its character.
+    while (at > 0 && at < body_.size() && (static_cast<unsigned char>(body_[at]) & 0xC0) == 0x80) --at;
     const char c = at < body_.size() ? body_[at] : '\0';
     const bool not_a_number = c == 'N' || c == 'I' || c == 'i' || (c == 'a' && at > 0 && body_[at - 1] == 'n');
     if (not_a_number && !frames_.empty()) {
@@ -110,7 +120,7 @@ class BoundedDocument {
       return fail_("", "the request body is not valid JSON: it ends before the value is complete", "invalid_json");
     return fail_(
         "",
-        "the request body is not valid JSON: unexpected byte " + std::to_string(at) + " ('" + std::string(1, c) + "')",
+        "the request body is not valid JSON: unexpected byte " + std::to_string(at) + " ('" + character_at(at) + "')",
         "invalid_json");
   }
 
@@ -125,7 +135,13 @@ class BoundedDocument {
     const size_t digits = s.size() - (s.rfind("-", 0) == 0 ? 1 : 0);
     return digits > 0 && s.find_first_of(".eE") == std::string::npos;
   }
-  static std::string clip(const std::string& s, size_t n) { return s.size() > n ? s.substr(0, n) + "..." : s; }
+  static std::string clip(const std::string& s, size_t n) { return s.size() > n ? utf8_prefix(s, n) + "..." : s; }
+  std::string character_at(size_t at) const {
+    if (at >= body_.size()) return std::string();
+    size_t end = at + 1;
+    while (end < body_.size() && (static_cast<unsigned char>(body_[end]) & 0xC0) == 0x80) ++end;
+    return std::string(body_.substr(at, end - at));
+  }
 
   bool too_large(const std::string& lexeme) {
     failed_ = true;
@@ -207,7 +223,7 @@ class BoundedDocument {
 
 std::string found(const json& v) {
   std::string s = v.dump();
-  if (s.size() > 40) s = s.substr(0, 37) + "...";
+  if (s.size() > 40) s = utf8_prefix(s, 37) + "...";
   return std::string(v.type_name()) + " " + s;
 }
 
