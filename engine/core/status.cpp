@@ -37,7 +37,7 @@ const char* to_string(Status s) {
     case Status::ModelMissingTensor: return "tensor missing";
     case Status::ModelDuplicateTensor: return "tensor duplicated";
     case Status::ModelBadSize: return "tensor size mismatch";
-    case Status::ModelChecksumMismatch: return "tensor checksum mismatch";
+    case Status::ModelChecksumMismatch: return "checksum mismatch";
     case Status::ModelNoChecksums: return "model has no checksums";
     case Status::ArenaTooSmall: return "arena too small";
     case Status::KvFull: return "KV cache full";

@@ -31,7 +31,7 @@ enum class Status : uint16_t {
   ModelMissingTensor,
   ModelDuplicateTensor,
   ModelBadSize,           // tensor byte size inconsistent with dtype and shape
-  ModelChecksumMismatch,  // tensor bytes differ from what the converter wrote
+  ModelChecksumMismatch,  // a part of the file differs from what the converter wrote
   ModelNoChecksums,       // asked to verify a file written before tensors carried checksums
   // Out of memory in an arena
   ArenaTooSmall = 300,

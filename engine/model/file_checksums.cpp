@@ -47,6 +47,18 @@ size_t trailer_bytes(Span<const uint8_t> image) {
   return bytes <= n ? bytes : 0;
 }
 
+size_t trailer_bytes_at(Span<const uint8_t> image, size_t start) {
+  const size_t n = image.size();
+  for (uint32_t count = 1; count <= kMaxTrailerParts; ++count) {
+    const size_t at = start + count * kTrailerPartBytes;  // the count field
+    if (start > n || n - start < count * kTrailerPartBytes + kTrailerFixedBytes) break;
+    if (read_u32(image.data() + at) == count && memcmp(image.data() + at + 8, kTrailerMagic, 8) == 0) {
+      return count * kTrailerPartBytes + kTrailerFixedBytes;
+    }
+  }
+  return 0;
+}
+
 TrailerPart trailer_part(Span<const uint8_t> image, uint32_t i) {
   const uint8_t* p = image.data() + image.size() - trailer_bytes(image) + size_t(i) * kTrailerPartBytes;
   return TrailerPart{read_u64(p), read_u64(p + 8), read_u32(p + 16), read_u32(p + 20)};

@@ -44,6 +44,10 @@ inline constexpr uint32_t kMaxTrailerParts = 16;
 // Bytes of the trailer that ends `image`, or 0 when it ends with none (no magic, or a count of
 // parts outside 1..kMaxTrailerParts or longer than the image).
 size_t trailer_bytes(Span<const uint8_t> image);
+// Bytes of the trailer that starts at image[start] (where the data section ends), or 0 when none
+// does: no count of 1..kMaxTrailerParts followed by a sum and the magic where that count puts them.
+// The trailer may be followed by other bytes; trailer_bytes() then finds none at the end.
+size_t trailer_bytes_at(Span<const uint8_t> image, size_t start);
 // Part i of the trailer that ends `image` (i < its count; trailer_bytes(image) > 0).
 TrailerPart trailer_part(Span<const uint8_t> image, uint32_t i);
 uint32_t trailer_part_count(Span<const uint8_t> image);

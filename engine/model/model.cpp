@@ -273,14 +273,23 @@ Error Model::load_structure(Span<const uint8_t> image) {
   // metadata [0, doff) in order; earlier versions end with the data section.
   size_t trailer = 0;
   if (m->format_version() >= kFirstTrailerVersion) {
-    trailer = trailer_bytes(image);
+    const size_t end = size_t(doff + dsize);
+    trailer = trailer_bytes_at(image, end);
+    // No trailer where the data section ends: either the sizes in the metadata are wrong (the
+    // file still ends with a trailer) or the file was cut or damaged at its end.
+    KEEL_ENSURE(trailer > 0 || trailer_bytes(image) == 0, Status::ModelBadOffset,
+                "data section ends at byte %zu, but the checksum trailer starts at byte %zu", end,
+                n - trailer_bytes(image));
     KEEL_ENSURE(trailer > 0, Status::ModelTruncated,
                 "format version %" PRIu32
-                " ends with a checksum trailer after the data section (byte %llu); the "
-                "file's last 16 bytes hold none (a part count of 1..%" PRIu32
-                ", a sum, 'KEELSUMS'): truncated "
-                "or corrupted",
-                m->format_version(), (unsigned long long)(doff + dsize), kMaxTrailerParts);
+                " has a checksum trailer where the data section ends (byte %zu), but the "
+                "%zu bytes there hold none (a part count of 1..%" PRIu32
+                ", a sum, 'KEELSUMS'): truncated or "
+                "corrupted",
+                m->format_version(), end, n - end, kMaxTrailerParts);
+    KEEL_ENSURE(end + trailer == n, Status::ModelBadOffset,
+                "%zu bytes follow the checksum trailer, which ends at byte %zu; a .keel file ends with it",
+                n - end - trailer, end + trailer);
     uint64_t covered = 0;
     for (uint32_t i = 0; i < trailer_part_count(image); ++i) {
       const TrailerPart part = trailer_part(image, i);

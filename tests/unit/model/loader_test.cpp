@@ -122,7 +122,7 @@ TEST(Loader, HandcraftedCorruptionsGetSpecificStatus) {
        [](Image& img) { img.meta()->mutate_data_size(img.meta()->data_size() + trailer_bytes(img.span()) + 64); },
        Status::ModelTruncated, "past the end"},
       {"data section too short", [](Image& img) { img.meta()->mutate_data_size(img.meta()->data_size() - 64); },
-       Status::ModelBadOffset, "file has"},
+       Status::ModelBadOffset, "checksum trailer starts at"},
       {"tensor offset out of range", [&](Image& img) { tensor(img, 3)->mutate_offset(uint64_t(1) << 40); },
        Status::ModelBadOffset, "data section has"},
       {"tensor offset overflow", [&](Image& img) { tensor(img, 3)->mutate_offset(~uint64_t(63)); },

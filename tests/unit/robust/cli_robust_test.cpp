@@ -73,24 +73,29 @@ const std::string& stories() {
 }
 
 TEST(CliRobust, CorruptedModelFilesAreOneLineErrors) {
+  // `part` is what the structural checks say (keel info, keel run --no-verify); keel run checks
+  // the checksums first and names the part of the file a flip is in (`verified`), or says
+  // `part` too where the file's shape, not its bytes, is wrong.
   struct Case {
     const char* name;
     void (*edit)(std::vector<uint8_t>&);
     const char* part;
+    const char* verified;
   };
   const Case cases[] = {
-      {"truncated", [](std::vector<uint8_t>& b) { b.resize(b.size() / 2); }, "model truncated"},
-      {"identifier", [](std::vector<uint8_t>& b) { b[5] ^= 0x20; }, "not a .keel file"},
-      {"empty", [](std::vector<uint8_t>& b) { b.clear(); }, "model truncated"},
-      {"metadata", [](std::vector<uint8_t>& b) { b[0] ^= 0x40; }, "failed verification"},
-      {"trailing bytes", [](std::vector<uint8_t>& b) { b.insert(b.end(), 100, 0); }, "tensor outside data section"},
+      {"truncated", [](std::vector<uint8_t>& b) { b.resize(b.size() / 2); }, "model truncated", "model truncated"},
+      {"identifier", [](std::vector<uint8_t>& b) { b[5] ^= 0x20; }, "not a .keel file", "checksum mismatch: header"},
+      {"empty", [](std::vector<uint8_t>& b) { b.clear(); }, "model truncated", "model truncated"},
+      {"metadata", [](std::vector<uint8_t>& b) { b[0] ^= 0x40; }, "failed verification", "checksum mismatch: header"},
+      {"trailing bytes", [](std::vector<uint8_t>& b) { b.insert(b.end(), 100, 0); }, "follow the checksum trailer",
+       "follow the checksum trailer"},
       {"unknown default KV policy",
        [](std::vector<uint8_t>& b) {
          robust::Image img(b);
          img.meta()->mutable_kv_defaults()->mutate_policy(static_cast<fb::KvPolicy>(9));
          memcpy(b.data(), img.bytes(), b.size());
        },
-       "kv_defaults.policy = 9 is unknown"},
+       "kv_defaults.policy = 9 is unknown", "checksum mismatch: metadata"},
       {"overlapping tensors",
        [](std::vector<uint8_t>& b) {
          robust::Image img(b);
@@ -98,23 +103,30 @@ TEST(CliRobust, CorruptedModelFilesAreOneLineErrors) {
          t->GetMutableObject(3)->mutate_offset(t->Get(2)->offset());
          memcpy(b.data(), img.bytes(), b.size());
        },
-       "tensor duplicated"},
+       "tensor duplicated", "checksum mismatch: tensor table"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     const std::string path = write_variant(std::string("cli_bad_") + c.name + ".keel", c.edit);
     const Output run = keel_cli("run -m " + q(path) + " -p 'Once upon a time' -n 4 -t 1");
-    expect_one_line_error(run, "run", c.part);
+    expect_one_line_error(run, "run", c.verified);
     EXPECT_NE(run.err.find(path), std::string::npos) << "the message names the file: " << run.err;
+    expect_one_line_error(keel_cli("run -m " + q(path) + " -p 'Once upon a time' -n 4 -t 1 --no-verify"), "run",
+                          c.part);
     expect_one_line_error(keel_cli("info " + q(path)), "info", c.part);
   }
   // No file, or not a regular file.
   expect_one_line_error(keel_cli("run -m " + q(test::tmp_path("no_such.keel")) + " -p hi"), "run", "cannot open");
   expect_one_line_error(keel_cli("run -m " + q(test::tmp_path("")) + " -p hi"), "run", "not a regular file");
-  // A flip in the tensor data is not detectable (no checksum): the file loads and runs.
-  const std::string data_flip =
-      write_variant("cli_data_flip.keel", [](std::vector<uint8_t>& b) { b[b.size() - 100] ^= 0x5a; });
-  const Output ok = keel_cli("run -m " + q(data_flip) + " -p 'Once upon a time' -n 4 -t 1");
+  // A flip in the tensor data is not structure: it is found by the checksums, and with
+  // --no-verify the file loads and runs.
+  const std::string data_flip = write_variant("cli_data_flip.keel", [](std::vector<uint8_t>& b) {
+    robust::Image img(b);
+    b[img.meta()->data_offset() + img.meta()->data_size() - 100] ^= 0x5a;
+  });
+  expect_one_line_error(keel_cli("run -m " + q(data_flip) + " -p 'Once upon a time' -n 4 -t 1"), "run",
+                        "checksum mismatch: tensor ");
+  const Output ok = keel_cli("run -m " + q(data_flip) + " -p 'Once upon a time' -n 4 -t 1 --no-verify");
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
 }
 
@@ -127,15 +139,16 @@ TEST(CliRobust, EmptyPrompt) {
   ASSERT_FALSE(j.is_discarded()) << bos.out;
   EXPECT_EQ(j["prompt_tokens"], 1);
   // A model that does not ask for BOS encodes the empty prompt to nothing: a clear refusal.
+  // (The edited flag breaks the tokenizer's checksum, so the check is skipped.)
   const std::string no_bos = write_variant("cli_no_bos.keel", [](std::vector<uint8_t>& b) {
     robust::Image img(b);
     img.meta()->mutable_tokenizer()->mutate_add_bos(false);
     memcpy(b.data(), img.bytes(), b.size());
   });
-  expect_one_line_error(keel_cli("run -m " + q(no_bos) + " -p '' -t 1"), "run", "encodes to no tokens");
+  expect_one_line_error(keel_cli("run -m " + q(no_bos) + " -p '' -t 1 --no-verify"), "run", "encodes to no tokens");
   const std::string empty_file = test::tmp_path("cli_empty_prompt.txt");
   test::write_bytes(empty_file, {});
-  expect_one_line_error(keel_cli("run -m " + q(no_bos) + " -f " + q(empty_file) + " -t 1"), "run",
+  expect_one_line_error(keel_cli("run -m " + q(no_bos) + " -f " + q(empty_file) + " -t 1 --no-verify"), "run",
                         "encodes to no tokens");
 }
 
