@@ -20,6 +20,7 @@ JOBS="${JOBS:-$(nproc)}"
 KEEL="$PWD/$BUILD_DIR/tools/keel"
 [ -x "$KEEL" ] || { echo "proofs: expected the Release keel tool at $KEEL; run scripts/test.sh" >&2; exit 1; }
 source scripts/stage_times.sh
+source scripts/compiler_cache.sh
 # The labels the sanitizer run takes, and the build targets that make their tests.
 SANITIZED_LABELS='^(unit|soak|hostile)$'
 SANITIZED_TARGETS=(tests_unit tests_soak tests_hostile)
@@ -28,7 +29,7 @@ SANITIZED_TARGETS=(tests_unit tests_soak tests_hostile)
 # build took 17 minutes on two Zen 3 cores in CI, against 28 with full debug information.
 stage "configure (ASan + UBSan)" cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
-  -DKEEL_SANITIZE="address;undefined" >/dev/null
+  -DKEEL_SANITIZE="address;undefined" "${KEEL_CMAKE_CACHE_ARGS[@]}" >/dev/null
 asan_build() {
   cmake --build build-asan -j "$JOBS" --target "${SANITIZED_TARGETS[@]}" >build-asan/build.log 2>&1 ||
     { tail -40 build-asan/build.log >&2; return 1; }

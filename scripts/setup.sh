@@ -16,6 +16,8 @@ DEBIAN_PACKAGES=(
   curl
   # the C++ style of the tree (.clang-format; scripts/format.sh --check is a test)
   clang-format
+  # compiler cache of scripts/test.sh's builds (scripts/compiler_cache.sh)
+  ccache
   # Cortex-M33 cross build (scripts/freestanding.sh): compiler, newlib, and libstdc++'s headers
   # plus the static libraries the g++ driver links against
   gcc-arm-none-eabi libnewlib-arm-none-eabi libstdc++-arm-none-eabi-newlib

@@ -25,7 +25,8 @@ export BUILD_DIR JOBS
 source scripts/stage_times.sh
 
 stage "setup" bash scripts/setup.sh
-stage "configure (Release)" cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
+source scripts/compiler_cache.sh
+stage "configure (Release)" cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "${KEEL_CMAKE_CACHE_ARGS[@]}" >/dev/null
 if [ $QUICK -eq 1 ]; then
   stage "build the unit tests (Release)" cmake --build "$BUILD_DIR" -j "$JOBS" --target tests_unit
   stage "unit tests (Release)" ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" -L '^unit$'
@@ -34,3 +35,4 @@ fi
 stage "build (Release)" cmake --build "$BUILD_DIR" -j "$JOBS"
 stage "whole suite (Release)" ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS"
 bash scripts/proofs.sh
+compiler_cache_summary
