@@ -10,7 +10,8 @@
 //    at all, a layer count the tensors contradict) written by the real converter from an
 //    edited source model.
 //
-// What the format can detect (docs/format.md "What the loader checks"):
+// What loading detects without the checksums (docs/format.md "What the loader checks"; with
+// them every flipped byte is caught and named: checksum_test.cpp):
 //  - header flips, truncations, extensions and every structured lie: always a non-OK Status
 //    of kind BadModel (Unsupported for an unknown architecture family), with a message;
 //  - metadata flips: mostly (structure, offsets, sizes, shapes, hyper-parameters, ids, enums),
@@ -18,7 +19,8 @@
 //    float scores, numbers moved inside their valid range (RoPE theta, norm epsilon, special
 //    token ids, the default KV budget), fields the engine only reports (generation defaults,
 //    memory plan) and padding carry no redundancy;
-//  - tensor data flips: never; the format has no checksum, so such a file loads and must run.
+//  - tensor data flips: never (loading reads no tensor bytes), so such a file loads and must
+//    run; checked, each is a ModelChecksumMismatch.
 // Whatever loads is then run (init, tokenize, prefill, greedy decode): every call returns a
 // Status, none crashes or hangs. A crash or a hang prints the case being run (seed and index)
 // so it can be replayed.
