@@ -22,7 +22,7 @@ Backend* construct(BackendStorage& s, Args&&... args) {
 }
 
 const AttentionKernels& best_attention() {
-  return attention_kernels_x86() ? *attention_kernels_x86() : attention_kernels_ref();
+  return attention_kernels_native() ? *attention_kernels_native() : attention_kernels_ref();
 }
 
 }  // namespace
@@ -49,8 +49,8 @@ Error backend_supported(BackendKind kind) {
       return Error();
 #endif
     case BackendKind::Native:
-      KEEL_ENSURE(kernels_x86() && vector_kernels_x86() && attention_kernels_x86(), Status::UnsupportedBackend,
-                  "backend 'native' needs x86 AVX2+FMA+F16C; this CPU or build lacks it");
+      KEEL_ENSURE(kernels_native() && vector_kernels_native() && attention_kernels_native(), Status::UnsupportedBackend,
+                  "backend 'native' needs x86 AVX2+FMA+F16C or arm64 NEON; this CPU or build has neither");
       return Error();
     case BackendKind::Xnnpack:
 #if defined(KEEL_HAVE_XNNPACK)
@@ -69,8 +69,8 @@ Result<Backend*> make_backend(BackendKind kind, const ThreadPool* pool, BackendS
       return construct<KernelBackend>(storage, kind, pool, kernels_ref(), vector_kernels_ref(),
                                       attention_kernels_ref());
     case BackendKind::Native:
-      return construct<KernelBackend>(storage, kind, pool, *kernels_x86(), *vector_kernels_x86(),
-                                      *attention_kernels_x86());
+      return construct<KernelBackend>(storage, kind, pool, *kernels_native(), *vector_kernels_native(),
+                                      *attention_kernels_native());
     case BackendKind::Dataflow:
 #if !defined(KEEL_FREESTANDING)
       // The best kernel tables, as `native` uses them, so that outputs compare with it.

@@ -1,7 +1,7 @@
 // Attention over the KV cache, for one query head: scores against cached keys and the
 // probability-weighted sum of cached values, for each row format of core/kv_type.h (f16, q8,
 // q4; the quantized kernels read the stored rows directly, no dequantized copy). Ref
-// (portable) and x86 (AVX2 + F16C + FMA; AVX-512 VNNI) tables.
+// (portable), x86 (AVX2 + F16C + FMA; AVX-512 VNNI) and arm64 (NEON; dotprod) tables.
 #pragma once
 
 #include <cstdint>
@@ -73,5 +73,11 @@ const AttentionKernels* attention_kernels_x86();
 const AttentionKernels* attention_kernels_x86_avx2();
 // nullptr without AVX-512 F/BW/VL/DQ/VNNI.
 const AttentionKernels* attention_kernels_x86_avx512();
+// arm64: the widest tier the CPU has (kernels.h names the tiers), and each tier alone.
+const AttentionKernels* attention_kernels_arm64();
+const AttentionKernels* attention_kernels_arm64_neon();
+const AttentionKernels* attention_kernels_arm64_dotprod();
+// attention_kernels_x86() on x86, attention_kernels_arm64() on arm64, else nullptr.
+const AttentionKernels* attention_kernels_native();
 
 }  // namespace keel

@@ -1,7 +1,7 @@
-// The kernel interface: one table of function pointers per backend (ref, AVX2, AVX-512 VNNI),
-// chosen once at start. Kernels never allocate, never know about threads and never fail: the
-// caller validates shapes (the loader and the planner already did) and splits the row panels
-// of a matrix across workers.
+// The kernel interface: one table of function pointers per instruction-set level (ref; x86
+// AVX2, AVX-512 VNNI; arm64 NEON, dotprod, i8mm), chosen once at start. Kernels never allocate, never know about
+// threads and never fail: the caller validates shapes (the loader and the planner already did) and splits the row
+// panels of a matrix across workers.
 //
 //   y[t][r] = sum_c W[r][c] * x[t][c]     t in [0, n_tokens), r in the given panels
 //
@@ -46,7 +46,7 @@ struct WeightView {
 constexpr uint32_t panel_count(uint32_t rows) { return (rows + kPanelRows - 1) / kPanelRows; }
 
 struct MatmulKernels {
-  const char* name;  // "ref", "avx2", "avx512vnni"
+  const char* name;  // "ref", "avx2", "avx512vnni", "neon", "neon-dotprod", "neon-i8mm"
 
   // x[cols] -> out[act_blocks(cols)]. Per block: d = max|x| / 127, q = round-to-nearest-even
   // (x * (1 / d)); a block whose max|x| is below 1e-30 is all zero with d = 0. Every backend
@@ -100,7 +100,24 @@ const VectorKernels* vector_kernels_x86();
 const MatmulKernels* kernels_x86_avx2();
 const MatmulKernels* kernels_x86_avx512();
 
-// kernels_x86() when available, else kernels_ref().
+// The arm64 tables (engine/kernels/arm64/), in three tiers; each accessor is nullptr when the
+// CPU (Linux: getauxval; bare metal: the features the build targets) or the build lacks it:
+//   neon          Armv8.0 Advanced SIMD, which every 64-bit Arm core has (Cortex-A53, A72)
+//   neon-dotprod  + SDOT/UDOT and half-precision arithmetic (Armv8.2: Cortex-A55, A76, Neoverse-N1)
+//   neon-i8mm     + SMMLA 8-bit matrix multiply-accumulate (Armv8.6, optional from 8.2:
+//                 Cortex-A710, Neoverse-V1); multi-token (prefill) rows use it
+const MatmulKernels* kernels_arm64();  // the widest tier the CPU has
+const MatmulKernels* kernels_arm64_neon();
+const MatmulKernels* kernels_arm64_dotprod();
+const MatmulKernels* kernels_arm64_i8mm();
+const VectorKernels* vector_kernels_arm64();
+
+// The fastest SIMD tables of this CPU: kernels_x86() on x86, kernels_arm64() on arm64; nullptr
+// when there are none (the `native` backend then reports itself unsupported).
+const MatmulKernels* kernels_native();
+const VectorKernels* vector_kernels_native();
+
+// kernels_native() when available, else kernels_ref().
 const MatmulKernels& kernels_best();
 const VectorKernels& vector_kernels_best();
 

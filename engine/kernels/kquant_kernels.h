@@ -24,4 +24,13 @@ void matmul_wide_avx512(const WeightView& w, const ActBlock* x, uint32_t n_token
                         uint32_t panel_begin, uint32_t panel_end);
 }  // namespace x86
 
+namespace arm64 {
+// Armv8.0 NEON.
+void matmul_wide_neon(const WeightView& w, const ActBlock* x, uint32_t n_tokens, float* y, uint32_t y_stride,
+                      uint32_t panel_begin, uint32_t panel_end);
+// + SDOT (Armv8.2 dotprod).
+void matmul_wide_dotprod(const WeightView& w, const ActBlock* x, uint32_t n_tokens, float* y, uint32_t y_stride,
+                         uint32_t panel_begin, uint32_t panel_end);
+}  // namespace arm64
+
 }  // namespace keel

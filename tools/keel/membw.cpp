@@ -1,6 +1,10 @@
 #include "keel/membw.h"
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -12,7 +16,8 @@
 namespace keel::cli {
 namespace {
 
-// Sums 32-byte loads so the loop is bound by loads, not by arithmetic.
+// Combines wide loads so the loop is bound by loads, not by arithmetic.
+#if defined(__x86_64__)
 __attribute__((target("avx2"))) uint64_t read_range(const uint8_t* p, uint64_t n) {
   __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
   for (uint64_t i = 0; i + 128 <= n; i += 128) {
@@ -24,6 +29,30 @@ __attribute__((target("avx2"))) uint64_t read_range(const uint8_t* p, uint64_t n
   a = _mm256_xor_si256(_mm256_xor_si256(a, b), _mm256_xor_si256(c, d));
   return uint64_t(_mm256_extract_epi64(a, 0) ^ _mm256_extract_epi64(a, 3));
 }
+#elif defined(__aarch64__)
+uint64_t read_range(const uint8_t* p, uint64_t n) {
+  uint8x16_t a = vdupq_n_u8(0), b = a, c = a, d = a;
+  for (uint64_t i = 0; i + 64 <= n; i += 64) {
+    a = veorq_u8(a, vld1q_u8(p + i));
+    b = veorq_u8(b, vld1q_u8(p + i + 16));
+    c = veorq_u8(c, vld1q_u8(p + i + 32));
+    d = veorq_u8(d, vld1q_u8(p + i + 48));
+  }
+  const uint64x2_t x = vreinterpretq_u64_u8(veorq_u8(veorq_u8(a, b), veorq_u8(c, d)));
+  return vgetq_lane_u64(x, 0) ^ vgetq_lane_u64(x, 1);
+}
+#else
+uint64_t read_range(const uint8_t* p, uint64_t n) {
+  uint64_t a = 0, b = 0;
+  for (uint64_t i = 0; i + 16 <= n; i += 16) {
+    uint64_t v[2];
+    memcpy(v, p + i, 16);
+    a ^= v[0];
+    b ^= v[1];
+  }
+  return a ^ b;
+}
+#endif
 
 }  // namespace
 

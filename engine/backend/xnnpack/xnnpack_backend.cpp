@@ -7,7 +7,7 @@ namespace keel {
 
 XnnpackBackend::XnnpackBackend(BackendKind kind, const ThreadPool* pool)
     : KernelBackend(kind, pool, kernels_best(), vector_kernels_best(),
-                    attention_kernels_x86() ? *attention_kernels_x86() : attention_kernels_ref()) {}
+                    attention_kernels_native() ? *attention_kernels_native() : attention_kernels_ref()) {}
 
 xnn::ModelOpsConfig XnnpackBackend::ops_config(const Model& model, const BackendPlan& plan) const {
   xnn::ModelOpsConfig c;

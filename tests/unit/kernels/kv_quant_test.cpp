@@ -18,6 +18,7 @@
 // 2c + 1: a chunk of 64 numbers) in the block: each c_j is off by at most S / 131070, which
 // adds S / 131070 * |n_j,i| per row to lane i, n_j,i the stored integer (|x~ - m| / d). Rows
 // past the last whole block are summed in f32.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -163,7 +164,7 @@ TEST(KvQuant, ScoresReadRowsDirectly) {
           if (k != &attention_kernels_ref() && kv_group(hd) == 32) {
             for (uint32_t b = 0; b < hd / 32; ++b) {
               double amax = 0;
-              for (uint32_t i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(q[b * 32 + i]));
+              for (uint32_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(double(q[b * 32 + i])));
               for (uint32_t i = 0; i < 32; ++i) q_step[b * 32 + i] = amax / 127;
             }
           }

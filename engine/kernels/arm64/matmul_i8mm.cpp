@@ -1,0 +1,15 @@
+// Placeholder: the portable kernels under this tier's name, until the tier's own land.
+#include "kernels/arm64/arm64_tables.h"
+
+namespace keel::arm64 {
+
+const MatmulKernels& matmul_i8mm_table() {
+  static const MatmulKernels table = [] {
+    MatmulKernels t = kernels_ref();
+    t.name = "neon-i8mm";
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace keel::arm64
