@@ -1,6 +1,7 @@
 // tools/keel/serve/engine_loop.h on stories260K: a request's tokens do not depend on what runs
-// beside it, the queue is bounded, `full` refuses what cannot fit, and random submit / cancel /
-// step sequences never leak a slot or lose a request.
+// beside it, the queue is bounded, `full` refuses what cannot fit, one client holds at most its
+// share of the slots, the prefill count of each step adds up to the prompts, and random submit /
+// cancel / step sequences never leak a slot or lose a request.
 #include "keel/serve/engine_loop.h"
 
 #include <gtest/gtest.h>
@@ -115,6 +116,91 @@ TEST(EngineLoop, FullPolicyRefusesWhatCannotFit) {
     EXPECT_EQ(ends[ok.id], FinishReason::Budget);
   }
   EXPECT_LE(tokens[ok.id].size() + rig.request("Once", 1).prompt.size(), 33u);
+}
+
+// The ids running in slots.
+std::set<uint64_t> running(const EngineLoop& loop) {
+  std::vector<SlotState> states;
+  loop.slot_states(states);
+  std::set<uint64_t> ids;
+  for (const SlotState& st : states)
+    if (st.phase != SlotPhase::Free) ids.insert(st.id);
+  return ids;
+}
+
+TEST(EngineLoop, OneClientHoldsAtMostItsShare) {
+  Rig rig(2);
+  EngineLoop loop(rig.session.runtime(), 8, 1);
+  auto from = [&](const char* client, const char* text) {
+    LoopRequest r = rig.request(text, 30);
+    r.client = client;
+    const SubmitResult s = loop.submit(std::move(r));
+    EXPECT_EQ(s.kind, SubmitResult::Accepted) << s.error;
+    return s.id;
+  };
+  const uint64_t a1 = from("10.0.0.1", kPrompts[0]);
+  const uint64_t a2 = from("10.0.0.1", kPrompts[1]);
+  const uint64_t b1 = from("10.0.0.2", kPrompts[2]);
+  std::vector<LoopEvent> events;
+  loop.step(events);
+  // a2 came before b1 but its client holds its one slot: b1 passes it.
+  EXPECT_EQ(running(loop), (std::set<uint64_t>{a1, b1}));
+  EXPECT_EQ(loop.queued(), 1u);
+  // A request without a client is not limited.
+  LoopRequest anon = rig.request(kPrompts[3], 30);
+  const uint64_t n1 = loop.submit(anon).id;
+  // The client's slot freed by a cancel goes to its own waiting request at the next step.
+  EXPECT_TRUE(loop.cancel(a1));
+  events.clear();
+  loop.step(events);
+  EXPECT_EQ(running(loop), (std::set<uint64_t>{a2, b1}));
+  std::map<uint64_t, std::vector<int32_t>> tokens;
+  std::map<uint64_t, FinishReason> ends;
+  for (const LoopEvent& ev : events) {
+    if (ev.token >= 0) tokens[ev.id].push_back(ev.token);
+    if (ev.finish != FinishReason::None) ends[ev.id] = ev.finish;
+  }
+  drain(loop, tokens, ends);
+  EXPECT_EQ(ends.count(a1), 0u);
+  for (uint64_t id : {a2, b1, n1}) EXPECT_EQ(ends.count(id), 1u) << id;
+  // Waiting did not change what a request generates.
+  EngineLoop alone(rig.session.runtime(), 8);
+  const uint64_t solo = alone.submit(rig.request(kPrompts[1], 30)).id;
+  std::map<uint64_t, std::vector<int32_t>> solo_tokens;
+  std::map<uint64_t, FinishReason> solo_ends;
+  drain(alone, solo_tokens, solo_ends);
+  EXPECT_EQ(tokens[a2], solo_tokens[solo]);
+}
+
+TEST(EngineLoop, PrefillTokensAddUpToThePrompts) {
+  Rig rig(2);
+  EngineLoop loop(rig.session.runtime(), 4);
+  // Two prompts longer than a chunk, one finishing in the step that runs its last chunk.
+  const LoopRequest long1 = rig.request(kPrompts[5], 1);
+  const LoopRequest long2 = rig.request(std::string(kPrompts[5]) + " " + kPrompts[5], 5);
+  const size_t want = long1.prompt.size() + long2.prompt.size();
+  ASSERT_GT(long1.prompt.size(), 64u);
+  loop.submit(long1);
+  loop.submit(long2);
+  std::vector<LoopEvent> events;
+  uint64_t counted = 0;
+  int prefilling_steps = 0;
+  for (int guard = 0; !loop.idle() && guard < 1000; ++guard) {
+    events.clear();
+    loop.step(events);
+    counted += loop.last_prefill_tokens();
+    prefilling_steps += loop.last_step_prefilled() ? 1 : 0;
+  }
+  EXPECT_EQ(counted, want);
+  EXPECT_GE(prefilling_steps, 2);
+  // Decode-only steps run no prompt.
+  loop.submit(rig.request("Once", 8));
+  events.clear();
+  loop.step(events);  // the whole prompt in one chunk
+  events.clear();
+  loop.step(events);
+  EXPECT_FALSE(loop.last_step_prefilled());
+  EXPECT_EQ(loop.last_prefill_tokens(), 0u);
 }
 
 TEST(EngineLoop, RandomSubmitCancelNeverLeaksASlot) {

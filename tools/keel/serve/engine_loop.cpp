@@ -16,7 +16,8 @@ const char* finish_reason_name(FinishReason r) {
   return "?";
 }
 
-EngineLoop::EngineLoop(Runtime& rt, uint32_t queue_capacity) : rt_(rt), queue_capacity_(queue_capacity) {
+EngineLoop::EngineLoop(Runtime& rt, uint32_t queue_capacity, uint32_t max_per_client)
+    : rt_(rt), queue_capacity_(queue_capacity), max_per_client_(max_per_client) {
   const Error e = scheduler_.init(rt);
   if (!e.ok()) init_error_ = std::string(to_string(e.status())) + ": " + e.message();
   step_events_.resize(rt.slots() + size_t(rt.config().plan.queue_capacity));
@@ -61,16 +62,27 @@ uint32_t EngineLoop::active() const {
 }
 
 void EngineLoop::feed(std::vector<LoopEvent>& events) {
-  while (!queue_.empty()) {
-    const uint64_t id = queue_.front();
+  // Only into a free slot, never into the scheduler's own queue: which request goes next is
+  // decided here, where the clients are known.
+  auto it = queue_.begin();
+  while (it != queue_.end() && scheduler_.active() < slots()) {
+    const uint64_t id = *it;
     Live& l = live_.at(id);
+    const std::string& client = l.request.client;
+    if (max_per_client_ > 0 && !client.empty()) {
+      const auto r = running_.find(client);
+      if (r != running_.end() && r->second >= max_per_client_) {
+        ++it;  // this client holds its share; a later request of another one may go first
+        continue;
+      }
+    }
     keel::SchedulerRequest q;
     q.prompt = Span<const int32_t>(l.request.prompt.data(), l.request.prompt.size());
     q.sampling = l.request.sampler;
     q.max_new_tokens = l.request.max_tokens;
     const Result<uint64_t> s = scheduler_.submit(q);
     if (!s.ok() && s.error().status() == Status::QueueFull) return;
-    queue_.pop_front();
+    it = queue_.erase(it);
     if (!s.ok()) {
       LoopEvent ev;
       ev.id = id;
@@ -82,7 +94,14 @@ void EngineLoop::feed(std::vector<LoopEvent>& events) {
     }
     l.scheduled = s.value();
     by_scheduled_.emplace(s.value(), id);
+    if (!client.empty()) ++running_[client];
   }
+}
+
+void EngineLoop::release_client(const std::string& client) {
+  const auto r = running_.find(client);
+  if (r == running_.end()) return;
+  if (--r->second == 0) running_.erase(r);
 }
 
 void EngineLoop::translate(const keel::TokenEvent& e, const std::string& pass_error, std::vector<LoopEvent>& events) {
@@ -92,6 +111,8 @@ void EngineLoop::translate(const keel::TokenEvent& e, const std::string& pass_er
   const bool ends = e.finish != keel::FinishReason::None;
   if (ends) {
     by_scheduled_.erase(it);
+    // A cancelled request gave its client's share back when it was cancelled.
+    if (cancelled_.count(e.request) == 0) release_client(live_.at(id).request.client);
     live_.erase(id);
   }
   if (cancelled_.count(e.request)) {
@@ -123,8 +144,31 @@ void EngineLoop::translate(const keel::TokenEvent& e, const std::string& pass_er
 
 void EngineLoop::step(std::vector<LoopEvent>& events) {
   feed(events);
+  // Prompt progress before the pass, to count the prompt tokens it runs.
+  prefilling_.clear();
+  for (uint32_t i = 0; i < slots(); ++i) {
+    const keel::SlotState st = scheduler_.slot_state(i);
+    if (st.phase == keel::SlotPhase::Prefilling && cancelled_.count(st.request) == 0)
+      prefilling_[st.request] = {st.prompt_done, st.prompt_tokens};
+  }
   size_t n = 0;
   const Error pass = scheduler_.step(Span<keel::TokenEvent>(step_events_.data(), step_events_.size()), &n);
+  last_prefilling_ = !prefilling_.empty();
+  last_prefill_tokens_ = 0;
+  for (uint32_t i = 0; i < slots() && last_prefilling_; ++i) {
+    const keel::SlotState st = scheduler_.slot_state(i);
+    const auto p = prefilling_.find(st.request);
+    if (st.phase == keel::SlotPhase::Free || p == prefilling_.end()) continue;
+    last_prefill_tokens_ += st.prompt_done - p->second.first;
+    prefilling_.erase(p);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    // Gone from its slot in this pass: a request that sampled its first token (and its last)
+    // ran the rest of its prompt.
+    const keel::TokenEvent& e = step_events_[i];
+    const auto p = prefilling_.find(e.request);
+    if (p != prefilling_.end() && e.token >= 0) last_prefill_tokens_ += p->second.second - p->second.first;
+  }
   const std::string pass_error = pass.ok() ? "" : std::string(to_string(pass.status())) + ": " + pass.message();
   for (size_t i = 0; i < n; ++i) translate(step_events_[i], pass_error, events);
   // Slots this pass freed take waiting requests now, so the next step runs them.
@@ -148,6 +192,7 @@ bool EngineLoop::cancel(uint64_t id) {
   if (cancelled_.count(scheduled)) return false;
   if (!scheduler_.cancel(scheduled).ok()) return false;
   cancelled_.insert(scheduled);
+  release_client(it->second.request.client);
   return true;
 }
 

@@ -9,12 +9,15 @@
 // both numbers, end tokens are reported as the end rather than as text, and a cancelled
 // request is never heard of again (the scheduler frees its slot at the next step).
 //
-// Admission: first come, first served. A request takes the lowest free slot; with every slot
-// busy it waits in the queue (at most `queue_capacity`); beyond that submit() says QueueFull and
-// the request is not taken. Prefill and decode share each pass as the scheduler decides
-// (decode rows first, then whole prompt chunks oldest first), so a long prompt delays the
-// others by at most one chunk per step. Under the `full` KV policy generation stops when the
-// next token would not fit (FinishReason::Budget, reported by the step after the last token).
+// Admission: first come, first served, but for the per-client share. A request takes the lowest
+// free slot; with every slot busy it waits in the queue (at most `queue_capacity`); beyond that
+// submit() says QueueFull and the request is not taken. With `max_per_client` set, a client
+// (LoopRequest::client, e.g. the peer address) holds at most that many slots: its further
+// requests wait in the queue and a later request of another client takes a free slot before
+// them, so that one client cannot hold every slot. Requests without a client are not limited. Prefill and decode share
+// each pass as the scheduler decides (decode rows first, then whole prompt chunks oldest first), so a long prompt
+// delays the others by at most one chunk per step. Under the `full` KV policy generation stops when the next token
+// would not fit (FinishReason::Budget, reported by the step after the last token).
 //
 // Not thread-safe: one thread owns the loop and the runtime.
 #pragma once
@@ -46,6 +49,7 @@ struct LoopRequest {
   std::vector<int32_t> prompt;  // at least one token
   text::SamplerConfig sampler;
   uint32_t max_tokens = 16;  // at least 1
+  std::string client;        // who sent it, for the per-client share; "" = no limit
 };
 
 // What one step did for one request: a generated token, its end, or both (the last token).
@@ -76,7 +80,8 @@ struct SubmitResult {
 
 class EngineLoop {
  public:
-  EngineLoop(Runtime& rt, uint32_t queue_capacity);
+  // max_per_client: slots one client may hold at once (0 = no limit).
+  EngineLoop(Runtime& rt, uint32_t queue_capacity, uint32_t max_per_client = 0);
 
   SubmitResult submit(LoopRequest request);
   // Why submit() would refuse `request` whatever the load ("" if it would not): an empty prompt,
@@ -96,25 +101,38 @@ class EngineLoop {
   // A cancelled request still holds its slot until a step frees it: not idle until then.
   bool idle() const { return queue_.empty() && scheduler_.active() == 0; }
   uint32_t queue_capacity() const { return queue_capacity_; }
+  uint32_t max_per_client() const { return max_per_client_; }
+  // What the last step did for prompts: whether any slot was prefilling when it ran, and how
+  // many prompt tokens went through the model in it (a lookahead pass may run none). A request
+  // cancelled before the step is not counted; one that finished in it ran the rest of its prompt.
+  bool last_step_prefilled() const { return last_prefilling_; }
+  uint64_t last_prefill_tokens() const { return last_prefill_tokens_; }
 
  private:
   struct Live {
     LoopRequest request;     // the scheduler borrows its prompt
     uint64_t scheduled = 0;  // the scheduler's id once submitted there
   };
-  // Hands queued requests to the scheduler while it has a free slot.
+  // Hands queued requests to the scheduler while it has a free slot, oldest first, passing over
+  // those whose client holds its share.
   void feed(std::vector<LoopEvent>& events);
+  void release_client(const std::string& client);
   void translate(const keel::TokenEvent& e, const std::string& pass_error, std::vector<LoopEvent>& events);
 
   Runtime& rt_;
   uint32_t queue_capacity_;
+  uint32_t max_per_client_;
   keel::Scheduler scheduler_;
   std::string init_error_;                     // why the scheduler could not start ("" when it did)
   std::deque<uint64_t> queue_;                 // ids waiting for the scheduler, oldest first
   std::map<uint64_t, Live> live_;              // queued or scheduled, by id
   std::map<uint64_t, uint64_t> by_scheduled_;  // scheduler id -> id
   std::set<uint64_t> cancelled_;               // scheduler ids cancelled, not yet freed by a step
+  std::map<std::string, uint32_t> running_;    // scheduled, not cancelled, requests per client
   std::vector<keel::TokenEvent> step_events_;
+  std::map<uint64_t, std::pair<uint64_t, uint64_t>> prefilling_;  // scheduler id -> (done, prompt)
+  bool last_prefilling_ = false;
+  uint64_t last_prefill_tokens_ = 0;
   uint64_t next_id_ = 1;
 };
 
