@@ -7,6 +7,8 @@
 #include "keel/cli_util.h"
 #include "keel/command.h"
 #include "keel/commands.h"
+#include "kernels/attention.h"
+#include "kernels/kernels.h"
 #include "llm/plan.h"
 #include "llm/plan_model.h"
 #include "llm/run_config.h"
@@ -27,6 +29,8 @@ const char kHelp[] =
     "logits) and scratch arena (one prefill chunk), in bytes. For a model with sliding-window\n"
     "layers (Gemma 3) the KV cache is shown by layer kind: global layers hold the policy's budget,\n"
     "local layers a ring of their window, beside what one budget for every layer would take.\n"
+    "\"kernels\" names the kernel tier the native backend runs on this CPU (x86: avx2,\n"
+    "avx512vnni; arm64: neon, neon-dotprod, neon-i8mm).\n"
     "\n"
     "options:\n"
     "  --kv-policy P   full | window | streaming | snapkv | snapstream: the policy planned for\n"
@@ -166,6 +170,14 @@ int cmd_info(int argc, char** argv) {
           kv_policy_name(kv->policy()), kv->budget_tokens(), kv->sinks(), kv->window(), kv->obs_window(),
           kv->snap_kernel());
     }
+    // The tables the native backend runs on this CPU (kernels.h names the tiers); null without.
+    const MatmulKernels* mk = kernels_native();
+    const VectorKernels* vk = vector_kernels_native();
+    const AttentionKernels* ak = attention_kernels_native();
+    if (mk && vk && ak)
+      printf("\"kernels\":{\"matmul\":\"%s\",\"attention\":\"%s\",\"vector\":\"%s\"},", mk->name, ak->name, vk->name);
+    else
+      printf("\"kernels\":null,");
     printf(
         "\"run\":{\"policy\":\"%s\",\"budget_tokens\":%u,\"sinks\":%u,\"window\":%u,\"obs_window\":%u,"
         "\"snap_kernel\":%u,\"chunk_tokens\":%u},",
@@ -240,6 +252,11 @@ int cmd_info(int argc, char** argv) {
       printf("adaptive");
   }
   printf(", chunk %u\n", run.plan.chunk_tokens);
+  if (kernels_native() && vector_kernels_native() && attention_kernels_native())
+    printf("kernels     native on this CPU: matmul %s, attention %s, vector %s (ref: the portable oracle)\n",
+           kernels_native()->name, attention_kernels_native()->name, vector_kernels_native()->name);
+  else
+    printf("kernels     ref only: this CPU or build has no SIMD tier for the native backend\n");
   printf("memory      budget %u tokens, %u slot(s), chunk %u, %u thread(s)\n", pc.kv_budget_tokens, pc.slots,
          pc.chunk_tokens, pc.threads);
   printf("  weights     %14llu bytes  (%s, mapped read-only)\n", (unsigned long long)model.weights_bytes(),

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <fstream>
 
+#include "kernels/attention.h"
+#include "kernels/kernels.h"
 #include "support/test_support.h"
 
 namespace keel {
@@ -39,6 +41,15 @@ TEST(ConvertCli, Stories260KInfo) {
   EXPECT_GT(j["memory"]["weights_bytes"].get<uint64_t>(), 900000u);
   EXPECT_GT(j["memory"]["persistent_bytes"].get<uint64_t>(), 0u);
   EXPECT_GT(j["memory"]["scratch_bytes"].get<uint64_t>(), 0u);
+  // The kernel tier the native backend would run here, as the engine's dispatcher picks it.
+  ASSERT_TRUE(j.contains("kernels"));
+  if (kernels_native() == nullptr) {
+    EXPECT_TRUE(j["kernels"].is_null());
+  } else {
+    EXPECT_EQ(j["kernels"]["matmul"], kernels_native()->name);
+    EXPECT_EQ(j["kernels"]["attention"], attention_kernels_native()->name);
+    EXPECT_EQ(j["kernels"]["vector"], vector_kernels_native()->name);
+  }
 }
 
 TEST(ConvertCli, SmolLM2Info) {
