@@ -6,9 +6,14 @@
 //  - the ref kernel is exact up to f32 rounding: each block adds n_t f32 terms (Q5, Q6K one;
 //    Q5M, Q4K, Q5K two: scale and min), each rounded at most 4 times (d * sc, * d_a, * isum,
 //    the add), so |y - exact| <= (4 n_terms + 2) u M with M = sum |terms|, u = 2^-24;
-//  - every x86 table agrees with ref within twice that bound (the integer parts are exact).
+//  - every x86 table agrees with ref within twice that bound (the integer parts are exact);
+//  - on arm64, the NEON and (where the CPU has it) dotprod kernels do too, on the shapes above
+//    and on random odd shapes (rows not a multiple of 16, Q5/Q5M columns not a multiple of 32,
+//    partial panel ranges), stay exact at the int16 limits of the NEON tier, and give the same
+//    bits as each other and for a token alone or among others.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -25,6 +30,11 @@
 #include "kernels/panel_quants.h"
 #include "model/weight_format.h"
 #include "support/test_support.h"
+
+#if defined(KEEL_HAVE_ARM64)
+#include "kernels/arm64/arm64_tables.h"
+#include "kernels/kquant_kernels.h"
+#endif
 
 namespace keel {
 namespace {
@@ -226,15 +236,18 @@ void exact(DType dt, const uint8_t* w, uint32_t rows, uint32_t cols, const std::
 
 uint32_t n_terms(DType dt, uint32_t cols) { return act_blocks(cols) * ((dt == DType::Q5 || dt == DType::Q6K) ? 1 : 2); }
 
-std::vector<float> run(const MatmulKernels& k, DType dt, const uint8_t* w, uint32_t rows, uint32_t cols,
+using MatmulFn = void (*)(const WeightView& w, const ActBlock* x, uint32_t n_tokens, float* y, uint32_t y_stride,
+                          uint32_t panel_begin, uint32_t panel_end);
+
+std::vector<float> run(MatmulFn matmul, DType dt, const uint8_t* w, uint32_t rows, uint32_t cols,
                        const std::vector<ActBlock>& a, uint32_t n_tokens) {
   const uint32_t stride = rows + 3;  // a gap the kernel must not write
   std::vector<float> y(uint64_t(n_tokens) * stride, -12345.0f);
   const WeightView v{dt, rows, cols, w};
   // Two calls over a split panel range, as workers do.
   const uint32_t mid = panel_count(rows) / 2;
-  k.matmul(v, a.data(), n_tokens, y.data(), stride, 0, mid);
-  k.matmul(v, a.data(), n_tokens, y.data(), stride, mid, panel_count(rows));
+  matmul(v, a.data(), n_tokens, y.data(), stride, 0, mid);
+  matmul(v, a.data(), n_tokens, y.data(), stride, mid, panel_count(rows));
   for (uint32_t t = 0; t < n_tokens; ++t)
     for (uint32_t r = rows; r < stride; ++r) EXPECT_EQ(y[uint64_t(t) * stride + r], -12345.0f);
   std::vector<float> out(uint64_t(n_tokens) * rows);
@@ -243,13 +256,18 @@ std::vector<float> run(const MatmulKernels& k, DType dt, const uint8_t* w, uint3
   return out;
 }
 
-void check_table(const MatmulKernels& k, bool against_exact) {
+std::vector<float> run(const MatmulKernels& k, DType dt, const uint8_t* w, uint32_t rows, uint32_t cols,
+                       const std::vector<ActBlock>& a, uint32_t n_tokens) {
+  return run(k.matmul, dt, w, rows, cols, a, n_tokens);
+}
+
+void check_fn(const char* name, MatmulFn matmul, bool against_exact) {
   std::mt19937 rng(11);
   for (DType dt : kWide)
     for (uint32_t rows : {1u, 16u, 17u, 33u})
       for (uint32_t cols : {256u, 512u, 2048u})
         for (uint32_t n_tokens : {1u, 2u, 3u, 4u, 5u, 9u}) {
-          SCOPED_TRACE(std::string(k.name) + " " + fb::EnumNameDType(dt) + " " + std::to_string(rows) + "x" +
+          SCOPED_TRACE(std::string(name) + " " + fb::EnumNameDType(dt) + " " + std::to_string(rows) + "x" +
                        std::to_string(cols) + " tokens " + std::to_string(n_tokens));
           const auto raw = raw_blocks(src_of(dt), rows, cols, rng);
           const auto packed = pack(dt, raw, rows, cols);
@@ -257,7 +275,7 @@ void check_table(const MatmulKernels& k, bool against_exact) {
           std::vector<double> ye, mag;
           exact(dt, packed->data(), rows, cols, a, n_tokens, ye, mag);
           const double per = (4.0 * n_terms(dt, cols) + 2) * kU;
-          const std::vector<float> y = run(k, dt, packed->data(), rows, cols, a, n_tokens);
+          const std::vector<float> y = run(matmul, dt, packed->data(), rows, cols, a, n_tokens);
           if (against_exact) {
             for (uint64_t i = 0; i < y.size(); ++i) ASSERT_LE(std::fabs(y[i] - ye[i]), per * mag[i] + 1e-38) << i;
           } else {
@@ -268,7 +286,11 @@ void check_table(const MatmulKernels& k, bool against_exact) {
         }
 }
 
+void check_table(const MatmulKernels& k, bool against_exact) { check_fn(k.name, k.matmul, against_exact); }
+
 TEST(KquantKernels, RefIsExactUpToF32Rounding) { check_table(kernels_ref(), true); }
+
+#if defined(KEEL_HAVE_X86)
 
 TEST(KquantKernels, Avx2MatchesRef) {
   const MatmulKernels* k = kernels_x86_avx2();
@@ -307,6 +329,170 @@ TEST(KquantKernels, TokensGiveTheSameBitsAloneOrTogether) {
     }
   }
 }
+
+#endif  // KEEL_HAVE_X86
+
+#if defined(KEEL_HAVE_ARM64)
+
+struct Arm64Wide {
+  const char* name;
+  MatmulFn fn;
+};
+
+// The arm64 wide kernels this CPU can run: NEON always, dotprod where the CPU has SDOT.
+std::vector<Arm64Wide> arm64_wide_kernels() {
+  std::vector<Arm64Wide> ks = {{"neon", arm64::matmul_wide_neon}};
+  if (arm64::cpu_has_dotprod()) ks.push_back({"neon-dotprod", arm64::matmul_wide_dotprod});
+  return ks;
+}
+
+TEST(KquantKernels, Arm64NeonMatchesRef) { check_fn("neon", arm64::matmul_wide_neon, false); }
+
+TEST(KquantKernels, Arm64DotprodMatchesRef) {
+  if (!arm64::cpu_has_dotprod()) GTEST_SKIP() << "CPU lacks dotprod (SDOT); the NEON kernel is checked instead";
+  check_fn("neon-dotprod", arm64::matmul_wide_dotprod, false);
+}
+
+// A packed tensor made directly in the panel layout (so Q5/Q5M columns need not be a multiple
+// of 32 as GGUF's blocks are): every quant and u8/i8 scale byte random, f16 fields of sane
+// magnitude, padding columns as docs/format.md has them (u = zero point, so with q = 0 there
+// they add nothing in any kernel).
+std::shared_ptr<AlignedBytes> random_panels(DType dt, uint32_t rows, uint32_t cols, std::mt19937& rng) {
+  auto out = std::make_shared<AlignedBytes>(tensor_bytes(dt, rows, cols));
+  uint8_t* w = out->data();
+  for (uint64_t i = 0; i < out->size; ++i) w[i] = uint8_t(rng());
+  std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
+  const uint32_t nb = act_blocks(cols), ns = uint32_t(ceil_div(cols, kSuperBlock));
+  // f16 fields of the header: (count, magnitude) in order.
+  uint32_t n_f16[2] = {nb * kPanelRows, 0};
+  float mag[2] = {1.0f, 8.0f};
+  if (dt == DType::Q5M) n_f16[1] = nb * kPanelRows;
+  if (dt == DType::Q4K || dt == DType::Q5K) n_f16[0] = n_f16[1] = ns * kPanelRows, mag[0] = 0.02f, mag[1] = 0.1f;
+  if (dt == DType::Q6K) n_f16[0] = ns * kPanelRows, mag[0] = 0.01f;
+  for (uint32_t p = 0; p < panel_count(rows); ++p) {
+    uint8_t* panel = w + p * panel_bytes(dt, cols);
+    uint8_t* f = panel;
+    for (int k = 0; k < 2; ++k)
+      for (uint32_t i = 0; i < n_f16[k]; ++i, f += 2) put_f16(f, scale(rng) * mag[k]);
+    // Columns past `cols` in the last block: nibble and high bits of u = zero point (Q5: 16).
+    for (uint32_t c = cols; c < nb * kQuantBlock; ++c) {
+      uint8_t* qb = panel + panel_quants_offset(dt, cols) + uint64_t(c / 32) * quant_block_bytes(dt);
+      const uint32_t i = c % 32, chunk = i / 8, h = (i % 8) / 4, j = i % 4;
+      const uint8_t z = uint8_t(panel_zero_point(dt));
+      for (uint32_t lane = 0; lane < kPanelRows; ++lane) {
+        uint8_t& nib = qb[chunk * 64 + lane * 4 + j];
+        nib = uint8_t(h ? (nib & 0x0f) | ((z & 15) << 4) : (nib & 0xf0) | (z & 15));
+        if (high_bits(dt) == 1) {
+          uint8_t& hb = qb[256 + lane * 4 + j];
+          hb = uint8_t((hb & ~(1u << (2 * chunk + h))) | (((z >> 4) & 1u) << (2 * chunk + h)));
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// Random shapes and panel ranges, every wide dtype, every tier the CPU has, against ref.
+TEST(KquantKernels, Arm64RandomShapesMatchRef) {
+  std::mt19937 rng(29);
+  for (const Arm64Wide& k : arm64_wide_kernels())
+    for (int iter = 0; iter < 60; ++iter) {
+      const DType dt = kWide[iter % 5];
+      const uint32_t rows = 1 + rng() % 70;
+      const uint32_t cols =
+          is_kquant(dt) ? kSuperBlock * (1 + rng() % 5) : (iter % 3 == 0 ? 32 * (1 + rng() % 24) : 1 + rng() % 700);
+      const uint32_t n_tokens = 1 + rng() % 9;
+      const uint32_t np = panel_count(rows);
+      const uint32_t pb = rng() % np, pe = pb + 1 + rng() % (np - pb);
+      SCOPED_TRACE(std::string(k.name) + " " + fb::EnumNameDType(dt) + " " + std::to_string(rows) + "x" +
+                   std::to_string(cols) + " tokens " + std::to_string(n_tokens) + " panels [" + std::to_string(pb) +
+                   ", " + std::to_string(pe) + ")");
+      const auto packed = random_panels(dt, rows, cols, rng);
+      const auto a = acts(n_tokens, cols, rng);
+      std::vector<double> ye, mag;
+      exact(dt, packed->data(), rows, cols, a, n_tokens, ye, mag);
+      const double per = (4.0 * n_terms(dt, cols) + 2) * kU;
+      const uint32_t stride = rows + 1 + rng() % 5;
+      const WeightView v{dt, rows, cols, packed->data()};
+      std::vector<float> y(uint64_t(n_tokens) * stride, -12345.0f), yr = y;
+      k.fn(v, a.data(), n_tokens, y.data(), stride, pb, pe);
+      matmul_wide_ref(v, a.data(), n_tokens, yr.data(), stride, pb, pe);
+      const uint32_t r_begin = pb * kPanelRows, r_end = std::min(pe * kPanelRows, rows);
+      for (uint32_t t = 0; t < n_tokens; ++t)
+        for (uint32_t r = 0; r < stride; ++r) {
+          const uint64_t i = uint64_t(t) * stride + r;
+          if (r < r_begin || r >= r_end) {
+            ASSERT_EQ(y[i], -12345.0f) << "token " << t << " row " << r << " is outside the panels";
+            continue;
+          }
+          const uint64_t e = uint64_t(t) * rows + r;
+          ASSERT_LE(std::fabs(double(y[i]) - yr[i]), 2 * per * mag[e] + 1e-38) << "token " << t << " row " << r;
+          ASSERT_LE(std::fabs(double(y[i]) - ye[e]), 2 * per * mag[e] + 1e-38) << "token " << t << " row " << r;
+        }
+    }
+}
+
+// The NEON tier's int16 sums reach their bounds (31496 for 5-bit u, 32004 for Q6K's halves)
+// when every u is at its maximum and every q is +-127: all quant bytes 0xff, activations of one
+// sign, or of signs alternating per 4 columns.
+TEST(KquantKernels, Arm64ExtremeQuantsStayExact) {
+  std::mt19937 rng(31);
+  const uint32_t rows = 20, cols = 512, n_tokens = 3;
+  std::vector<float> x(uint64_t(n_tokens) * cols);
+  for (uint32_t c = 0; c < cols; ++c) {
+    x[c] = 1.0f;
+    x[cols + c] = -1.0f;
+    x[2 * cols + c] = (c / 4) % 2 ? 1.0f : -1.0f;
+  }
+  std::vector<ActBlock> a(uint64_t(n_tokens) * act_blocks(cols));
+  for (uint32_t t = 0; t < n_tokens; ++t)
+    kernels_ref().quantize_act(&x[uint64_t(t) * cols], cols, &a[uint64_t(t) * act_blocks(cols)]);
+  ASSERT_EQ(a[0].q[0], 127);
+  ASSERT_EQ(a[act_blocks(cols)].q[0], -127);
+  for (const Arm64Wide& k : arm64_wide_kernels())
+    for (DType dt : kWide) {
+      SCOPED_TRACE(std::string(k.name) + " " + fb::EnumNameDType(dt));
+      auto packed = random_panels(dt, rows, cols, rng);
+      const uint64_t qoff = panel_quants_offset(dt, cols);
+      for (uint32_t p = 0; p < panel_count(rows); ++p) {
+        uint8_t* panel = packed->data() + p * panel_bytes(dt, cols);
+        memset(panel + qoff, 0xff, act_blocks(cols) * quant_block_bytes(dt));
+      }
+      std::vector<double> ye, mag;
+      exact(dt, packed->data(), rows, cols, a, n_tokens, ye, mag);
+      const double per = (4.0 * n_terms(dt, cols) + 2) * kU;
+      const std::vector<float> y = run(k.fn, dt, packed->data(), rows, cols, a, n_tokens);
+      for (uint64_t i = 0; i < y.size(); ++i) ASSERT_LE(std::fabs(y[i] - ye[i]), 2 * per * mag[i] + 1e-38) << i;
+    }
+}
+
+// As on x86: a token's outputs do not depend on the tier nor on the tokens beside it: each tier
+// over 9 tokens (tiles of several tokens and a partial one) and one token at a time agree with
+// the NEON kernel over 9 tokens bit for bit.
+TEST(KquantKernels, Arm64TokensGiveTheSameBitsAloneOrTogether) {
+  std::mt19937 rng(37);
+  const uint32_t rows = 33, cols = 512, n_tokens = 9;
+  for (DType dt : kWide) {
+    SCOPED_TRACE(fb::EnumNameDType(dt));
+    const auto packed = random_panels(dt, rows, cols, rng);
+    const auto a = acts(n_tokens, cols, rng);
+    const std::vector<float> want = run(arm64::matmul_wide_neon, dt, packed->data(), rows, cols, a, n_tokens);
+    for (const Arm64Wide& k : arm64_wide_kernels()) {
+      SCOPED_TRACE(k.name);
+      const std::vector<float> y = run(k.fn, dt, packed->data(), rows, cols, a, n_tokens);
+      for (uint32_t t = 0; t < n_tokens; ++t) {
+        const std::vector<ActBlock> one(a.begin() + t * act_blocks(cols), a.begin() + (t + 1) * act_blocks(cols));
+        const std::vector<float> y1 = run(k.fn, dt, packed->data(), rows, cols, one, 1);
+        for (uint32_t r = 0; r < rows; ++r) {
+          ASSERT_EQ(bits(y[t * rows + r]), bits(want[t * rows + r])) << "token " << t << " row " << r;
+          ASSERT_EQ(bits(y1[r]), bits(want[t * rows + r])) << "token " << t << " row " << r;
+        }
+      }
+    }
+  }
+}
+
+#endif  // KEEL_HAVE_ARM64
 
 }  // namespace
 }  // namespace keel
