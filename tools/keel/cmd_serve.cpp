@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -44,6 +45,10 @@ const char kHelp[] =
     "  --port N               TCP port (default 8080; 0 = any free port, printed on stderr)\n"
     "  --slots N              requests decoded side by side (default 4)\n"
     "  --queue N              requests waiting for a slot at most; beyond: 503 (default 64)\n"
+    "  --max-slots-per-client N\n"
+    "                         slots one client (peer address) may hold at once; its further\n"
+    "                         requests wait while other clients' pass them (default: half the\n"
+    "                         slots, rounded up; N >= --slots: no limit)\n"
     "  --alias NAME           the model's id in requests and /v1/models (default: the file\n"
     "                         name without .keel); other names get 404\n"
     "  --max-tokens N         most tokens a request may generate (default 2048); without\n"
@@ -51,7 +56,8 @@ const char kHelp[] =
     "  --max-body-bytes N     largest request body, chunked or not (default 1048576); beyond:\n"
     "                         413 as soon as it is passed, and the connection is closed\n"
     "  --timeout S            a request running longer is cancelled: 504, or an error event in\n"
-    "                         a stream (default 600)\n"
+    "                         a stream (default 600); a prompt that the measured prefill rate\n"
+    "                         cannot run within it is refused up front: 400\n"
     "  --idle-timeout S       a connection silent this long is closed, and a request must\n"
     "                         arrive whole within it once begun, else 408 (default 10)\n"
     "  --http-threads N       connection threads at most, started on demand (default 1024);\n"
@@ -72,12 +78,13 @@ struct Options {
   std::string host = "127.0.0.1";
   uint32_t port = 8080, slots = 4, queue = 64, max_tokens = 2048, max_body = 1 << 20;
   uint32_t timeout_s = 600, idle_timeout_s = 10, http_threads = 1024;
+  uint32_t max_slots_per_client = 0;  // set from --slots unless given
   std::string alias;
 };
 
 struct Counters {
   std::atomic<uint64_t> by_status[6] = {};  // 1xx..5xx by first digit, [0] unused
-  std::atomic<uint64_t> completions{0}, chat{0}, streamed{0}, disconnects{0};
+  std::atomic<uint64_t> completions{0}, chat{0}, streamed{0}, disconnects{0}, deadline_refused{0};
   void count(int status) {
     if (status >= 100 && status < 600) ++by_status[status / 100];
   }
@@ -186,8 +193,33 @@ void Server::completion(const Request& req, Response& res, Endpoint e) {
   t->request.max_tokens = r.max_tokens;
   why = engine_.refusal(t->request);
   if (!why.empty()) return error(res, 400, why, "invalid_request_error", "context_length_exceeded");
-  if (opts_.timeout_s) t->deadline = now_seconds() + opts_.timeout_s;
   const uint32_t prompt_tokens = uint32_t(t->request.prompt.size());
+  if (opts_.timeout_s) {
+    t->deadline = now_seconds() + opts_.timeout_s;
+    // A prompt that cannot be through the model by its deadline would hold a slot until then
+    // for nothing: refused before it takes one. The same code as a prompt beyond the context,
+    // so that a client shortens it rather than retries it as is.
+    const double rate = engine_.prefill_rate();
+    if (double(prompt_tokens) > rate * opts_.timeout_s) {
+      ++counters.deadline_refused;
+      char msg[320];
+      snprintf(msg, sizeof msg,
+               "the prompt is %u tokens; at the measured prefill rate of %.0f tokens/s it needs %.0f s, beyond the "
+               "request deadline of %u s (--timeout); at most %.0f prompt tokens fit",
+               prompt_tokens, rate, double(prompt_tokens) / rate, opts_.timeout_s, std::floor(rate * opts_.timeout_s));
+      return error(res, 400, msg, "invalid_request_error", "context_length_exceeded");
+    }
+  }
+  t->request.client = req.remote_addr;
+  t->client_fd = current_client_socket();
+  // From here on the engine may poll the connection: whatever way this handler leaves, the
+  // request is cancelled first (harmless once it ended), so the socket outlives the polling.
+  struct CancelOnExit {
+    Ticket* t;
+    ~CancelOnExit() {
+      if (t) t->cancelled = true;
+    }
+  } cancel_on_exit{t.get()};
   switch (engine_.submit(t)) {
     case EngineThread::Admit::Accepted: break;
     case EngineThread::Admit::QueueFull:
@@ -203,7 +235,11 @@ void Server::completion(const Request& req, Response& res, Endpoint e) {
   ids.id = std::string(e == Endpoint::Completions ? "cmpl-" : "chatcmpl-") + std::to_string(next_id_++);
   ids.model = model_id_;
   ids.created = int64_t(time(nullptr));
-  if (r.stream) return stream(res, e, t, r, ids, prompt_tokens);
+  if (r.stream) {
+    // The stream's provider runs after this returns; its releaser cancels instead.
+    cancel_on_exit.t = nullptr;
+    return stream(res, e, t, r, ids, prompt_tokens);
+  }
 
   Collector c(tok_.tokenizer(), r.stop);
   std::deque<LoopEvent> events;
@@ -215,6 +251,10 @@ void Server::completion(const Request& req, Response& res, Endpoint e) {
   if (c.stop_string) t->cancelled = true;
   if (c.finish == FinishReason::Failed) return error(res, 500, c.error, "server_error", "engine_error");
   if (c.finish == FinishReason::Cancelled) {
+    // Nobody reads this answer; it is written for the status counts and the log.
+    if (t->client_gone.load())
+      return error(res, 400, "the client closed the connection before the answer", "invalid_request_error",
+                   "client_disconnected");
     std::lock_guard<std::mutex> lk(t->m);
     if (t->timed_out)
       return error(res, 504, "the request ran longer than --timeout " + std::to_string(opts_.timeout_s) + " s",
@@ -246,7 +286,7 @@ void Server::stream(Response& res, Endpoint e, std::shared_ptr<Ticket> t, const 
           if (sink.write(s.data(), s.size())) return true;
           // The client is gone: the engine frees the slot before its next step.
           st->ticket->cancelled = true;
-          ++counters.disconnects;
+          if (!st->ticket->client_gone.exchange(true)) ++counters.disconnects;
           return false;
         };
         std::deque<LoopEvent> events;
@@ -263,6 +303,8 @@ void Server::stream(Response& res, Endpoint e, std::shared_ptr<Ticket> t, const 
           st->first = false;
         }
         if (!c.ended) return true;
+        // The engine saw the client leave: nothing to write to.
+        if (c.finish == FinishReason::Cancelled && st->ticket->client_gone.load()) return false;
         if (c.stop_string) st->ticket->cancelled = true;
         std::string tail;
         if (c.finish == FinishReason::Failed || c.finish == FinishReason::Cancelled) {
@@ -318,8 +360,17 @@ std::string Server::metrics_text() const {
   line("keel_requests_timed_out_total", "counter", "Requests cancelled at --timeout.",
        std::to_string(m.requests_timed_out));
   line("keel_requests_failed_total", "counter", "Requests the engine failed.", std::to_string(m.requests_failed));
-  line("keel_client_disconnects_total", "counter", "Streams whose client went away.",
-       std::to_string(counters.disconnects.load()));
+  line("keel_client_disconnects_total", "counter",
+       "Requests whose client went away before their end (streamed or not, waiting, prefilling or generating).",
+       std::to_string(counters.disconnects.load() + m.client_disconnects));
+  line("keel_requests_deadline_refused_total", "counter",
+       "Requests refused because their prompt cannot be prefilled within --timeout at the measured rate.",
+       std::to_string(counters.deadline_refused.load()));
+  line("keel_prefill_tokens_per_second", "gauge",
+       "Prompt tokens per second through the model over the recent prefilling steps.",
+       std::to_string(int64_t(std::llround(m.prefill_tokens_per_second))));
+  line("keel_max_slots_per_client", "gauge", "Slots one client may hold at once (--max-slots-per-client).",
+       std::to_string(opts_.max_slots_per_client));
   line("keel_prompt_tokens_total", "counter", "Prompt tokens admitted.", std::to_string(m.prompt_tokens));
   line("keel_generated_tokens_total", "counter", "Tokens generated.", std::to_string(m.generated_tokens));
   line("keel_engine_steps_total", "counter", "Engine steps run.", std::to_string(m.steps));
@@ -394,6 +445,7 @@ int cmd_serve(int argc, char** argv) {
   args.u32("--port", nullptr, o.port);
   args.u32("--slots", nullptr, o.slots);
   args.u32("--queue", nullptr, o.queue);
+  const bool per_client_given = args.u32("--max-slots-per-client", nullptr, o.max_slots_per_client);
   args.value("--alias", nullptr, o.alias);
   args.u32("--max-tokens", nullptr, o.max_tokens);
   args.u32("--max-body-bytes", nullptr, o.max_body);
@@ -407,6 +459,10 @@ int cmd_serve(int argc, char** argv) {
   if (o.max_body == 0) return usage_error("serve", "--max-body-bytes must be at least 1");
   if (o.idle_timeout_s == 0) return usage_error("serve", "--idle-timeout must be at least 1");
   if (o.http_threads < 2) return usage_error("serve", "--http-threads must be at least 2");
+  if (per_client_given && o.max_slots_per_client == 0)
+    return usage_error("serve", "--max-slots-per-client must be at least 1 (--slots or more: no limit)");
+  if (!per_client_given) o.max_slots_per_client = (o.slots + 1) / 2;
+  o.max_slots_per_client = std::min(o.max_slots_per_client, o.slots);
 
   // Signals go to the thread that waits for them; a client that vanishes is a failed write.
   sigset_t signals;
@@ -426,7 +482,7 @@ int cmd_serve(int argc, char** argv) {
   HostTokenizer tok;
   if (!tok.init(session.model(), error)) return fail("serve", error);
 
-  EngineThread engine(session.runtime(), o.queue);
+  EngineThread engine(session.runtime(), o.queue, o.max_slots_per_client < o.slots ? o.max_slots_per_client : 0);
   Server server(session, o, engine, tok);
   HttpLimits limits;
   limits.max_body_bytes = o.max_body;
@@ -470,8 +526,9 @@ int cmd_serve(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     http.stop();
   });
-  fprintf(stderr, "keel serve: %s on http://%s:%d (%u slots, KV %s %u tokens each, queue %u)\n",
-          server.model_id().c_str(), o.host.c_str(), port, o.slots, kv_policy_name(session.policy()), budget, o.queue);
+  fprintf(stderr, "keel serve: %s on http://%s:%d (%u slots, KV %s %u tokens each, queue %u, %u slots per client)\n",
+          server.model_id().c_str(), o.host.c_str(), port, o.slots, kv_policy_name(session.policy()), budget, o.queue,
+          o.max_slots_per_client);
   const bool ok = http.listen_after_bind();
   // Only the signal thread stops the listener; if the listener failed on its own, wake that
   // thread (the signal stays pending until it takes it) so that it drains the engine.

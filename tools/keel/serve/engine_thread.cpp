@@ -24,7 +24,35 @@ bool Ticket::wait(std::deque<LoopEvent>& out, double seconds) {
   return true;
 }
 
-EngineThread::EngineThread(Runtime& rt, uint32_t queue_capacity) : loop_(rt, queue_capacity) {}
+EngineThread::EngineThread(Runtime& rt, uint32_t queue_capacity, uint32_t max_per_client)
+    : loop_(rt, queue_capacity, max_per_client) {
+  metrics_.prefill_tokens_per_second = kInitialPrefillRate;
+}
+
+void EngineThread::find_gone_clients(std::vector<uint64_t>& gone) {
+  polls_.clear();
+  poll_ids_.clear();
+  for (const auto& [id, t] : live_) {
+    if (t->client_fd < 0 || t->cancelled.load()) continue;
+    // POLLRDHUP: the peer closed its end (a half-close counts: HTTP clients do not half-close a
+    // connection they still wait on). Pipelined bytes alone are POLLIN, not asked for.
+    polls_.push_back(pollfd{t->client_fd, POLLRDHUP, 0});
+    poll_ids_.push_back(id);
+  }
+  if (polls_.empty()) return;
+  if (poll(polls_.data(), polls_.size(), 0) <= 0) return;
+  for (size_t i = 0; i < polls_.size(); ++i)
+    if (polls_[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) gone.push_back(poll_ids_[i]);
+}
+
+void EngineThread::measure_prefill(double seconds) {
+  // Decayed sums over the prefilling steps: about the last 30 weigh, and a step's weight is its
+  // time, so short steps do not swing the rate.
+  constexpr double kDecay = 0.97;
+  prefill_tokens_w_ = prefill_tokens_w_ * kDecay + double(loop_.last_prefill_tokens());
+  prefill_seconds_w_ = prefill_seconds_w_ * kDecay + seconds;
+  if (prefill_seconds_w_ > 0 && prefill_tokens_w_ > 0) prefill_rate_ = prefill_tokens_w_ / prefill_seconds_w_;
+}
 
 EngineThread::~EngineThread() {
   if (thread_.joinable()) {
@@ -95,7 +123,7 @@ void EngineThread::run() {
       stopping = stopping_;
       incoming.swap(inbox_);
     }
-    uint64_t cancelled = 0, timed_out = 0, failed = 0, finished = 0, generated = 0, prompt = 0;
+    uint64_t cancelled = 0, timed_out = 0, failed = 0, finished = 0, generated = 0, prompt = 0, disconnects = 0;
     for (std::shared_ptr<Ticket>& t : incoming) {
       const SubmitResult s = loop_.submit(t->request);
       if (s.kind != SubmitResult::Accepted) {
@@ -124,8 +152,21 @@ void EngineThread::run() {
       end(id, FinishReason::Cancelled, late, false);
       late ? ++timed_out : ++cancelled;
     }
+    gone_.clear();
+    find_gone_clients(gone_);
+    for (uint64_t id : gone_) {
+      const auto it = live_.find(id);
+      if (it == live_.end()) continue;
+      if (!it->second->client_gone.exchange(true)) ++disconnects;
+      end(id, FinishReason::Cancelled, false, false);
+      ++cancelled;
+    }
     events.clear();
-    if (!loop_.idle()) loop_.step(events);
+    if (!loop_.idle()) {
+      const double t0 = now_seconds();
+      loop_.step(events);
+      if (loop_.last_step_prefilled()) measure_prefill(now_seconds() - t0);
+    }
     for (LoopEvent& ev : events) {
       const auto it = live_.find(ev.id);
       if (it == live_.end()) continue;
@@ -159,6 +200,8 @@ void EngineThread::run() {
       metrics_.requests_cancelled += cancelled;
       metrics_.requests_failed += failed;
       metrics_.requests_timed_out += timed_out;
+      metrics_.client_disconnects += disconnects;
+      metrics_.prefill_tokens_per_second = prefill_rate_.load();
       metrics_.steps += events.empty() ? 0 : 1;
       metrics_.slots_busy = loop_.active();
       metrics_.queue_length = loop_.queued();

@@ -426,7 +426,17 @@ class Connection {
   Clock::time_point deadline_;
 };
 
+thread_local int current_socket = -1;
+
+// Sets current_socket for the request being answered, whatever way process_request leaves.
+struct CurrentSocket {
+  explicit CurrentSocket(int fd) { current_socket = fd; }
+  ~CurrentSocket() { current_socket = -1; }
+};
+
 }  // namespace
+
+int current_client_socket() { return current_socket; }
 
 void BoundedHttpServer::serve_connection(socket_t sock, bool& ok, bool& refused) {
   const int read_ms = int(read_timeout_sec_ * 1000 + read_timeout_usec_ / 1000);
@@ -454,6 +464,7 @@ void BoundedHttpServer::serve_connection(socket_t sock, bool& ok, bool& refused)
     }
     FramedStream stream(sock, std::move(framed), std::max(write_ms, 1));
     bool closed = false;
+    const CurrentSocket current(sock);
     ok = process_request(stream, served + 1 == keep_alive_max_count_, closed, nullptr);
     if (closed) break;
   }

@@ -24,6 +24,11 @@ struct HttpLimits {
   size_t max_headers = 100;         // 431 beyond
 };
 
+// The socket of the connection whose request this thread is answering (a route handler runs on
+// its connection's thread), -1 outside one. httplib's Request does not carry it; the engine
+// polls it to notice a client that left before its answer (engine_thread.h).
+int current_client_socket();
+
 class BoundedHttpServer : public httplib::Server {
  public:
   // The read timeout (set_read_timeout) is the deadline of one request: its head and body must
