@@ -11,23 +11,30 @@ namespace {
 
 struct DotprodDot {
   template <bool kHalves>
-  static void group(const uint8x16_t u[8], const int8_t* q, int32x4_t s[2]) {
+  static inline __attribute__((always_inline)) void group(const uint8x16_t u[8], const int8_t* q, int32x4_t s[2]) {
     const int8x16_t q0 = vld1q_s8(q), q1 = vld1q_s8(q + 16);
-    const int32x4_t zero = vdupq_n_s32(0);
-    // Two chains (columns 0-15, 16-31) so that consecutive SDOTs do not wait on each other.
-    int32x4_t a = vdotq_laneq_s32(zero, vreinterpretq_s8_u8(u[0]), q0, 0);
-    int32x4_t b = vdotq_laneq_s32(zero, vreinterpretq_s8_u8(u[4]), q1, 0);
-    a = vdotq_laneq_s32(a, vreinterpretq_s8_u8(u[1]), q0, 1);
-    b = vdotq_laneq_s32(b, vreinterpretq_s8_u8(u[5]), q1, 1);
-    a = vdotq_laneq_s32(a, vreinterpretq_s8_u8(u[2]), q0, 2);
-    b = vdotq_laneq_s32(b, vreinterpretq_s8_u8(u[6]), q1, 2);
-    a = vdotq_laneq_s32(a, vreinterpretq_s8_u8(u[3]), q0, 3);
-    b = vdotq_laneq_s32(b, vreinterpretq_s8_u8(u[7]), q1, 3);
+    const auto w = [&](int i) { return vreinterpretq_s8_u8(u[i]); };
     if constexpr (kHalves) {
-      s[0] = a;
-      s[1] = b;
+      // Two chains, one per 16-column half.
+      s[0] = vdotq_laneq_s32(s[0], w(0), q0, 0);
+      s[1] = vdotq_laneq_s32(s[1], w(4), q1, 0);
+      s[0] = vdotq_laneq_s32(s[0], w(1), q0, 1);
+      s[1] = vdotq_laneq_s32(s[1], w(5), q1, 1);
+      s[0] = vdotq_laneq_s32(s[0], w(2), q0, 2);
+      s[1] = vdotq_laneq_s32(s[1], w(6), q1, 2);
+      s[0] = vdotq_laneq_s32(s[0], w(3), q0, 3);
+      s[1] = vdotq_laneq_s32(s[1], w(7), q1, 3);
     } else {
-      s[0] = vaddq_s32(a, b);
+      // One chain: a second one would cost a register copy and an add per group, and the four
+      // groups of a block are independent chains already.
+      s[0] = vdotq_laneq_s32(s[0], w(0), q0, 0);
+      s[0] = vdotq_laneq_s32(s[0], w(1), q0, 1);
+      s[0] = vdotq_laneq_s32(s[0], w(2), q0, 2);
+      s[0] = vdotq_laneq_s32(s[0], w(3), q0, 3);
+      s[0] = vdotq_laneq_s32(s[0], w(4), q1, 0);
+      s[0] = vdotq_laneq_s32(s[0], w(5), q1, 1);
+      s[0] = vdotq_laneq_s32(s[0], w(6), q1, 2);
+      s[0] = vdotq_laneq_s32(s[0], w(7), q1, 3);
     }
   }
 };

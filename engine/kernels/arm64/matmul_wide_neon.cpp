@@ -20,35 +20,37 @@ struct NeonDot {
   // Products of u[i0..i0+3] with their broadcast activation groups: rows 4k, 4k+1 in p01
   // (low 8 bytes), rows 4k+2, 4k+3 in p23 (high 8 bytes), accumulated on top of p01/p23 unless
   // kFirst.
-  template <bool kFirst>
-  static void mul4(const uint8x16_t u[8], const int8_t* q, int i0, int16x8_t& p01, int16x8_t& p23) {
-    for (int i = i0; i < i0 + 4; ++i) {
+  template <bool kFirst, int kI0>
+  static inline __attribute__((always_inline)) void mul4(const uint8x16_t u[8], const int8_t* q, int16x8_t& p01,
+                                                         int16x8_t& p23) {
+    wide_unrolled<4>([&](auto di) {
+      constexpr int i = kI0 + di;
       const int8x16_t a = vreinterpretq_s8_s32(vdupq_n_s32(wide_load_i32(q + 4 * i)));
       const int8x16_t w = vreinterpretq_s8_u8(u[i]);
-      if (kFirst && i == i0) {
+      if constexpr (kFirst && di == 0) {
         p01 = vmull_s8(vget_low_s8(w), vget_low_s8(a));
         p23 = vmull_high_s8(w, a);
       } else {
         p01 = vmlal_s8(p01, vget_low_s8(w), vget_low_s8(a));
         p23 = vmlal_high_s8(p23, w, a);
       }
-    }
+    });
   }
 
   // [r0 j0..3, r1 j0..3] and [r2 .., r3 ..] -> [r0, r1, r2, r3].
   static int32x4_t rows(int16x8_t p01, int16x8_t p23) { return vpaddq_s32(vpaddlq_s16(p01), vpaddlq_s16(p23)); }
 
   template <bool kHalves>
-  static void group(const uint8x16_t u[8], const int8_t* q, int32x4_t s[2]) {
+  static inline __attribute__((always_inline)) void group(const uint8x16_t u[8], const int8_t* q, int32x4_t s[2]) {
     int16x8_t p01, p23;
-    mul4<true>(u, q, 0, p01, p23);
+    mul4<true, 0>(u, q, p01, p23);
     if constexpr (kHalves) {
-      s[0] = rows(p01, p23);
-      mul4<true>(u, q, 4, p01, p23);
-      s[1] = rows(p01, p23);
+      s[0] = vaddq_s32(s[0], rows(p01, p23));
+      mul4<true, 4>(u, q, p01, p23);
+      s[1] = vaddq_s32(s[1], rows(p01, p23));
     } else {
-      mul4<false>(u, q, 4, p01, p23);
-      s[0] = rows(p01, p23);
+      mul4<false, 4>(u, q, p01, p23);
+      s[0] = vaddq_s32(s[0], rows(p01, p23));
     }
   }
 };

@@ -20,6 +20,8 @@
 #include <arm_neon.h>
 
 #include <cstring>
+#include <type_traits>
+#include <utility>
 
 #include "kernels/kquant_kernels.h"
 #include "model/weight_format.h"
@@ -33,6 +35,17 @@ namespace {
 
 using fb::DType;
 
+// f(integral_constant<0>) ... f(integral_constant<N - 1>). Every array of vectors here is indexed
+// only through these constants: GCC 12 at -O2 keeps an array indexed by a loop variable in
+// memory (decoded u stored and reloaded, accumulators written back per block), unrolled or not.
+template <int N, class F>
+inline __attribute__((always_inline)) void wide_unrolled(F&& f) {
+  [&]<int... I>(std::integer_sequence<int, I...>) __attribute__((always_inline)) {
+    (f(std::integral_constant<int, I>{}), ...);
+  }
+  (std::make_integer_sequence<int, N>{});
+}
+
 inline int32_t wide_load_i32(const void* p) {
   int32_t v;
   memcpy(&v, p, 4);
@@ -42,44 +55,57 @@ inline int32_t wide_load_i32(const void* p) {
 // 4 f16 from 8 bytes (FCVTL is Armv8.0).
 inline float32x4_t wide_load_f16x4(const uint8_t* p) { return vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(p))); }
 
+// The u of the formats with a high-bit plane: a nibble and the plane's bits for it moved to
+// bit 4 (and 5), nothing above. Masking the plane byte first keeps two of its fields whose
+// shifts to bit 4 push the other one out of the byte (left) or into the nibble (right), where
+// the insert drops it: SLI keeps the low nibble of the target it inserts above, SRI the high
+// nibble it inserts below, BSL with the low-nibble mask takes the nibble from n.
+inline uint8x16_t wide_lo(uint8x16_t n, uint8x16_t hi_bits) { return vbslq_u8(vdupq_n_u8(0x0f), n, hi_bits); }
+
+// Q6K: bits 0-1, 2-3, 4-5, 6-7 of the plane byte [e] are bits 4-5 of u[2c], u[2c + 1] of the
+// even chunk c = 2e, then of the odd chunk c + 1.
+template <int kE>
+inline __attribute__((always_inline)) void wide_decode_6bit_pair(const uint8_t* qb, uint32_t k, const uint8x16_t n[4],
+                                                                 uint8x16_t u[8]) {
+  constexpr int c = 2 * kE;
+  const uint8x16_t hp = vld1q_u8(qb + 256 + kE * 64 + k * 16);
+  const uint8x16_t f04 = vandq_u8(hp, vdupq_n_u8(0x33));      // fields at bits 0-1, 4-5
+  u[2 * c] = vsliq_n_u8(n[c], f04, 4);                        // bits 0-1 -> 4-5
+  u[2 * c + 2] = wide_lo(n[c + 1], f04);                      // bits 4-5 stay
+  const uint8x16_t f26 = vandq_u8(hp, vdupq_n_u8(0xcc));      // fields at bits 2-3, 6-7
+  u[2 * c + 1] = vsriq_n_u8(vshlq_n_u8(f26, 2), n[c], 4);     // bits 2-3 -> 4-5
+  u[2 * c + 3] = vsriq_n_u8(vshrq_n_u8(hp, 2), n[c + 1], 4);  // bits 6-7 -> 4-5
+}
+
 // The 8 u vectors of group k of a block: u[2c + h] holds, for each of the 4 rows, the u of
 // columns 8c + 4h + j (j = 0..3), which pair with the activation bytes q[4 (2c + h) + j].
 template <DType DT>
-inline void wide_decode_group(const uint8_t* qb, uint32_t k, uint8x16_t u[8]) {
+inline __attribute__((always_inline)) void wide_decode_group(const uint8_t* qb, uint32_t k, uint8x16_t u[8]) {
   const uint8x16_t low4 = vdupq_n_u8(0x0f);
   uint8x16_t n[4];
-  for (int c = 0; c < 4; ++c) n[c] = vld1q_u8(qb + c * 64 + k * 16);
+  wide_unrolled<4>([&](auto c) { n[c] = vld1q_u8(qb + c * 64 + k * 16); });
   if constexpr (high_bits(DT) == 0) {
-    for (int c = 0; c < 4; ++c) {
+    wide_unrolled<4>([&](auto c) {
       u[2 * c] = vandq_u8(n[c], low4);
       u[2 * c + 1] = vshrq_n_u8(n[c], 4);
-    }
+    });
   } else if constexpr (high_bits(DT) == 1) {
-    // Bit 2c + h of the plane byte is bit 4 of u[2c + h]. Each u takes its nibble and one bit
-    // moved to bit 4 with nothing above it: SLI keeps the low nibble it inserts above, SRI the
-    // high nibble it inserts below, BSL picks bit 4.
+    // Bit 2c + h of the plane byte is bit 4 of u[2c + h]; bits i and i + 4 are masked together.
     const uint8x16_t hb = vld1q_u8(qb + 256 + k * 16);
-    const uint8x16_t bit4 = vdupq_n_u8(0x10);
-    u[0] = vsliq_n_u8(n[0], vandq_u8(hb, vdupq_n_u8(1)), 4);
-    u[1] = vsriq_n_u8(vandq_u8(vshlq_n_u8(hb, 3), bit4), n[0], 4);
-    u[2] = vbslq_u8(bit4, vshlq_n_u8(hb, 2), vandq_u8(n[1], low4));
-    u[3] = vsriq_n_u8(vandq_u8(vshlq_n_u8(hb, 1), bit4), n[1], 4);
-    u[4] = vbslq_u8(bit4, hb, vandq_u8(n[2], low4));
-    u[5] = vsriq_n_u8(vandq_u8(vshrq_n_u8(hb, 1), bit4), n[2], 4);
-    u[6] = vbslq_u8(bit4, vshrq_n_u8(hb, 2), vandq_u8(n[3], low4));
-    u[7] = vsriq_n_u8(vshrq_n_u8(hb, 3), n[3], 4);  // bits 5-7 of hb >> 3 are already 0
+    const uint8x16_t b04 = vandq_u8(hb, vdupq_n_u8(0x11));
+    u[0] = vsliq_n_u8(n[0], b04, 4);  // bit 0 -> 4
+    u[4] = wide_lo(n[2], b04);        // bit 4 stays
+    const uint8x16_t b15 = vandq_u8(hb, vdupq_n_u8(0x22));
+    u[1] = vsriq_n_u8(vshlq_n_u8(b15, 3), n[0], 4);  // bit 1 -> 4
+    u[5] = vsriq_n_u8(vshrq_n_u8(b15, 1), n[2], 4);  // bit 5 -> 4
+    const uint8x16_t b26 = vandq_u8(hb, vdupq_n_u8(0x44));
+    u[2] = wide_lo(n[1], vshlq_n_u8(b26, 2));                                   // bit 2 -> 4
+    u[6] = wide_lo(n[3], vshrq_n_u8(b26, 2));                                   // bit 6 -> 4
+    u[3] = vsriq_n_u8(vshlq_n_u8(vandq_u8(hb, vdupq_n_u8(0x08)), 1), n[1], 4);  // bit 3 -> 4
+    u[7] = vsriq_n_u8(vshrq_n_u8(hb, 3), n[3], 4);                              // bit 7 -> 4
   } else {
-    // Plane byte [c / 2]: bits 0-1, 2-3, 4-5, 6-7 are bits 4-5 of u[2c], u[2c + 1] for the even
-    // chunk c, then of the odd chunk c + 1.
-    const uint8x16_t bits45 = vdupq_n_u8(0x30);
-    for (int e = 0; e < 2; ++e) {
-      const uint8x16_t hp = vld1q_u8(qb + 256 + e * 64 + k * 16);
-      const int c = 2 * e;
-      u[2 * c] = vsliq_n_u8(n[c], vandq_u8(hp, vdupq_n_u8(3)), 4);
-      u[2 * c + 1] = vsriq_n_u8(vandq_u8(vshlq_n_u8(hp, 2), bits45), n[c], 4);
-      u[2 * c + 2] = vbslq_u8(bits45, hp, vandq_u8(n[c + 1], low4));
-      u[2 * c + 3] = vsriq_n_u8(vshrq_n_u8(hp, 2), n[c + 1], 4);  // bits 6-7 of hp >> 2 are 0
-    }
+    wide_decode_6bit_pair<0>(qb, k, n, u);
+    wide_decode_6bit_pair<1>(qb, k, n, u);
   }
 }
 
@@ -105,29 +131,30 @@ inline void wide_i8x16_to_i32(const uint8_t* p, int32x4_t s[4]) {
 
 inline void wide_store_rows(float* y, const float32x4_t acc[4], uint32_t n_rows) {
   if (n_rows == kPanelRows) {
-    for (int k = 0; k < 4; ++k) vst1q_f32(y + 4 * k, acc[k]);
+    wide_unrolled<4>([&](auto k) { vst1q_f32(y + 4 * k, acc[k]); });
     return;
   }
   float tmp[kPanelRows];
-  for (int k = 0; k < 4; ++k) vst1q_f32(tmp + 4 * k, acc[k]);
+  wide_unrolled<4>([&](auto k) { vst1q_f32(tmp + 4 * k, acc[k]); });
   for (uint32_t r = 0; r < n_rows; ++r) y[r] = tmp[r];
 }
 
-// T tokens x one panel. Dot::group<kHalves>(u, q, s) sets, for the 4 rows of a group, s[0] to
-// sum_i u_i q_i over the block's 32 columns, or with kHalves s[0] and s[1] to the sums over
+// T tokens x one panel. Dot::group<kHalves>(u, q, s) adds, for the 4 rows of a group, to s[0]
+// sum_i u_i q_i over the block's 32 columns, or with kHalves to s[0] and s[1] the sums over
 // columns 0-15 and 16-31 (Q6K's two scales).
+// flatten: the lambdas of wide_unrolled are calls GCC does not inline at -O2 once the body is
+// this large, which would put the decoded u back in memory.
 template <DType DT, int T, class Dot>
-void wide_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* x, float* y, uint32_t y_stride,
-                uint32_t n_rows) {
+__attribute__((flatten)) void wide_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* x, float* y,
+                                         uint32_t y_stride, uint32_t n_rows) {
   constexpr bool kHalves = DT == DType::Q6K;
   constexpr uint32_t kQbb = quant_block_bytes(DT);
   const uint32_t ns = nb / (kSuperBlock / kQuantBlock);
   const uint8_t* quants = panel + qoff;
   float32x4_t acc[T][4];
-  for (int t = 0; t < T; ++t)
-    for (int k = 0; k < 4; ++k) acc[t][k] = vdupq_n_f32(0.0f);
+  wide_unrolled<T>([&](auto t) { wide_unrolled<4>([&](auto k) { acc[t][k] = vdupq_n_f32(0.0f); }); });
   float32x4_t dsb[4], msb[4];  // the superblock's d and dmin, loaded at its first block
-  for (int k = 0; k < 4; ++k) dsb[k] = msb[k] = vdupq_n_f32(0.0f);
+  wide_unrolled<4>([&](auto k) { dsb[k] = msb[k] = vdupq_n_f32(0.0f); });
   for (uint32_t b = 0; b < nb; ++b) {
     const uint8_t* qb = quants + uint64_t(b) * kQbb;
     // Per-row multipliers of isum * d_a (s) and sum_a * d_a (m); Q6K: int scales of the halves.
@@ -135,9 +162,10 @@ void wide_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock
     int32x4_t sc0[4], sc1[4];
     if constexpr (is_kquant(DT)) {
       if (b % 8 == 0) {
-        for (int k = 0; k < 4; ++k) dsb[k] = wide_load_f16x4(panel + (b / 8) * 32 + k * 8);
+        const uint8_t* d = panel + (b / 8) * 32;
+        wide_unrolled<4>([&](auto k) { dsb[k] = wide_load_f16x4(d + k * 8); });
         if constexpr (DT != DType::Q6K)
-          for (int k = 0; k < 4; ++k) msb[k] = wide_load_f16x4(panel + uint64_t(ns) * 32 + (b / 8) * 32 + k * 8);
+          wide_unrolled<4>([&](auto k) { msb[k] = wide_load_f16x4(d + uint64_t(ns) * 32 + k * 8); });
       }
     }
     if constexpr (DT == DType::Q6K) {
@@ -148,50 +176,52 @@ void wide_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock
       const uint8_t* sc = panel + uint64_t(ns) * 64 + uint64_t(b) * 16;
       wide_u8x16_to_f32(sc, s);
       wide_u8x16_to_f32(sc + uint64_t(nb) * 16, m);
-      for (int k = 0; k < 4; ++k) {
+      wide_unrolled<4>([&](auto k) {
         s[k] = vmulq_f32(dsb[k], s[k]);
         m[k] = vmulq_f32(msb[k], m[k]);
-      }
+      });
     } else {
-      for (int k = 0; k < 4; ++k) s[k] = wide_load_f16x4(panel + uint64_t(b) * 32 + k * 8);
+      const uint8_t* d = panel + uint64_t(b) * 32;
+      wide_unrolled<4>([&](auto k) { s[k] = wide_load_f16x4(d + k * 8); });
       if constexpr (DT == DType::Q5M)
-        for (int k = 0; k < 4; ++k) m[k] = wide_load_f16x4(panel + uint64_t(nb) * 32 + uint64_t(b) * 32 + k * 8);
+        wide_unrolled<4>([&](auto k) { m[k] = wide_load_f16x4(d + uint64_t(nb) * 32 + k * 8); });
     }
-    // Q6K's zero-point corrections 32 sum q of the two halves, per token.
-    int32_t z0[T] = {}, z1[T] = {};
-    if constexpr (DT == DType::Q6K)
-      for (int t = 0; t < T; ++t) {
-        const ActBlock& a = x[uint64_t(t) * nb + b];
-        z0[t] = 32 * int32_t(vaddlvq_s8(vld1q_s8(a.q)));
-        z1[t] = 32 * a.sum - z0[t];
+    // The integer sums start from minus the zero point's share, per token: Q5 16 sum q, Q6K
+    // 32 sum q over each 16-column half; 0 for the formats without one.
+    int32x4_t z0[T], z1[T];
+    wide_unrolled<T>([&](auto t) {
+      const ActBlock& a = x[uint64_t(t) * nb + b];
+      if constexpr (DT == DType::Q6K) {
+        const int32_t h0 = 32 * int32_t(vaddlvq_s8(vld1q_s8(a.q)));
+        z0[t] = vdupq_n_s32(-h0);
+        z1[t] = vdupq_n_s32(h0 - 32 * a.sum);
+      } else {
+        z0[t] = z1[t] = vdupq_n_s32(DT == DType::Q5 ? -16 * a.sum : 0);
       }
-    for (uint32_t k = 0; k < 4; ++k) {
+    });
+    wide_unrolled<4>([&](auto k) {
       uint8x16_t u[8];
       wide_decode_group<DT>(qb, k, u);
-      for (int t = 0; t < T; ++t) {
+      wide_unrolled<T>([&](auto t) {
         const ActBlock& a = x[uint64_t(t) * nb + b];
-        int32x4_t is[2];
+        int32x4_t is[2] = {z0[t], z1[t]};
         Dot::template group<kHalves>(u, a.q, is);
         if constexpr (DT == DType::Q6K) {
           // |sum_{16 cols} (u - 32) q| <= 16 * 32 * 127, times |sc| <= 128, twice: < 2^31.
-          const int32x4_t i0 = vsubq_s32(is[0], vdupq_n_s32(z0[t]));
-          const int32x4_t i1 = vsubq_s32(is[1], vdupq_n_s32(z1[t]));
-          const int32x4_t v = vmlaq_s32(vmulq_s32(sc0[k], i0), sc1[k], i1);
+          const int32x4_t v = vmlaq_s32(vmulq_s32(sc0[k], is[0]), sc1[k], is[1]);
           acc[t][k] = vfmaq_f32(acc[t][k], vmulq_n_f32(dsb[k], a.d), vcvtq_f32_s32(v));
-          continue;
+        } else {
+          acc[t][k] = vfmaq_f32(acc[t][k], vmulq_n_f32(s[k], a.d), vcvtq_f32_s32(is[0]));
+          if constexpr (DT == DType::Q5M) {
+            acc[t][k] = vfmaq_f32(acc[t][k], vmulq_n_f32(m[k], a.d), vdupq_n_f32(float(a.sum)));
+          } else if constexpr (is_kquant(DT)) {
+            acc[t][k] = vfmsq_f32(acc[t][k], vmulq_n_f32(m[k], a.d), vdupq_n_f32(float(a.sum)));
+          }
         }
-        int32x4_t v = is[0];
-        if constexpr (DT == DType::Q5) v = vsubq_s32(v, vdupq_n_s32(16 * a.sum));
-        acc[t][k] = vfmaq_f32(acc[t][k], vmulq_n_f32(s[k], a.d), vcvtq_f32_s32(v));
-        if constexpr (DT == DType::Q5M) {
-          acc[t][k] = vfmaq_f32(acc[t][k], vmulq_n_f32(m[k], a.d), vdupq_n_f32(float(a.sum)));
-        } else if constexpr (is_kquant(DT)) {
-          acc[t][k] = vfmsq_f32(acc[t][k], vmulq_n_f32(m[k], a.d), vdupq_n_f32(float(a.sum)));
-        }
-      }
-    }
+      });
+    });
   }
-  for (int t = 0; t < T; ++t) wide_store_rows(y + uint64_t(t) * y_stride, acc[t], n_rows);
+  wide_unrolled<T>([&](auto t) { wide_store_rows(y + uint64_t(t) * y_stride, acc[t], n_rows); });
 }
 
 template <DType DT, int T, class Dot>
