@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """keel serve against hostile clients over raw sockets: JSON built to exhaust the parser, numbers
 beyond every range, bodies past --max-body-bytes (chunked, or without a length), oversized
-request lines and headers, pipelined requests. Each case asserts the exact status, that an
-error body is JSON in the OpenAI shape without exception text, that /health still answers and
-that the greedy baseline request gives the same text as before the attack.
+request lines and headers, pipelined requests, clients that leave during a long prefill, one
+client asking for every slot, prompts that cannot be prefilled before their deadline. Each case
+asserts the exact status, that an error body is JSON in the OpenAI shape without exception text,
+that /health still answers and that the greedy baseline request gives the same text as before
+the attack.
 
 usage: hostile_test.py KEEL STORIES260K.keel
 
@@ -13,22 +15,14 @@ import json
 import os
 import re
 import socket
-import subprocess
 import sys
-import threading
 import time
+
+from serve_support import ServerProcess, check, report
 
 KEEL, STORIES = sys.argv[1:3]
 MAX_BODY = 262144  # the nested-bracket bodies (200 KB) fit
 BASELINE = {"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0}
-START = time.time()
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + f"[{time.time() - START:5.1f} s] " + what, flush=True)
-    if not cond:
-        failures.append(what)
 
 
 class Reply:
@@ -117,33 +111,9 @@ class Stream:
         return True
 
 
-class Server:
+class Server(ServerProcess):
     def __init__(self, *extra):
-        self.proc = subprocess.Popen([KEEL, "serve", "-m", STORIES, "--port", "0", "-t", "1", *extra],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        line = self.proc.stderr.readline()
-        m = re.search(r"http://[\d.]+:(\d+)", line)
-        if not m:
-            self.kill()
-            raise RuntimeError(f"keel serve did not start: {line}{self.proc.stderr.read()}")
-        self.port = int(m.group(1))
-        self.log = [line]
-        threading.Thread(target=lambda: self.log.extend(self.proc.stderr), daemon=True).start()
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                if self.get("/health").status == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        self.kill()
-        raise RuntimeError("keel serve never answered /health")
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        super().__init__(KEEL, STORIES, *extra)
 
     def connect(self, timeout=30):
         s = socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
@@ -292,6 +262,147 @@ def slowloris_case():
     finally:
         srv.kill()
 
+
+def post_from(srv, body, source="127.0.0.1", stream=False):
+    """Sends a completion request from `source` (any 127/8 address is this host) on a new
+    connection; returns the socket and its Stream, the answer not read."""
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=30, source_address=(source, 0))
+    data = json.dumps({**body, "stream": stream}).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+              str(len(data)).encode() + b"\r\n\r\n" + data)
+    return s, Stream(s)
+
+
+def wait_metrics(srv, want, seconds):
+    """Polls /metrics until each metric in `want` has its value; the time it took, or None."""
+    t0 = time.time()
+    while time.time() - t0 < seconds:
+        if all(srv.metric(k) == v for k, v in want.items()):
+            return time.time() - t0
+        time.sleep(0.005)
+    return None
+
+
+def slot_cases():
+    """A slot belongs to a live client: a client that leaves while its long prompt is prefilled
+    (streamed or not) frees the slot at the next step; one client holds at most
+    --max-slots-per-client slots (default: half of them) while another client is served at once;
+    a prompt that cannot be prefilled within --timeout at the measured rate is refused up front
+    with the numbers."""
+    srv = Server("--slots", "2", "--max-tokens", "100000")
+    try:
+        base = srv.post("/v1/completions", BASELINE)
+        answer = base.json()["choices"][0]["text"]
+        check(srv.metric("keel_max_slots_per_client") == 1, "--slots 2: one slot per client by default")
+
+        def survived(after):
+            r = srv.post("/v1/completions", BASELINE)
+            check(srv.health() == 200 and r is not None and r.status == 200 and
+                  r.json()["choices"][0]["text"] == answer, f"/health and the same baseline text after {after}")
+
+        # About 60,000 prompt tokens: several seconds of prefill on stories260K. The slot was held
+        # through the prefill and the generation after a non-streamed client left, and for up to
+        # a second (the next keep-alive write) after a streaming one did.
+        long_prompt = {"prompt": "the cat " * 20000, "max_tokens": 2000, "temperature": 0}
+        for streamed in (False, True):
+            # The engine counts a step's tokens just after it hands them over: the last answer's
+            # tokens may not be counted yet.
+            time.sleep(0.1)
+            generated = srv.metric("keel_generated_tokens_total")
+            drops = srv.metric("keel_client_disconnects_total")
+            s, st = post_from(srv, long_prompt, stream=streamed)
+            head = st._until(b"\r\n\r\n") if streamed else b"HTTP/1.1 200"  # a stream's head comes at once
+            busy = wait_metrics(srv, {"keel_slots_busy": 1}, 10)
+            time.sleep(0.2)
+            still = srv.metric("keel_slots_busy") == 1 and srv.metric("keel_generated_tokens_total") == generated
+            s.close()
+            freed = wait_metrics(srv, {"keel_slots_busy": 0}, 20)
+            kind = "streamed" if streamed else "not streamed"
+            check(head.startswith(b"HTTP/1.1 200") and busy is not None and still and freed is not None and
+                  freed < 0.5, f"a client leaving during the prefill of 60,000 tokens ({kind}): its slot freed "
+                  f"{freed if freed is None else round(freed * 1000)} ms after the close ({head[:12]!r}, busy after "
+                  f"{busy} s, still prefilling 0.2 s later: {still})")
+            check(srv.metric("keel_generated_tokens_total") == generated and
+                  srv.metric("keel_client_disconnects_total") == drops + 1,
+                  f"... before any token was generated, the disconnect counted ({kind})")
+            survived(f"a client leaving during prefill ({kind})")
+
+        # One client (127.0.0.1) with two long generations: one runs, the other waits; another
+        # client (127.0.0.2) gets the second slot at once.
+        endless = {"prompt": "Once", "max_tokens": 100000, "temperature": 0}
+        a = [post_from(srv, endless) for _ in range(2)]
+        shared = wait_metrics(srv, {"keel_slots_busy": 1, "keel_queue_length": 1}, 5)
+        check(shared is not None, "one client's two requests: one slot busy, the other request waiting")
+        t0 = time.time()
+        s, st = post_from(srv, BASELINE, source="127.0.0.2")
+        s.settimeout(10)
+        try:
+            r = st.reply()
+        except OSError:
+            r = None  # still waiting behind the first client
+        s.close()
+        dt = time.time() - t0
+        check(r is not None and r.status == 200 and r.json()["choices"][0]["text"] == answer and dt < 2,
+              f"another client is answered beside them in {dt * 1000:.0f} ms, the same text")
+        check(wait_metrics(srv, {"keel_slots_busy": 1, "keel_queue_length": 1}, 1) is not None,
+              "the first client still holds one slot and waits for the second")
+        for sock, _ in a:
+            sock.close()
+        freed = wait_metrics(srv, {"keel_slots_busy": 0, "keel_queue_length": 0}, 20)
+        check(freed is not None and freed < 0.5, f"the client leaves: its running and waiting requests are gone "
+              f"{freed if freed is None else round(freed * 1000)} ms after the close")
+        # Beyond its share a client's requests wait, not refused.
+        pairs = [post_from(srv, BASELINE) for _ in range(3)]
+        got = [st.reply() for _, st in pairs]
+        for sock, _ in pairs:
+            sock.close()
+        check(all(g is not None and g.status == 200 and g.json()["choices"][0]["text"] == answer for g in got),
+              "three requests of one client at once: all answered, the same text")
+        survived("the per-client share")
+        check(srv.proc.poll() is None, "the server is still running")
+    finally:
+        srv.kill()
+
+    srv = Server("--slots", "1", "--timeout", "5", "--max-body-bytes", str(4 << 20))
+    try:
+        refusal = re.compile(r"the prompt is (\d+) tokens; at the measured prefill rate of (\d+) tokens/s it needs "
+                             r"(\d+) s, beyond the request deadline of 5 s \(--timeout\)")
+
+        def refused(r, rate):
+            if not openai_error(r, 400, "context_length_exceeded"):
+                return False
+            m = refusal.search(r.json()["error"]["message"])
+            return m is not None and abs(int(m.group(2)) - rate) <= 1 and int(m.group(1)) > rate * 5
+
+        # Before any prefill has been measured the rate is taken as 100 tokens/s.
+        t0 = time.time()
+        r = srv.post("/v1/completions", {"prompt": "the cat " * 200, "max_tokens": 4})
+        check(refused(r, 100) and time.time() - t0 < 1,
+              f"--timeout 5, nothing measured yet: 602 prompt tokens refused up front at 100 tokens/s ({r!r})")
+        base = srv.post("/v1/completions", BASELINE)
+        answer = base.json()["choices"][0]["text"]
+        # A prompt well within the deadline at the rate measured so far (short prompts run faster
+        # per token than long ones): answered, and its chunks measure the rate of long prompts.
+        rate = srv.metric("keel_prefill_tokens_per_second")
+        reps = int(min(rate * 5 * 0.3, 6000) / 3)
+        r = srv.post("/v1/completions", {"prompt": "the cat " * reps, "max_tokens": 4})
+        check(r is not None and r.status == 200, f"a prompt of {reps * 3} tokens, within the deadline: 200 ({r!r})")
+        rate = srv.metric("keel_prefill_tokens_per_second")
+        check(rate is not None and rate > 100, f"the measured prefill rate: {rate} tokens/s")
+        prompt_before = srv.metric("keel_prompt_tokens_total")
+        reps = int(rate * 5) + 10  # 3 tokens each: three times what the deadline allows
+        t0 = time.time()
+        r = srv.post("/v1/completions", {"prompt": "the cat " * reps, "max_tokens": 4})
+        dt = time.time() - t0
+        check(refused(r, int(rate)) and dt < 3, f"a prompt of about {reps * 3} tokens: refused in {dt * 1000:.0f} ms "
+              f"naming its tokens, the rate and the deadline ({r!r})")
+        check(srv.metric("keel_prompt_tokens_total") == prompt_before and
+              srv.metric("keel_requests_deadline_refused_total") == 2, "the refused prompts never took a slot")
+        r = srv.post("/v1/completions", BASELINE)
+        check(srv.health() == 200 and r.status == 200 and r.json()["choices"][0]["text"] == answer,
+              "/health and the same baseline text after the refusals")
+    finally:
+        srv.kill()
 
 def main():
     srv = Server("--slots", "2", "--max-body-bytes", str(MAX_BODY), "--idle-timeout", "3")
@@ -459,11 +570,8 @@ def main():
     finally:
         srv.kill()
     slowloris_case()
-    if failures:
-        print(f"{len(failures)} checks failed:\n  " + "\n  ".join(failures))
-        return 1
-    print("all checks passed")
-    return 0
+    slot_cases()
+    return report()
 
 
 if __name__ == "__main__":

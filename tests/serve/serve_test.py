@@ -12,7 +12,6 @@ and always killed at the end.
 import http.client
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -29,52 +28,16 @@ except ImportError:
         os.execv(venv_python, [venv_python] + sys.argv)
     sys.exit("serve_test: the openai package is missing (scripts/setup.sh installs it into " + venv_python + ")")
 
+from serve_support import ServerProcess, check, report
+
 KEEL, STORIES, SMOLLM2 = sys.argv[1:4]
 BASELINE = {"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0}
-failures = []
 
 
-START = time.time()
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + f"[{time.time() - START:5.1f} s] " + what, flush=True)
-    if not cond:
-        failures.append(what)
-
-
-class Server:
+class Server(ServerProcess):
     def __init__(self, model, *extra):
         self.log = open(os.path.join(os.environ.get("TMPDIR", "/tmp"), f"keel_serve_{os.getpid()}.log"), "w+")
-        self.proc = subprocess.Popen([KEEL, "serve", "-m", model, "--port", "0", "-t", "1", *extra],
-                                     stdout=self.log, stderr=subprocess.PIPE, text=True)
-        line = self.proc.stderr.readline()
-        m = re.search(r"http://[\d.]+:(\d+)", line)
-        if not m:
-            self.kill()
-            raise RuntimeError(f"keel serve did not start: {line}{self.proc.stderr.read()}")
-        self.port = int(m.group(1))
-        self.stderr_lines = [line]
-        threading.Thread(target=self._drain, daemon=True).start()
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                if self.get("/health")[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        self.kill()
-        raise RuntimeError("keel serve never answered /health")
-
-    def _drain(self):
-        for line in self.proc.stderr:
-            self.stderr_lines.append(line)
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        super().__init__(KEEL, model, *extra, stdout=self.log)
 
     def conn(self, timeout=60):
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
@@ -95,11 +58,6 @@ class Server:
             return r.status, json.loads(raw), r
         except ValueError:
             return r.status, raw, r
-
-    def metric(self, name):
-        text = self.get("/metrics")[1].decode()
-        m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
-        return float(m.group(1)) if m else None
 
     def client(self):
         return openai.OpenAI(base_url=f"http://127.0.0.1:{self.port}/v1", api_key="none", max_retries=0)
@@ -349,11 +307,7 @@ def main():
     full_policy_cases()
     shutdown_case()
     chat_case()
-    if failures:
-        print(f"{len(failures)} checks failed:\n  " + "\n  ".join(failures))
-        return 1
-    print("all checks passed")
-    return 0
+    return report()
 
 
 if __name__ == "__main__":
