@@ -43,7 +43,9 @@ run() {  # name round command...
 }
 
 for round in $(seq "$ROUNDS"); do
-  run keel "$round" "$KEEL" serve -m "$KEEL_MODEL" --port "$PORT" --slots "$SLOTS" -t "$THREADS"
+  # Every load client is on loopback, one peer address: the per-client share would halve the slots.
+  run keel "$round" "$KEEL" serve -m "$KEEL_MODEL" --port "$PORT" --slots "$SLOTS" --max-slots-per-client "$SLOTS" \
+    -t "$THREADS"
   # -c: the same 1024 tokens of context per slot as keel's default budget.
   run llama-server "$round" "$BIN/llama-server" -m "$GGUF" --port "$PORT" -np "$SLOTS" -t "$THREADS" \
       -tb "$THREADS" -c $((1024 * SLOTS)) --host 127.0.0.1
