@@ -10,6 +10,8 @@ namespace keel::arm64 {
 namespace {
 
 struct DotprodDot {
+  static constexpr bool kQ6kScalesPerGroup = false;
+
   template <bool kHalves>
   static inline __attribute__((always_inline)) void group(const uint8x16_t u[8], const int8_t* q, int32x4_t s[2]) {
     const int8x16_t q0 = vld1q_s8(q), q1 = vld1q_s8(q + 16);

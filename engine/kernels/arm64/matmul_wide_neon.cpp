@@ -17,6 +17,10 @@ namespace keel::arm64 {
 namespace {
 
 struct NeonDot {
+  // The 8 broadcast activation vectors of a block stay in registers across its 4 groups; Q6K's
+  // 8 vectors of int scales would not fit beside them.
+  static constexpr bool kQ6kScalesPerGroup = true;
+
   // Products of u[i0..i0+3] with their broadcast activation groups: rows 4k, 4k+1 in p01
   // (low 8 bytes), rows 4k+2, 4k+3 in p23 (high 8 bytes), accumulated on top of p01/p23 unless
   // kFirst.

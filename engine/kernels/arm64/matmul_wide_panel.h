@@ -119,6 +119,12 @@ inline void wide_u8x16_to_f32(const uint8_t* p, float32x4_t f[4]) {
   f[3] = vcvtq_f32_u32(vmovl_high_u16(hi));
 }
 
+// 4 i8 -> 4 i32 (Q6K scales of one group).
+inline int32x4_t wide_i8x4_to_i32(const uint8_t* p) {
+  const int8x8_t v = vreinterpret_s8_s32(vdup_n_s32(wide_load_i32(p)));
+  return vmovl_s16(vget_low_s16(vmovl_s8(v)));
+}
+
 // 16 i8 -> 4 x 4 i32 (Q6K scales).
 inline void wide_i8x16_to_i32(const uint8_t* p, int32x4_t s[4]) {
   const int8x16_t v = vreinterpretq_s8_u8(vld1q_u8(p));
@@ -139,11 +145,11 @@ inline void wide_store_rows(float* y, const float32x4_t acc[4], uint32_t n_rows)
   for (uint32_t r = 0; r < n_rows; ++r) y[r] = tmp[r];
 }
 
-// T tokens x one panel. Dot::group<kHalves>(u, q, s) adds, for the 4 rows of a group, to s[0]
-// sum_i u_i q_i over the block's 32 columns, or with kHalves to s[0] and s[1] the sums over
-// columns 0-15 and 16-31 (Q6K's two scales).
-// flatten: the lambdas of wide_unrolled are calls GCC does not inline at -O2 once the body is
-// this large, which would put the decoded u back in memory.
+// T tokens x one panel. Dot::kQ6kScalesPerGroup: Q6K's int scales are widened per group
+// rather than for the whole block (16 registers fewer held). Dot::group<kHalves>(u, q, s) adds, for the 4 rows of a
+// group, to s[0] sum_i u_i q_i over the block's 32 columns, or with kHalves to s[0] and s[1] the sums over columns 0-15
+// and 16-31 (Q6K's two scales). flatten: the lambdas of wide_unrolled are calls GCC does not inline at -O2 once the
+// body is this large, which would put the decoded u back in memory.
 template <DType DT, int T, class Dot>
 __attribute__((flatten)) void wide_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* x, float* y,
                                          uint32_t y_stride, uint32_t n_rows) {
@@ -168,11 +174,11 @@ __attribute__((flatten)) void wide_panel(const uint8_t* panel, uint32_t nb, uint
           wide_unrolled<4>([&](auto k) { msb[k] = wide_load_f16x4(d + uint64_t(ns) * 32 + k * 8); });
       }
     }
-    if constexpr (DT == DType::Q6K) {
-      const uint8_t* sc = panel + uint64_t(ns) * 32 + uint64_t(b) * 32;  // [2][16] int8
-      wide_i8x16_to_i32(sc, sc0);
-      wide_i8x16_to_i32(sc + 16, sc1);
-    } else if constexpr (is_kquant(DT)) {
+    const uint8_t* sc6 = panel + uint64_t(ns) * 32 + uint64_t(b) * 32;  // Q6K: [2][16] int8
+    if constexpr (DT == DType::Q6K && !Dot::kQ6kScalesPerGroup) {
+      wide_i8x16_to_i32(sc6, sc0);
+      wide_i8x16_to_i32(sc6 + 16, sc1);
+    } else if constexpr (is_kquant(DT) && DT != DType::Q6K) {
       const uint8_t* sc = panel + uint64_t(ns) * 64 + uint64_t(b) * 16;
       wide_u8x16_to_f32(sc, s);
       wide_u8x16_to_f32(sc + uint64_t(nb) * 16, m);
@@ -208,6 +214,10 @@ __attribute__((flatten)) void wide_panel(const uint8_t* panel, uint32_t nb, uint
         Dot::template group<kHalves>(u, a.q, is);
         if constexpr (DT == DType::Q6K) {
           // |sum_{16 cols} (u - 32) q| <= 16 * 32 * 127, times |sc| <= 128, twice: < 2^31.
+          if constexpr (Dot::kQ6kScalesPerGroup) {
+            sc0[k] = wide_i8x4_to_i32(sc6 + 4 * k);
+            sc1[k] = wide_i8x4_to_i32(sc6 + 16 + 4 * k);
+          }
           const int32x4_t v = vmlaq_s32(vmulq_s32(sc0[k], is[0]), sc1[k], is[1]);
           acc[t][k] = vfmaq_f32(acc[t][k], vmulq_n_f32(dsb[k], a.d), vcvtq_f32_s32(v));
         } else {
