@@ -1,4 +1,4 @@
-// Attention kernels (ref and, where the CPU has them, x86) against double-precision arithmetic
+// Attention kernels (ref and, where the CPU has them, x86 or arm64) against double-precision arithmetic
 // over head dims 1..130 (8-wide heads like stories260K's, 64 like SmolLM2's, and sizes with a
 // scalar tail) and 0..41 keys (whole and partial blocks of eight).
 //
@@ -20,11 +20,23 @@ namespace {
 
 constexpr double kU = 1.0 / 16777216.0;
 
+// Ref and the build's SIMD tables: on arm64 every tier the CPU has (NEON always, dotprod where
+// the CPU has it), on x86 the best table (the other x86 table is added where a test needs it).
 std::vector<const AttentionKernels*> tables() {
   std::vector<const AttentionKernels*> t{&attention_kernels_ref()};
+#if defined(__aarch64__)
+  const AttentionKernels* neon = attention_kernels_arm64_neon();
+  EXPECT_NE(neon, nullptr) << "every arm64 CPU has NEON";
+  if (neon != nullptr) t.push_back(neon);
+  if (attention_kernels_arm64_dotprod() != nullptr) t.push_back(attention_kernels_arm64_dotprod());
+#else
   if (attention_kernels_x86() != nullptr) t.push_back(attention_kernels_x86());
+#endif
   return t;
 }
+
+// Whether a table is one of this build's SIMD tables.
+bool simd_table(const AttentionKernels* k) { return k != nullptr && k != &attention_kernels_ref(); }
 
 TEST(AttentionKernels, ScoresMatchDoubleArithmetic) {
   std::mt19937 rng(7);
@@ -89,8 +101,10 @@ TEST(AttentionKernels, GroupedQueriesGetTheirBitsAlone) {
   for (const AttentionKernels* k : tables()) {
     if (k->scores_group != nullptr) grouped.push_back(k);
   }
-  if (attention_kernels_x86() != nullptr) {
-    ASSERT_FALSE(grouped.empty()) << "the x86 tables have grouped-query kernels";
+  for (const AttentionKernels* k : tables()) {
+    if (simd_table(k)) {
+      ASSERT_NE(k->scores_group, nullptr) << "the " << k->name << " table has grouped-query kernels";
+    }
   }
   const AttentionKernels* avx2 = attention_kernels_x86_avx2();
   if (avx2 != nullptr && avx2 != attention_kernels_x86()) grouped.push_back(avx2);
@@ -136,11 +150,15 @@ TEST(AttentionKernels, GroupedQueriesGetTheirBitsAlone) {
 TEST(AttentionKernels, GroupedQueriesOverQuantizedRowsGetTheirBitsAlone) {
   const AttentionKernels* avx512 = attention_kernels_x86_avx512();
   const AttentionKernels* avx2 = attention_kernels_x86_avx2();
-  for (const AttentionKernels* x86 : {avx512, avx2}) {
-    if (x86 == nullptr) continue;
+  std::vector<const AttentionKernels*> simd{avx512, avx2};
+  for (const AttentionKernels* k : tables()) {
+    if (simd_table(k)) simd.push_back(k);
+  }
+  for (const AttentionKernels* k : simd) {
+    if (k == nullptr) continue;
     for (KvType t : {KvType::Q8, KvType::Q4}) {
-      ASSERT_NE(x86->scores_group_of(t), nullptr) << "the " << x86->name << " table groups " << kv_type_name(t);
-      ASSERT_NE(x86->weighted_sum_group_of(t), nullptr) << "the " << x86->name << " table groups " << kv_type_name(t);
+      ASSERT_NE(k->scores_group_of(t), nullptr) << "the " << k->name << " table groups " << kv_type_name(t);
+      ASSERT_NE(k->weighted_sum_group_of(t), nullptr) << "the " << k->name << " table groups " << kv_type_name(t);
     }
   }
   std::vector<const AttentionKernels*> all = tables();
@@ -198,7 +216,7 @@ TEST(AttentionKernels, GroupedQueriesOverQuantizedRowsGetTheirBitsAlone) {
       }
     }
   }
-  if (avx512 != nullptr || avx2 != nullptr) {
+  if (avx512 != nullptr || avx2 != nullptr || all.size() > 1) {
     EXPECT_GT(checked, 0u);
   }
 }
@@ -233,8 +251,8 @@ TEST(AttentionKernels, WeightedSumMatchesDoubleArithmetic) {
 }
 
 // weighted_sum over [0, a) continued by weighted_sum_more over [a, n) is the untiled sum: bit
-// for bit where the table's order allows it (ref always; x86 for head_dim a multiple of 8 but
-// not 8, whose kernel keeps four interleaved sums), within rounding otherwise.
+// for bit where the table's order allows it (ref and arm64 always; x86 for head_dim a multiple of
+// 8 but not 8, whose kernel keeps four interleaved sums), within rounding otherwise.
 TEST(AttentionKernels, WeightedSumMoreContinuesTheSum) {
   std::mt19937 rng(12);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -251,7 +269,11 @@ TEST(AttentionKernels, WeightedSumMoreContinuesTheSum) {
         const uint32_t a = n / 3 + 1;
         k->weighted_sum(p.data(), values.data(), a, hd, tiled.data());
         k->weighted_sum_more(p.data() + a, values.data() + uint64_t(a) * hd, n - a, hd, tiled.data());
+#if defined(__aarch64__)
+        const bool exact = true;
+#else
         const bool exact = std::string(k->name) == "ref" || (hd % 8 == 0 && hd != 8 && hd <= 128);
+#endif
         for (uint32_t i = 0; i < hd; ++i) {
           if (exact)
             EXPECT_EQ(tiled[i], whole[i]) << k->name << " hd " << hd << " n " << n << " lane " << i;

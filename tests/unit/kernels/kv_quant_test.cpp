@@ -18,6 +18,10 @@
 // 2c + 1: a chunk of 64 numbers) in the block: each c_j is off by at most S / 131070, which
 // adds S / 131070 * |n_j,i| per row to lane i, n_j,i the stored integer (|x~ - m| / d). Rows
 // past the last whole block are summed in f32.
+// arm64: both tiers' scores quantize the query as x86 does (the same bound); the NEON weighted
+// sums are f32; the dotprod ones quantize the coefficients as AVX-512 does for heads of 32 to 256
+// (multiples of 32), but against the largest of the block's rows in lane i's group alone, a
+// bound no larger than the pair's.
 #include <algorithm>
 #include <gtest/gtest.h>
 
@@ -34,28 +38,48 @@ namespace {
 
 constexpr double kU = 1.0 / 16777216.0;
 
+// Ref and the build's SIMD tables: x86 AVX2 and AVX-512 VNNI, or arm64 NEON and dotprod, each
+// where the CPU has it (NEON always).
 std::vector<const AttentionKernels*> tables() {
   std::vector<const AttentionKernels*> t{&attention_kernels_ref()};
+#if defined(__aarch64__)
+  EXPECT_NE(attention_kernels_arm64_neon(), nullptr) << "every arm64 CPU has NEON";
+  if (attention_kernels_arm64_neon() != nullptr) t.push_back(attention_kernels_arm64_neon());
+  if (attention_kernels_arm64_dotprod() != nullptr) t.push_back(attention_kernels_arm64_dotprod());
+#else
   if (attention_kernels_x86_avx2() != nullptr) t.push_back(attention_kernels_x86_avx2());
   if (attention_kernels_x86_avx512() != nullptr) t.push_back(attention_kernels_x86_avx512());
+#endif
   return t;
 }
 
-bool blocks_coefficients(const AttentionKernels* k, uint32_t hd) {
-  return k == attention_kernels_x86_avx512() && k != nullptr && hd % 64 == 0 && hd <= 256;
+// How a table's weighted sums quantize the coefficients of whole blocks: not at all, per group
+// pair (AVX-512: heads of 64 to 256, multiples of 64) or per group (arm64 dotprod: heads of 32 to
+// 256, multiples of 32).
+enum class CoefBlocks { None, GroupPair, Group };
+
+CoefBlocks blocks_coefficients(const AttentionKernels* k, uint32_t hd) {
+  if (k == nullptr) return CoefBlocks::None;
+  if (k == attention_kernels_x86_avx512() && hd % 64 == 0 && hd <= 256) return CoefBlocks::GroupPair;
+  if (k == attention_kernels_arm64_dotprod() && hd % 32 == 0 && hd <= 256) return CoefBlocks::Group;
+  return CoefBlocks::None;
 }
 
 constexpr uint32_t kCoefBlock = 16;
 
-// What the 16-bit coefficients of whole blocks may add to lane i of a weighted sum (above).
-double coefficient_rounding(KvType t, const float* p, const uint16_t* rows, const float* deq, uint32_t n, uint32_t hd,
-                            uint32_t i) {
+// What the 16-bit coefficients of whole blocks may add to lane i of a weighted sum (above): the
+// largest coefficient of a block is taken over the pair of groups lane i's group belongs to, or
+// over its group alone.
+double coefficient_rounding(CoefBlocks how, KvType t, const float* p, const uint16_t* rows, const float* deq,
+                            uint32_t n, uint32_t hd, uint32_t i) {
+  if (how == CoefBlocks::None) return 0.0;
   const uint32_t row = kv_row_halves(t, hd), groups = hd / 32, g = i / 32;
+  const uint32_t first = how == CoefBlocks::GroupPair ? g & ~1u : g, last = how == CoefBlocks::GroupPair ? g | 1u : g;
   double bound = 0;
   for (uint32_t b0 = 0; b0 + kCoefBlock <= n; b0 += kCoefBlock) {
     double largest = 0;
     for (uint32_t j = b0; j < b0 + kCoefBlock; ++j) {
-      for (uint32_t h = g & ~1u; h <= (g | 1u); ++h) {
+      for (uint32_t h = first; h <= last; ++h) {
         largest = std::fmax(largest, double(p[j]) * f16_to_f32(rows[uint64_t(j) * row + h]));
       }
     }
@@ -212,9 +236,8 @@ TEST(KvQuant, WeightedSumsReadRowsDirectly) {
           const uint32_t row = kv_row_halves(t, hd);
           for (uint32_t i = 0; i < hd; ++i) {
             double on_rows = 0, mag = 0, on_f32 = 0, bound = 0;
-            const double coef = blocks_coefficients(k, hd)
-                                    ? coefficient_rounding(t, p.data(), r.q.data(), r.deq.data(), n, hd, i)
-                                    : 0.0;
+            const double coef =
+                coefficient_rounding(blocks_coefficients(k, hd), t, p.data(), r.q.data(), r.deq.data(), n, hd, i);
             for (uint32_t j = 0; j < n; ++j) {
               const std::vector<double> e = error_bounds(t, &r.x[uint64_t(j) * hd], &r.q[uint64_t(j) * row], hd);
               on_rows += double(p[j]) * r.deq[uint64_t(j) * hd + i];
@@ -259,7 +282,7 @@ TEST(KvQuant, WeightedSumsKeepATailOfSmallProbabilities) {
           mag += std::fabs(double(p[j]) * r.deq[uint64_t(j) * hd + i]);
         }
         const double coef =
-            blocks_coefficients(k, hd) ? coefficient_rounding(t, p.data(), r.q.data(), r.deq.data(), n, hd, i) : 0.0;
+            coefficient_rounding(blocks_coefficients(k, hd), t, p.data(), r.q.data(), r.deq.data(), n, hd, i);
         EXPECT_NEAR(got[i], on_rows, coef + (2 * n + 6) * kU * mag + 1e-6)
             << k->name << " " << kv_type_name(t) << " lane " << i;
         tail_bound = std::fmax(tail_bound, coef);
@@ -272,6 +295,38 @@ TEST(KvQuant, WeightedSumsKeepATailOfSmallProbabilities) {
   }
 }
 
+#if defined(__aarch64__)
+// The dotprod table's f16 entries are the NEON functions, and its scores over quantized rows
+// take the NEON table's quantized query and f32 arithmetic with SDOT's exact integer sums: f16
+// results and quantized scores do not depend on the tier.
+TEST(KvQuant, F16KernelsAndQuantizedScoresAreTheSameWhicheverArm64Table) {
+  const AttentionKernels* a = attention_kernels_arm64_neon();
+  ASSERT_NE(a, nullptr) << "every arm64 CPU has NEON";
+  const AttentionKernels* b = attention_kernels_arm64_dotprod();
+  if (b == nullptr) {
+    EXPECT_EQ(attention_kernels_arm64(), a) << "without dotprod the NEON table runs";
+    return;
+  }
+  EXPECT_EQ(attention_kernels_arm64(), b);
+  EXPECT_EQ(a->scores, b->scores);
+  EXPECT_EQ(a->weighted_sum, b->weighted_sum);
+  EXPECT_EQ(a->weighted_sum_more, b->weighted_sum_more);
+  EXPECT_EQ(a->to_half, b->to_half);
+  std::mt19937 rng(15);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (KvType t : {KvType::Q8, KvType::Q4}) {
+    for (uint32_t hd : {32u, 64u, 96u, 128u, 256u}) {
+      const uint32_t n = 37;
+      const Rows r = make_rows(t, n, hd, rng);
+      std::vector<float> q(hd), sa(n), sb(n);
+      for (float& x : q) x = nd(rng);
+      a->scores_of(t)(q.data(), r.q.data(), n, hd, 0.125f, sa.data());
+      b->scores_of(t)(q.data(), r.q.data(), n, hd, 0.125f, sb.data());
+      for (uint32_t j = 0; j < n; ++j) EXPECT_EQ(sa[j], sb[j]) << kv_type_name(t) << " hd " << hd << " key " << j;
+    }
+  }
+}
+#else
 // The AVX-512 table's f16 entries are the AVX2 functions: f16 results do not depend on the table.
 TEST(KvQuant, F16KernelsAreTheSameWhicheverX86Table) {
   const AttentionKernels* a = attention_kernels_x86_avx2();
@@ -283,6 +338,7 @@ TEST(KvQuant, F16KernelsAreTheSameWhicheverX86Table) {
   EXPECT_EQ(a->to_half, b->to_half);
   EXPECT_EQ(attention_kernels_x86(), b);
 }
+#endif
 
 }  // namespace
 }  // namespace keel
