@@ -142,9 +142,41 @@ echo "-- image: C library functions it supplies itself:" \
     "$VIRT_BUILD_DIR/CMakeFiles/keel_a64virt.dir/libm.cpp.obj" | awk '$2 == "T" {print $3}' | sort | xargs)"
 [ $status -eq 0 ] && echo "-- image: no undefined symbol, no banned name defined"
 
-echo "== run on qemu-system-aarch64 -M virt -cpu cortex-a76 (TCG; wall time is not a speed)"
 MODEL_BASE=$(aarch64-linux-gnu-nm "$ELF" | awk '$3 == "keel_model_base" {print "0x" $1}')
 [ -n "$MODEL_BASE" ] || die "the image defines no keel_model_base (ports/aarch64-virt/virt.ld)"
+
+# Faults are reported, never a hang: the image without the engine (ports/aarch64-virt/faults.cpp)
+# faults as the word the loader writes at the model's address asks, and must print the
+# syndrome and exit with status 3.
+echo "== fault reports"
+FAULTS_ELF="$VIRT_BUILD_DIR/keel_a64virt_faults.elf"
+[ -f "$FAULTS_ELF" ] || die "expected $FAULTS_ELF after the build, found none"
+# check_fault WORD WHAT PATTERN...: every extended regular expression must match a line.
+check_fault() {
+  local which="$1" what="$2" out fault_status pattern missing=""
+  shift 2
+  set +e
+  out=$(timeout 60 qemu-system-aarch64 -M virt -cpu cortex-a76 -m 512M -nographic -nic none \
+    -semihosting-config enable=on,target=native -kernel "$FAULTS_ELF" \
+    -device loader,addr="$MODEL_BASE",data="$which",data-len=4 </dev/null 2>&1)
+  fault_status=$?
+  set -e
+  for pattern in "$@"; do
+    grep -qE "$pattern" <<<"$out" || missing+=" '$pattern'"
+  done
+  if [ $fault_status -ne 3 ] || [ -n "$missing" ]; then
+    echo "$out" | sed 's/^/   /' >&2
+    echo "aarch64_virt: $what: expected exit status 3 and a report matching$missing; got status $fault_status" >&2
+    status=1
+  else
+    echo "-- $what: $(grep -E "^keel:   ESR" <<<"$out" | sed 's/^keel: *//')"
+  fi
+}
+check_fault 1 "stack overflow into the guard" "synchronous, data abort$" "FAR_EL1 0x00000000401f[0-9a-f]{4} "
+check_fault 2 "write to the read-only model" "synchronous, data abort$" "FAR_EL1 0x0*${MODEL_BASE#0x} "
+check_fault 3 "undefined instruction" "synchronous, unknown reason"
+
+echo "== run on qemu-system-aarch64 -M virt -cpu cortex-a76 (TCG; wall time is not a speed)"
 UART="$VIRT_BUILD_DIR/uart.txt"
 rm -f "$UART"
 start_run=$(date +%s%N)
