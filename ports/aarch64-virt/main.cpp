@@ -16,6 +16,7 @@
 
 extern "C" char keel_model_base[];  // virt.ld; the script loads the .keel file there
 extern "C" uint64_t keel_entry_el;  // startup.cpp
+extern "C" uint64_t keel_stack_used();
 
 namespace {
 
@@ -125,7 +126,9 @@ bool run() {
   board::put_dec(result.tokens_generated);
   board::put_text(" tokens generated in ");
   board::put_dec(uint64_t(result.decode_seconds * 1000));
-  board::put_text(" ms (guest time under emulation, not a speed)\n");
+  board::put_text(" ms (guest time under emulation, not a speed); stack used ");
+  board::put_dec(keel_stack_used());
+  board::put_text(" bytes\n");
   return true;
 }
 

@@ -11,12 +11,15 @@ extern char keel_ram_end[];
 extern char keel_model_base[];
 extern char keel_uart_base[];
 extern char __image_end[];
+extern uint64_t __stack_bottom[];
+extern uint64_t __stack_top[];
 extern void (*__init_array_start[])();
 extern void (*__init_array_end[])();
 int main();
 void keel_boot(uint64_t entry_el);
 void keel_exception(uint64_t kind);
 void keel_unsupported_el(uint64_t el);
+uint64_t keel_stack_used();
 // The exception level the image was entered at; main's banner prints it.
 uint64_t keel_entry_el = 0;
 }
@@ -139,16 +142,35 @@ const char* const kVectorNames[16] = {"synchronous, current EL, SP_EL0",
 
 volatile bool in_exception = false;
 
+// The stack below the running frame is painted at boot; the deepest word overwritten since
+// tells how much of it the program has used.
+constexpr uint64_t kStackPaint = 0x6b65656c5374616bull;
+
+void paint_stack() {
+  uint64_t sp;
+  __asm__ volatile("mov %0, sp" : "=r"(sp));
+  // stops 256 bytes short of the stack pointer; nothing below it is live (AArch64 has no red
+  // zone), the margin is only caution
+  for (volatile uint64_t* p = __stack_bottom; uint64_t(p) + 256 < sp; ++p) *p = kStackPaint;
+}
+
 }  // namespace
 
 extern "C" void keel_boot(uint64_t entry_el) {
   keel_entry_el = entry_el;
   board::uart_init();  // first, so that a fault from here on is reported
   mmu_enable();
+  paint_stack();
   // The static keel::Engine and the program's other statics with constructors.
   for (void (**ctor)() = __init_array_start; ctor < __init_array_end; ++ctor) (*ctor)();
   const int status = main();
   board::exit(uint32_t(status));
+}
+
+extern "C" uint64_t keel_stack_used() {
+  const uint64_t* p = __stack_bottom;
+  while (p < __stack_top && *p == kStackPaint) ++p;
+  return uint64_t(reinterpret_cast<const char*>(__stack_top) - reinterpret_cast<const char*>(p));
 }
 
 // Every exception is fatal: the syndrome goes to the UART and the run ends with status 3, so
