@@ -109,30 +109,27 @@ inline __attribute__((always_inline)) void wide_decode_group(const uint8_t* qb, 
   }
 }
 
-// 16 u8 -> 4 x 4 f32 (K-quant scales and mins).
-inline void wide_u8x16_to_f32(const uint8_t* p, float32x4_t f[4]) {
+// Per-row scales of a block are widened in two steps: 16 bytes to two 16-bit vectors (rows
+// 0-7, 8-15) for the block, then the 4 rows of group k to 32 bits where the group uses them.
+// Holding 2 vectors per field instead of 4 is what lets two or three tokens' accumulators stay
+// in registers.
+inline void wide_u8x16_to_u16(const uint8_t* p, uint16x8_t h[2]) {
   const uint8x16_t v = vld1q_u8(p);
-  const uint16x8_t lo = vmovl_u8(vget_low_u8(v)), hi = vmovl_high_u8(v);
-  f[0] = vcvtq_f32_u32(vmovl_u16(vget_low_u16(lo)));
-  f[1] = vcvtq_f32_u32(vmovl_high_u16(lo));
-  f[2] = vcvtq_f32_u32(vmovl_u16(vget_low_u16(hi)));
-  f[3] = vcvtq_f32_u32(vmovl_high_u16(hi));
+  h[0] = vmovl_u8(vget_low_u8(v));
+  h[1] = vmovl_high_u8(v);
 }
-
-// 4 i8 -> 4 i32 (Q6K scales of one group).
-inline int32x4_t wide_i8x4_to_i32(const uint8_t* p) {
-  const int8x8_t v = vreinterpret_s8_s32(vdup_n_s32(wide_load_i32(p)));
-  return vmovl_s16(vget_low_s16(vmovl_s8(v)));
-}
-
-// 16 i8 -> 4 x 4 i32 (Q6K scales).
-inline void wide_i8x16_to_i32(const uint8_t* p, int32x4_t s[4]) {
+inline void wide_i8x16_to_i16(const uint8_t* p, int16x8_t h[2]) {
   const int8x16_t v = vreinterpretq_s8_u8(vld1q_u8(p));
-  const int16x8_t lo = vmovl_s8(vget_low_s8(v)), hi = vmovl_high_s8(v);
-  s[0] = vmovl_s16(vget_low_s16(lo));
-  s[1] = vmovl_high_s16(lo);
-  s[2] = vmovl_s16(vget_low_s16(hi));
-  s[3] = vmovl_high_s16(hi);
+  h[0] = vmovl_s8(vget_low_s8(v));
+  h[1] = vmovl_high_s8(v);
+}
+template <int K>
+inline float32x4_t wide_group_f32(const uint16x8_t h[2]) {
+  return vcvtq_f32_u32(K % 2 ? vmovl_high_u16(h[K / 2]) : vmovl_u16(vget_low_u16(h[K / 2])));
+}
+template <int K>
+inline int32x4_t wide_group_i32(const int16x8_t h[2]) {
+  return K % 2 ? vmovl_high_s16(h[K / 2]) : vmovl_s16(vget_low_s16(h[K / 2]));
 }
 
 inline void wide_store_rows(float* y, const float32x4_t acc[4], uint32_t n_rows) {
@@ -145,11 +142,11 @@ inline void wide_store_rows(float* y, const float32x4_t acc[4], uint32_t n_rows)
   for (uint32_t r = 0; r < n_rows; ++r) y[r] = tmp[r];
 }
 
-// T tokens x one panel. Dot::kQ6kScalesPerGroup: Q6K's int scales are widened per group
-// rather than for the whole block (16 registers fewer held). Dot::group<kHalves>(u, q, s) adds, for the 4 rows of a
-// group, to s[0] sum_i u_i q_i over the block's 32 columns, or with kHalves to s[0] and s[1] the sums over columns 0-15
-// and 16-31 (Q6K's two scales). flatten: the lambdas of wide_unrolled are calls GCC does not inline at -O2 once the
-// body is this large, which would put the decoded u back in memory.
+// T tokens x one panel. Dot::group<kHalves>(u, q, s) adds, for the 4 rows of a group, to s[0]
+// sum_i u_i q_i over the block's 32 columns, or with kHalves to s[0] and s[1] the sums over
+// columns 0-15 and 16-31 (Q6K's two scales). flatten: the lambdas of wide_unrolled are calls
+// GCC does not inline at -O2 once the body is this large, which would put the decoded u back
+// in memory.
 template <DType DT, int T, class Dot>
 __attribute__((flatten)) void wide_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* x, float* y,
                                          uint32_t y_stride, uint32_t n_rows) {
@@ -163,9 +160,6 @@ __attribute__((flatten)) void wide_panel(const uint8_t* panel, uint32_t nb, uint
   wide_unrolled<4>([&](auto k) { dsb[k] = msb[k] = vdupq_n_f32(0.0f); });
   for (uint32_t b = 0; b < nb; ++b) {
     const uint8_t* qb = quants + uint64_t(b) * kQbb;
-    // Per-row multipliers of isum * d_a (s) and sum_a * d_a (m); Q6K: int scales of the halves.
-    float32x4_t s[4], m[4];
-    int32x4_t sc0[4], sc1[4];
     if constexpr (is_kquant(DT)) {
       if (b % 8 == 0) {
         const uint8_t* d = panel + (b / 8) * 32;
@@ -174,23 +168,17 @@ __attribute__((flatten)) void wide_panel(const uint8_t* panel, uint32_t nb, uint
           wide_unrolled<4>([&](auto k) { msb[k] = wide_load_f16x4(d + uint64_t(ns) * 32 + k * 8); });
       }
     }
-    const uint8_t* sc6 = panel + uint64_t(ns) * 32 + uint64_t(b) * 32;  // Q6K: [2][16] int8
-    if constexpr (DT == DType::Q6K && !Dot::kQ6kScalesPerGroup) {
-      wide_i8x16_to_i32(sc6, sc0);
-      wide_i8x16_to_i32(sc6 + 16, sc1);
-    } else if constexpr (is_kquant(DT) && DT != DType::Q6K) {
+    // K-quant u8 scales and mins, Q6K int8 scales of the two halves, widened to 16 bits.
+    uint16x8_t sc16[2], mn16[2];
+    int16x8_t sc6_16[2][2];
+    if constexpr (DT == DType::Q6K) {
+      const uint8_t* sc = panel + uint64_t(ns) * 32 + uint64_t(b) * 32;  // [2][16] int8
+      wide_i8x16_to_i16(sc, sc6_16[0]);
+      wide_i8x16_to_i16(sc + 16, sc6_16[1]);
+    } else if constexpr (is_kquant(DT)) {
       const uint8_t* sc = panel + uint64_t(ns) * 64 + uint64_t(b) * 16;
-      wide_u8x16_to_f32(sc, s);
-      wide_u8x16_to_f32(sc + uint64_t(nb) * 16, m);
-      wide_unrolled<4>([&](auto k) {
-        s[k] = vmulq_f32(dsb[k], s[k]);
-        m[k] = vmulq_f32(msb[k], m[k]);
-      });
-    } else {
-      const uint8_t* d = panel + uint64_t(b) * 32;
-      wide_unrolled<4>([&](auto k) { s[k] = wide_load_f16x4(d + k * 8); });
-      if constexpr (DT == DType::Q5M)
-        wide_unrolled<4>([&](auto k) { m[k] = wide_load_f16x4(d + uint64_t(nb) * 32 + k * 8); });
+      wide_u8x16_to_u16(sc, sc16);
+      wide_u8x16_to_u16(sc + uint64_t(nb) * 16, mn16);
     }
     // The integer sums start from minus the zero point's share, per token: Q5 16 sum q, Q6K
     // 32 sum q over each 16-column half; 0 for the formats without one.
@@ -208,24 +196,34 @@ __attribute__((flatten)) void wide_panel(const uint8_t* panel, uint32_t nb, uint
     wide_unrolled<4>([&](auto k) {
       uint8x16_t u[8];
       wide_decode_group<DT>(qb, k, u);
+      // Per-row multipliers of isum * d_a (s) and of sum_a * d_a (m), as the x86 kernels form
+      // them; Q6K: the int scales of the two halves.
+      float32x4_t s, m;
+      int32x4_t sc0, sc1;
+      if constexpr (DT == DType::Q6K) {
+        sc0 = wide_group_i32<k>(sc6_16[0]);
+        sc1 = wide_group_i32<k>(sc6_16[1]);
+      } else if constexpr (is_kquant(DT)) {
+        s = vmulq_f32(dsb[k], wide_group_f32<k>(sc16));
+        m = vmulq_f32(msb[k], wide_group_f32<k>(mn16));
+      } else {
+        s = wide_load_f16x4(panel + uint64_t(b) * 32 + k * 8);
+        if constexpr (DT == DType::Q5M) m = wide_load_f16x4(panel + uint64_t(nb) * 32 + uint64_t(b) * 32 + k * 8);
+      }
       wide_unrolled<T>([&](auto t) {
         const ActBlock& a = x[uint64_t(t) * nb + b];
         int32x4_t is[2] = {z0[t], z1[t]};
         Dot::template group<kHalves>(u, a.q, is);
         if constexpr (DT == DType::Q6K) {
           // |sum_{16 cols} (u - 32) q| <= 16 * 32 * 127, times |sc| <= 128, twice: < 2^31.
-          if constexpr (Dot::kQ6kScalesPerGroup) {
-            sc0[k] = wide_i8x4_to_i32(sc6 + 4 * k);
-            sc1[k] = wide_i8x4_to_i32(sc6 + 16 + 4 * k);
-          }
-          const int32x4_t v = vmlaq_s32(vmulq_s32(sc0[k], is[0]), sc1[k], is[1]);
+          const int32x4_t v = vmlaq_s32(vmulq_s32(sc0, is[0]), sc1, is[1]);
           acc[t][k] = vfmaq_f32(acc[t][k], vmulq_n_f32(dsb[k], a.d), vcvtq_f32_s32(v));
         } else {
-          acc[t][k] = vfmaq_f32(acc[t][k], vmulq_n_f32(s[k], a.d), vcvtq_f32_s32(is[0]));
+          acc[t][k] = vfmaq_f32(acc[t][k], vmulq_n_f32(s, a.d), vcvtq_f32_s32(is[0]));
           if constexpr (DT == DType::Q5M) {
-            acc[t][k] = vfmaq_f32(acc[t][k], vmulq_n_f32(m[k], a.d), vdupq_n_f32(float(a.sum)));
+            acc[t][k] = vfmaq_f32(acc[t][k], vmulq_n_f32(m, a.d), vdupq_n_f32(float(a.sum)));
           } else if constexpr (is_kquant(DT)) {
-            acc[t][k] = vfmsq_f32(acc[t][k], vmulq_n_f32(m[k], a.d), vdupq_n_f32(float(a.sum)));
+            acc[t][k] = vfmsq_f32(acc[t][k], vmulq_n_f32(m, a.d), vdupq_n_f32(float(a.sum)));
           }
         }
       });
@@ -265,24 +263,26 @@ void matmul_wide_panels(const WeightView& w, const ActBlock* x, uint32_t n_token
   }
 }
 
-template <int kTile, class Dot>
+// Dot::tile(dt): tokens per panel pass, the most whose accumulators, activations and the
+// group's decoded u fit the 32 vector registers with the fewest spills (llvm-mca).
+template <class Dot>
 void matmul_wide_dispatch(const WeightView& w, const ActBlock* x, uint32_t n_tokens, float* y, uint32_t y_stride,
                           uint32_t panel_begin, uint32_t panel_end) {
   switch (w.dtype) {
     case DType::Q5:
-      matmul_wide_panels<DType::Q5, kTile, Dot>(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
+      matmul_wide_panels<DType::Q5, Dot::tile(DType::Q5), Dot>(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
       break;
     case DType::Q5M:
-      matmul_wide_panels<DType::Q5M, kTile, Dot>(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
+      matmul_wide_panels<DType::Q5M, Dot::tile(DType::Q5M), Dot>(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
       break;
     case DType::Q4K:
-      matmul_wide_panels<DType::Q4K, kTile, Dot>(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
+      matmul_wide_panels<DType::Q4K, Dot::tile(DType::Q4K), Dot>(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
       break;
     case DType::Q5K:
-      matmul_wide_panels<DType::Q5K, kTile, Dot>(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
+      matmul_wide_panels<DType::Q5K, Dot::tile(DType::Q5K), Dot>(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
       break;
     case DType::Q6K:
-      matmul_wide_panels<DType::Q6K, kTile, Dot>(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
+      matmul_wide_panels<DType::Q6K, Dot::tile(DType::Q6K), Dot>(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
       break;
     default: break;
   }
