@@ -3,8 +3,8 @@
 // per-block scales and the f32 accumulation. A tier supplies only the integer dot product of
 // one group of 4 rows (`Dot::group`), so both tiers perform the same f32 operations, in the same
 // order, on the same exact integers: a token's outputs are bit for bit the same whichever tier
-// computed them and however many tokens shared its tile. The f32 sequence is also the one of
-// the x86 kernels (engine/kernels/x86/matmul_wide_avx2.cpp).
+// computed them and however many tokens shared its tile. The f32 steps are those of the x86
+// kernels, in their order (engine/kernels/x86/matmul_wide_avx2.cpp).
 //
 // A block of 16 rows x 32 columns is 4 chunks of 64 bytes; 16 bytes of a chunk are 4 rows x 4
 // bytes. Group k (rows 4k..4k+3) of chunk c is the 16 bytes at c * 64 + k * 16: its low
@@ -13,8 +13,8 @@
 // for Q6K) brings the bits above every nibble of the group.
 //
 // Every u is at most 63, so it is also a valid int8 and the signed multiplies of either tier take
-// it as is; Q6K's zero point is subtracted afterwards, per 16-column half:
-// sum (u - 32) q = sum u q - 32 sum q.
+// it as is; the zero points of Q5 and Q6K are the integer sums' starting values instead:
+// sum (u - z) q = -z sum q + sum u q, per block (Q5) or per 16-column half (Q6K).
 #pragma once
 
 #include <arm_neon.h>

@@ -10,7 +10,8 @@
 //  - on arm64, the NEON and (where the CPU has it) dotprod kernels do too, on the shapes above
 //    and on random odd shapes (rows not a multiple of 16, Q5/Q5M columns not a multiple of 32,
 //    partial panel ranges), stay exact at the int16 limits of the NEON tier, and give the same
-//    bits as each other and for a token alone or among others.
+//    bits as each other and for a token alone or among others;
+//  - the SIMD kernels of both architectures give the same bits on the same inputs (hashes).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -331,6 +332,56 @@ TEST(KquantKernels, TokensGiveTheSameBitsAloneOrTogether) {
 }
 
 #endif  // KEEL_HAVE_X86
+
+// One FNV-1a hash of the output bits of every SIMD wide kernel of this build over fixed inputs
+// that are the same bytes on every architecture (integers from mt19937 only: no libm, no
+// floating-point distributions). The x86 and arm64 kernels perform the same f32 operations in
+// the same order, so they must produce the same hashes: a model's logits do not depend on the
+// CPU it runs on.
+uint64_t portable_hash(MatmulFn matmul, DType dt) {
+  std::mt19937 rng(43);
+  const uint32_t rows = 40, cols = 768, n_tokens = 3;
+  auto w = std::make_shared<AlignedBytes>(tensor_bytes(dt, rows, cols));
+  for (uint64_t i = 0; i < w->size; ++i) w->data()[i] = uint8_t(rng());
+  const uint32_t nb = act_blocks(cols), ns = cols / kSuperBlock;
+  const uint32_t n_f16 = dt == DType::Q5 ? nb : dt == DType::Q5M ? 2 * nb : dt == DType::Q6K ? ns : 2 * ns;
+  for (uint32_t p = 0; p < panel_count(rows); ++p)
+    for (uint32_t i = 0; i < n_f16 * kPanelRows; ++i)
+      put_f16(w->data() + p * panel_bytes(dt, cols) + 2 * i, float(int(rng() % 2001) - 1000) / 65536.0f);
+  std::vector<float> x(uint64_t(n_tokens) * cols);
+  for (float& v : x) v = float(int(rng() % 2001) - 1000) / 256.0f;
+  std::vector<ActBlock> a(uint64_t(n_tokens) * nb);
+  for (uint32_t t = 0; t < n_tokens; ++t)
+    kernels_ref().quantize_act(&x[uint64_t(t) * cols], cols, &a[uint64_t(t) * nb]);
+  const std::vector<float> y = run(matmul, dt, w->data(), rows, cols, a, n_tokens);
+  uint64_t h = 1469598103934665603ull;
+  for (float f : y) h = (h ^ bits(f)) * 1099511628211ull;
+  return h;
+}
+
+// The hashes as the AVX2 kernel computes them (DType order Q5, Q5M, Q4K, Q5K, Q6K).
+const uint64_t kPortableHash[5] = {0x7a82aeb94b3a1014, 0x66e1c27646ec9f90, 0x068529a4bf2b64a3, 0x67a49eadc1b7aadf,
+                                   0x995c950edd9b9dfd};
+
+void check_portable(const char* name, MatmulFn matmul) {
+  for (int i = 0; i < 5; ++i)
+    EXPECT_EQ(portable_hash(matmul, kWide[i]), kPortableHash[i])
+        << name << " " << fb::EnumNameDType(kWide[i]) << ": 0x" << std::hex << portable_hash(matmul, kWide[i]);
+}
+
+TEST(KquantKernels, SameBitsOnEveryArchitecture) {
+#if defined(KEEL_HAVE_X86)
+  const MatmulKernels* k2 = kernels_x86_avx2();
+  if (k2 == nullptr) GTEST_SKIP() << "CPU lacks AVX2 + FMA + F16C";
+  check_portable("avx2", k2->matmul);
+  if (const MatmulKernels* k512 = kernels_x86_avx512()) check_portable("avx512vnni", k512->matmul);
+#elif defined(KEEL_HAVE_ARM64)
+  check_portable("neon", arm64::matmul_wide_neon);
+  if (arm64::cpu_has_dotprod()) check_portable("neon-dotprod", arm64::matmul_wide_dotprod);
+#else
+  GTEST_SKIP() << "no SIMD wide kernels in this build";
+#endif
+}
 
 #if defined(KEEL_HAVE_ARM64)
 
