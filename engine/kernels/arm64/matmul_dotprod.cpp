@@ -1,15 +1,141 @@
-// Placeholder: the portable kernels under this tier's name, until the tier's own land.
+// Armv8.2 dotprod kernels (Cortex-A55, A76, Neoverse-N1). The indexed SDOT
+// (vdotq_laneq_s32(acc, w, a, lane)) is the panel layout's natural instruction: w is one row
+// quad of a group (4 rows x 4 bytes), lane picks the group's 4 activation bytes, and each row's
+// int32 lane gains the 4-product sum. Sums of 4 products never saturate (int32 accumulation).
+//  - Q8: s = u ^ 0x80 is q as int8, so SDOT gives sum q_w * q_a directly (no zero point).
+//  - Q4 / Q4M: nibbles 0..15 are valid int8 as they are; Q4's zero point enters by starting the
+//    int32 accumulator at -8 * sum_a, Q4M's min as a second f32 step.
+// Per block, row quads are done one after the other: only T int32 accumulators are live, and a
+// quad's f32 step follows it. With several tokens (prefill) each weight load feeds up to
+// kDotprodTileTokens tokens; the block's 512 (256) bytes stay in L1 across the quads.
 #include "kernels/arm64/arm64_tables.h"
+#include "kernels/arm64/neon_util.h"
+#include "kernels/kquant_kernels.h"
 
 namespace keel::arm64 {
 
-const MatmulKernels& matmul_dotprod_table() {
-  static const MatmulKernels table = [] {
-    MatmulKernels t = kernels_ref();
-    t.name = "neon-dotprod";
-    return t;
-  }();
-  return table;
+namespace {
+
+template <int T>
+void q8_panel(const QuantPanel& qp, const ActBlock* x, float* y, uint32_t y_stride) {
+  const int8x16_t bias = vdupq_n_s8(int8_t(0x80));
+  float32x4_t accf[T][4];
+  for (int t = 0; t < T; ++t)
+    for (int k = 0; k < 4; ++k) accf[t][k] = vdupq_n_f32(0.0f);
+  for (uint32_t b = 0; b < qp.nb; ++b) {
+    const uint8_t* qb = qp.quants + uint64_t(b) * 512;
+    int8x16_t a[T][2];
+    for (int t = 0; t < T; ++t) {
+      a[t][0] = vld1q_s8(x[uint64_t(t) * qp.nb + b].q);
+      a[t][1] = vld1q_s8(x[uint64_t(t) * qp.nb + b].q + 16);
+    }
+    for (int k = 0; k < 4; ++k) {
+      int32x4_t acc[T];
+      for (int t = 0; t < T; ++t) acc[t] = vdupq_n_s32(0);
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t* q = qb + h * 256 + k * 16;
+        const int8x16_t w0 = veorq_s8(load_s8x16(q), bias);
+        const int8x16_t w1 = veorq_s8(load_s8x16(q + 64), bias);
+        const int8x16_t w2 = veorq_s8(load_s8x16(q + 128), bias);
+        const int8x16_t w3 = veorq_s8(load_s8x16(q + 192), bias);
+        for (int t = 0; t < T; ++t) {
+          acc[t] = vdotq_laneq_s32(acc[t], w0, a[t][h], 0);
+          acc[t] = vdotq_laneq_s32(acc[t], w1, a[t][h], 1);
+          acc[t] = vdotq_laneq_s32(acc[t], w2, a[t][h], 2);
+          acc[t] = vdotq_laneq_s32(acc[t], w3, a[t][h], 3);
+        }
+      }
+      const float32x4_t dw = load_f16x4(qp.scales + b * 32 + k * 8);
+      for (int t = 0; t < T; ++t) accf[t][k] = block_step(accf[t][k], dw, x[uint64_t(t) * qp.nb + b].d, acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) store_panel_rows(y + uint64_t(t) * y_stride, accf[t], qp.n_rows);
 }
+
+// Q4 (kMin = false: value d * (u - 8)) or Q4M (kMin = true: value d * u + m).
+template <int T, bool kMin>
+void q4_panel(const QuantPanel& qp, const ActBlock* x, float* y, uint32_t y_stride) {
+  const uint8x16_t low4 = vdupq_n_u8(0x0f);
+  float32x4_t accf[T][4];
+  for (int t = 0; t < T; ++t)
+    for (int k = 0; k < 4; ++k) accf[t][k] = vdupq_n_f32(0.0f);
+  for (uint32_t b = 0; b < qp.nb; ++b) {
+    const uint8_t* qb = qp.quants + uint64_t(b) * 256;
+    int8x16_t a[T][2];
+    for (int t = 0; t < T; ++t) {
+      a[t][0] = vld1q_s8(x[uint64_t(t) * qp.nb + b].q);
+      a[t][1] = vld1q_s8(x[uint64_t(t) * qp.nb + b].q + 16);
+    }
+    for (int k = 0; k < 4; ++k) {
+      int32x4_t acc[T];
+      for (int t = 0; t < T; ++t) acc[t] = vdupq_n_s32(kMin ? 0 : -8 * x[uint64_t(t) * qp.nb + b].sum);
+      for (int h = 0; h < 2; ++h) {
+        // groups c = 2h, 2h + 1: their low nibbles meet lanes 0 and 2 of a[t][h], high 1 and 3
+        const uint8x16_t b0 = vld1q_u8(qb + (2 * h) * 64 + k * 16);
+        const uint8x16_t b1 = vld1q_u8(qb + (2 * h + 1) * 64 + k * 16);
+        const int8x16_t l0 = vreinterpretq_s8_u8(vandq_u8(b0, low4));
+        const int8x16_t h0 = vreinterpretq_s8_u8(vshrq_n_u8(b0, 4));
+        const int8x16_t l1 = vreinterpretq_s8_u8(vandq_u8(b1, low4));
+        const int8x16_t h1 = vreinterpretq_s8_u8(vshrq_n_u8(b1, 4));
+        for (int t = 0; t < T; ++t) {
+          acc[t] = vdotq_laneq_s32(acc[t], l0, a[t][h], 0);
+          acc[t] = vdotq_laneq_s32(acc[t], h0, a[t][h], 1);
+          acc[t] = vdotq_laneq_s32(acc[t], l1, a[t][h], 2);
+          acc[t] = vdotq_laneq_s32(acc[t], h1, a[t][h], 3);
+        }
+      }
+      const float32x4_t dw = load_f16x4(qp.scales + b * 32 + k * 8);
+      for (int t = 0; t < T; ++t) {
+        const ActBlock& ab = x[uint64_t(t) * qp.nb + b];
+        accf[t][k] = block_step(accf[t][k], dw, ab.d, acc[t]);
+        if constexpr (kMin) accf[t][k] = min_step(accf[t][k], load_f16x4(qp.mins + b * 32 + k * 8), ab.d, ab.sum);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) store_panel_rows(y + uint64_t(t) * y_stride, accf[t], qp.n_rows);
+}
+
+template <int T>
+void panel_t(const QuantPanel& qp, const ActBlock* x, float* y, uint32_t y_stride) {
+  if (qp.dtype == fb::DType::Q8) {
+    q8_panel<T>(qp, x, y, y_stride);
+  } else if (qp.dtype == fb::DType::Q4) {
+    q4_panel<T, false>(qp, x, y, y_stride);
+  } else {
+    q4_panel<T, true>(qp, x, y, y_stride);
+  }
+}
+
+}  // namespace
+
+void dotprod_panel(const QuantPanel& qp, const ActBlock* x, uint32_t n_tokens, float* y, uint32_t y_stride) {
+  static_assert(kDotprodTileTokens == 4, "one case per tile size");
+  switch (n_tokens) {
+    case 1: panel_t<1>(qp, x, y, y_stride); break;
+    case 2: panel_t<2>(qp, x, y, y_stride); break;
+    case 3: panel_t<3>(qp, x, y, y_stride); break;
+    default: panel_t<4>(qp, x, y, y_stride); break;
+  }
+}
+
+void matmul_dotprod(const WeightView& w, const ActBlock* x, uint32_t n_tokens, float* y, uint32_t y_stride,
+                    uint32_t panel_begin, uint32_t panel_end) {
+  if (!is_quantized(w.dtype)) return;
+  if (is_wide_quant(w.dtype)) return matmul_wide_dotprod(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
+  const uint32_t nb = act_blocks(w.cols);
+  for (uint32_t p = panel_begin; p < panel_end; ++p) {
+    const QuantPanel qp = quant_panel_at(w, p);
+    for (uint32_t t0 = 0; t0 < n_tokens; t0 += kDotprodTileTokens) {
+      const uint32_t nt = n_tokens - t0 < kDotprodTileTokens ? n_tokens - t0 : kDotprodTileTokens;
+      dotprod_panel(qp, x + uint64_t(t0) * nb, nt, y + uint64_t(t0) * y_stride + p * kPanelRows, y_stride);
+    }
+  }
+}
+
+namespace {
+constexpr MatmulKernels kDotprod = {"neon-dotprod", quantize_act_neon, matmul_dotprod, matmul_f_neon};
+}  // namespace
+
+const MatmulKernels& matmul_dotprod_table() { return kDotprod; }
 
 }  // namespace keel::arm64

@@ -1,6 +1,7 @@
-// The ref kernels against exact (double) arithmetic, and every x86 kernel against ref, over
-// many shapes (rows 1..100 including partial panels, cols 8..4096 including partial blocks,
-// 1..17 tokens) and every dtype.
+// The ref kernels against exact (double) arithmetic, and every SIMD kernel of the build's
+// architecture (x86: AVX2, AVX-512; arm64: NEON, dotprod, i8mm) against ref, over many shapes
+// (rows 1..100 including partial panels, cols 8..4096 including partial blocks, 1..17 tokens)
+// and every dtype.
 //
 // Tolerances, with u = 2^-24 (f32 unit roundoff):
 //  - quantize_act: bit-identical across backends (same f32 divisions, round-to-nearest-even).
@@ -14,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +27,13 @@
 #include "convert/pack.h"
 #include "core/f16.h"
 #include "kernels/dequant.h"
+#if defined(__aarch64__)
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kernels/arm64/arm64_tables.h"
+#endif
 #include "kernels/kernels.h"
 #include "kernels/ref/expf_ref.h"
 #include "model/weight_format.h"
@@ -308,34 +317,57 @@ TEST(RefKernels, FloatMatmulIsExactUpToF32Rounding) {
       }
 }
 
-// ---- x86 against ref ----
+// ---- the SIMD tables of this architecture against ref ----
 
-struct X86Param {
-  const char* name;
-};
+// Each level of the build's architecture (x86: avx2, avx512; arm64: neon, dotprod, i8mm); a
+// level the CPU lacks is skipped with a message saying so.
+#if defined(__x86_64__) || defined(__i386__)
+const char* const kSimdLevels[] = {"avx2", "avx512"};
+#elif defined(__aarch64__)
+const char* const kSimdLevels[] = {"neon", "dotprod", "i8mm"};
+#endif
 
-const MatmulKernels* x86_table(const std::string& name) {
-  return name == "avx2" ? kernels_x86_avx2() : kernels_x86_avx512();
+const MatmulKernels* simd_table(const std::string& name) {
+  if (name == "avx2") return kernels_x86_avx2();
+  if (name == "avx512") return kernels_x86_avx512();
+  if (name == "neon") return kernels_arm64_neon();
+  if (name == "dotprod") return kernels_arm64_dotprod();
+  if (name == "i8mm") return kernels_arm64_i8mm();
+  return nullptr;
 }
 
-const char* x86_requirement(const std::string& name) {
-  return name == "avx2" ? "AVX2 + FMA + F16C" : "AVX-512 F/BW/VL/DQ + VNNI";
+const char* simd_requirement(const std::string& name) {
+  if (name == "avx2") return "AVX2 + FMA + F16C";
+  if (name == "avx512") return "AVX-512 F/BW/VL/DQ + VNNI";
+  if (name == "neon") return "Advanced SIMD (every arm64 CPU has it)";
+  if (name == "dotprod") return "Armv8.2 dotprod + fp16 (HWCAP_ASIMDDP, HWCAP_ASIMDHP)";
+  return "i8mm (HWCAP2_I8MM) besides dotprod";
 }
 
-class X86Kernels : public ::testing::TestWithParam<const char*> {
+// The tables of this build's architecture that this CPU can run, narrowest first.
+std::vector<const MatmulKernels*> simd_tables_here() {
+  std::vector<const MatmulKernels*> ks;
+#if defined(__x86_64__) || defined(__i386__) || defined(__aarch64__)
+  for (const char* level : kSimdLevels)
+    if (const MatmulKernels* k = simd_table(level)) ks.push_back(k);
+#endif
+  return ks;
+}
+
+class SimdKernels : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
-    k_ = x86_table(GetParam());
+    k_ = simd_table(GetParam());
     if (k_ == nullptr) {
-      std::printf("[  SKIP    ] this CPU lacks %s: the %s kernels cannot run here\n", x86_requirement(GetParam()),
+      std::printf("[  SKIP    ] this CPU lacks %s: the %s kernels cannot run here\n", simd_requirement(GetParam()),
                   GetParam());
-      GTEST_SKIP() << "CPU lacks " << x86_requirement(GetParam());
+      GTEST_SKIP() << "CPU lacks " << simd_requirement(GetParam());
     }
   }
   const MatmulKernels* k_ = nullptr;
 };
 
-TEST_P(X86Kernels, QuantizeActIsBitIdenticalToRef) {
+TEST_P(SimdKernels, QuantizeActIsBitIdenticalToRef) {
   std::mt19937 rng(23);
   for (uint32_t cols = 1; cols <= 300; cols += (cols < 70 ? 1 : 37)) {
     std::vector<float> x = make_acts(3, cols, rng);
@@ -398,77 +430,101 @@ void report(const char* what, const Stats& st) {
               (unsigned long long)st.n, 100.0 * double(st.identical) / double(st.n ? st.n : 1), st.worst_ratio);
 }
 
-TEST_P(X86Kernels, Q8MatchesRef) {
+TEST_P(SimdKernels, Q8MatchesRef) {
   Stats st;
   compare_to_ref(*k_, DType::Q8, false, st);
   compare_to_ref(*k_, DType::Q8, true, st);
   report("Q8", st);
 }
-TEST_P(X86Kernels, Q4MatchesRef) {
+TEST_P(SimdKernels, Q4MatchesRef) {
   Stats st;
   compare_to_ref(*k_, DType::Q4, false, st);
   compare_to_ref(*k_, DType::Q4, true, st);
   report("Q4", st);
 }
-TEST_P(X86Kernels, Q4MMatchesRef) {
+TEST_P(SimdKernels, Q4MMatchesRef) {
   Stats st;
   compare_to_ref(*k_, DType::Q4M, false, st);
   compare_to_ref(*k_, DType::Q4M, true, st);
   report("Q4M", st);
 }
-TEST_P(X86Kernels, F32MatchesRef) {
+TEST_P(SimdKernels, F32MatchesRef) {
   Stats st;
   compare_to_ref(*k_, DType::F32, false, st);
   report("F32", st);
 }
-TEST_P(X86Kernels, F16MatchesRef) {
+TEST_P(SimdKernels, F16MatchesRef) {
   Stats st;
   compare_to_ref(*k_, DType::F16, false, st);
   report("F16", st);
 }
-TEST_P(X86Kernels, BF16MatchesRef) {
+TEST_P(SimdKernels, BF16MatchesRef) {
   Stats st;
   compare_to_ref(*k_, DType::BF16, false, st);
   report("BF16", st);
 }
 
-// Every Q8 pair at the int16 limit of vpmaddubsw: |q_w| = 128 or 127 against |q_a| = 127 with
-// matching signs. A saturating kernel would be off by thousands of units per block.
-TEST_P(X86Kernels, Q8ExtremesDoNotSaturate) {
-  const uint32_t rows = 32, cols = 256;
+// Weights at the int16 limits of the kernels that widen products to int16 (x86 vpmaddubsw, arm64
+// SMULL/SMLAL + SADALP): Q8 q_w = -128 or 127, Q4 / Q4M nibbles 15 (or 0) against |q_a| = 127
+// with matching signs, for one token and for a tile of 5. A saturating kernel would be off by
+// thousands of units per block.
+void check_extremes(const MatmulKernels& k, DType dt) {
+  const uint32_t rows = 32, cols = 256, n_tokens = 5;
+  const convert::SrcType st = dt == DType::Q8   ? convert::SrcType::Q8_0
+                              : dt == DType::Q4 ? convert::SrcType::Q4_0
+                                                : convert::SrcType::Q4_1;
   for (int pattern = 0; pattern < 4; ++pattern) {
     std::vector<uint8_t> src;
     for (uint32_t r = 0; r < rows; ++r)
       for (uint32_t b = 0; b < cols / 32; ++b) {
         src.push_back(0x00);
         src.push_back(0x3c);  // d = 1
-        for (int i = 0; i < 32; ++i) {
+        if (dt == DType::Q4M) {
+          src.push_back(0x00);
+          src.push_back(0xbc);  // m = -1
+        }
+        for (uint32_t i = 0; i < (dt == DType::Q8 ? 32u : 16u); ++i) {
           const bool neg = pattern == 0 || (pattern == 2 && (i + r) % 2) || (pattern == 3 && (i / 2 + r) % 2);
-          src.push_back(neg ? 0x80 : 0x7f);  // q = -128 or 127
+          if (dt == DType::Q8) {
+            src.push_back(neg ? 0x80 : 0x7f);  // q = -128 or 127
+          } else {
+            src.push_back(neg ? 0x00 : 0xff);  // nibbles 0 or 15
+          }
         }
       }
-    AlignedBytes bytes(tensor_bytes(DType::Q8, rows, cols));
+    AlignedBytes bytes(tensor_bytes(dt, rows, cols));
     std::string err;
-    ASSERT_TRUE(convert::pack_from_ggml_blocks(convert::SrcType::Q8_0, src.data(), src.size(), rows, cols, DType::Q8,
-                                               bytes.data(), bytes.size, err));
-    const WeightView w{DType::Q8, rows, cols, bytes.data()};
+    ASSERT_TRUE(
+        convert::pack_from_ggml_blocks(st, src.data(), src.size(), rows, cols, dt, bytes.data(), bytes.size, err))
+        << err;
+    const WeightView w{dt, rows, cols, bytes.data()};
     for (float sign : {1.0f, -1.0f}) {
-      std::vector<float> x(cols);
-      for (uint32_t c = 0; c < cols; ++c) x[c] = (pattern == 1 ? 1.0f : (c % 2 ? -1.0f : 1.0f)) * sign;
-      const std::vector<ActBlock> a = quantize(kernels_ref(), x, 1, cols);
+      std::vector<float> x(uint64_t(n_tokens) * cols);
+      for (uint32_t t = 0; t < n_tokens; ++t)
+        for (uint32_t c = 0; c < cols; ++c)
+          x[t * cols + c] = (pattern == 1 ? 1.0f : (c % 2 ? -1.0f : 1.0f)) * (t % 2 ? -sign : sign);
+      const std::vector<ActBlock> a = quantize(kernels_ref(), x, n_tokens, cols);
       std::vector<double> ye, mag;
-      exact_quant(w, a, 1, ye, mag);
-      const std::vector<float> yk = run(*k_, w, x, a, 1, rows);
-      for (uint32_t r = 0; r < rows; ++r)
-        ASSERT_NEAR(yk[r], ye[r], 2 * (n_terms(DType::Q8, cols) + 2) * kU * mag[r])
-            << "pattern " << pattern << " row " << r;
+      exact_quant(w, a, n_tokens, ye, mag);
+      for (uint32_t n : {1u, n_tokens}) {
+        const std::vector<float> yk = run(k, w, x, a, n, rows);
+        for (uint32_t i = 0; i < n * rows; ++i)
+          ASSERT_NEAR(yk[i], ye[i], 2 * (n_terms(dt, cols) + 2) * kU * mag[i])
+              << dname(dt) << " pattern " << pattern << " tokens " << n << " output " << i;
+      }
     }
   }
 }
 
+TEST_P(SimdKernels, Q8ExtremesDoNotSaturate) { check_extremes(*k_, DType::Q8); }
+TEST_P(SimdKernels, Q4ExtremesDoNotSaturate) {
+  check_extremes(*k_, DType::Q4);
+  check_extremes(*k_, DType::Q4M);
+}
+
 // Panel ranges: only rows of [16 * begin, 16 * end) are written, for every dtype, and each
 // panel's result is the same whichever range it is computed in (threads may split anywhere).
-TEST_P(X86Kernels, WritesOnlyItsPanels) {
+TEST_P(SimdKernels, WritesOnlyItsPanels) {
   std::mt19937 rng(41);
   const uint32_t rows = 70, cols = 96, n_tokens = 3, y_stride = 80;
   for (DType dt : {DType::Q8, DType::Q4, DType::Q4M, DType::F32, DType::F16, DType::BF16}) {
@@ -497,25 +553,37 @@ TEST_P(X86Kernels, WritesOnlyItsPanels) {
   }
 }
 
-TEST_P(X86Kernels, DispatcherPicksTheWidestSupportedLevel) {
+TEST(SimdDispatch, PicksTheWidestSupportedLevel) {
+#if defined(__x86_64__) || defined(__i386__)
   const MatmulKernels* best = kernels_x86();
-  ASSERT_NE(best, nullptr);
-  if (kernels_x86_avx512() != nullptr) {
-    EXPECT_STREQ(best->name, "avx512vnni");
-  } else {
-    EXPECT_STREQ(best->name, "avx2");
-  }
+  ASSERT_NE(best, nullptr) << "this CPU lacks AVX2 + FMA + F16C";
+  EXPECT_STREQ(best->name, kernels_x86_avx512() != nullptr ? "avx512vnni" : "avx2");
+#elif defined(__aarch64__)
+  const MatmulKernels* best = kernels_arm64();
+  ASSERT_NE(best, nullptr) << "every arm64 CPU has NEON";
+  EXPECT_STREQ(best->name, kernels_arm64_i8mm() != nullptr      ? "neon-i8mm"
+                           : kernels_arm64_dotprod() != nullptr ? "neon-dotprod"
+                                                                : "neon");
+#else
+  const MatmulKernels* best = kernels_native();
+  ASSERT_EQ(best, nullptr) << "no SIMD tables are built for this architecture";
+  return;
+#endif
+  EXPECT_EQ(kernels_native(), best);
   EXPECT_EQ(&kernels_best(), best);
 }
 
-// A token's outputs do not depend on the tokens multiplied beside it nor on the x86 table
+// A token's outputs do not depend on the tokens multiplied beside it nor on the SIMD table
 // (batched decode relies on it: a request's tokens are the same alone or batched): for Q8, Q4 and
-// Q4M, every token of a call over 1..17 tokens (tiles of 8 and their remainders) gets the bits it
-// gets alone, from AVX-512 and from AVX2.
-TEST(X86TokenTiles, TokensGiveTheSameBitsAloneOrTogether) {
-  const MatmulKernels* k512 = kernels_x86_avx512();
-  const MatmulKernels* k2 = kernels_x86_avx2();
-  if (k512 == nullptr || k2 == nullptr) GTEST_SKIP() << "needs AVX2 and AVX-512 VNNI";
+// Q4M, every token of a call over 1..17 tokens (every tile size and its remainders) gets the bits
+// it gets alone, from every table of this architecture the CPU runs (x86: AVX-512 and AVX2;
+// arm64: i8mm, dotprod and NEON).
+TEST(SimdTokenTiles, TokensGiveTheSameBitsAloneOrTogether) {
+  const std::vector<const MatmulKernels*> ks = simd_tables_here();
+  if (ks.empty()) {
+    std::printf("[  SKIP    ] no SIMD table of this build runs on this CPU\n");
+    GTEST_SKIP() << "no SIMD table runs here";
+  }
   std::mt19937 rng(41);
   for (DType dt : {DType::Q8, DType::Q4, DType::Q4M}) {
     for (uint32_t cols : {64u, 576u, 1000u}) {
@@ -527,14 +595,16 @@ TEST(X86TokenTiles, TokensGiveTheSameBitsAloneOrTogether) {
       std::vector<std::vector<float>> alone(n_max);
       for (uint32_t t = 0; t < n_max; ++t) {
         const std::vector<ActBlock> one(a.begin() + t * nb, a.begin() + (t + 1) * nb);
-        alone[t] = run(*k2, w.view, {}, one, 1, rows);
-        const std::vector<float> y512 = run(*k512, w.view, {}, one, 1, rows);
-        for (uint32_t r = 0; r < rows; ++r)
-          ASSERT_EQ(bits(y512[r]), bits(alone[t][r]))
-              << dname(dt) << " cols " << cols << " token " << t << " row " << r;
+        alone[t] = run(*ks[0], w.view, {}, one, 1, rows);
+        for (const MatmulKernels* k : ks) {
+          const std::vector<float> yk = run(*k, w.view, {}, one, 1, rows);
+          for (uint32_t r = 0; r < rows; ++r)
+            ASSERT_EQ(bits(yk[r]), bits(alone[t][r])) << dname(dt) << " " << k->name << " vs " << ks[0]->name
+                                                      << " cols " << cols << " token " << t << " row " << r;
+        }
       }
-      for (uint32_t n : {2u, 3u, 4u, 5u, 7u, 8u, 9u, 12u, 16u, 17u}) {
-        for (const MatmulKernels* k : {k512, k2}) {
+      for (uint32_t n : {2u, 3u, 4u, 5u, 6u, 7u, 8u, 9u, 12u, 16u, 17u}) {
+        for (const MatmulKernels* k : ks) {
           const std::vector<float> y = run(*k, w.view, {}, a, n, rows);
           for (uint32_t t = 0; t < n; ++t)
             for (uint32_t r = 0; r < rows; ++r)
@@ -547,8 +617,70 @@ TEST(X86TokenTiles, TokensGiveTheSameBitsAloneOrTogether) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Levels, X86Kernels, ::testing::Values("avx2", "avx512"),
+#if defined(__x86_64__) || defined(__i386__) || defined(__aarch64__)
+INSTANTIATE_TEST_SUITE_P(Levels, SimdKernels, ::testing::ValuesIn(kSimdLevels),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
+#else
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(SimdKernels);
+#endif
+
+#if defined(__aarch64__)
+// CI runs this binary under qemu with one CPU per tier and names the tier it expects; the
+// dispatcher must pick exactly that one (a CPU feature read wrongly would pick a narrower tier,
+// or a wider one that dies).
+TEST(ArmTier, DispatcherPicksTheTierTheCpuHas) {
+  const char* want = std::getenv("KEEL_EXPECT_ARM64_TIER");
+  if (want == nullptr || *want == '\0') {
+    std::printf("[  SKIP    ] KEEL_EXPECT_ARM64_TIER is not set: no expected tier to check %s against\n",
+                kernels_arm64()->name);
+    GTEST_SKIP() << "KEEL_EXPECT_ARM64_TIER not set";
+  }
+  const std::string w = want;
+  ASSERT_TRUE(w == "neon" || w == "neon-dotprod" || w == "neon-i8mm")
+      << "KEEL_EXPECT_ARM64_TIER is '" << w << "', expected neon, neon-dotprod or neon-i8mm";
+  EXPECT_EQ(std::string(kernels_arm64()->name), w);
+  EXPECT_EQ(kernels_arm64_dotprod() != nullptr, w != "neon");
+  EXPECT_EQ(kernels_arm64_i8mm() != nullptr, w == "neon-i8mm");
+}
+
+// The reason the dispatcher exists: on a CPU without dotprod (KEEL_EXPECT_ARM64_TIER=neon, e.g.
+// qemu -cpu cortex-a72) the dotprod table's SDOT is an undefined instruction, so the kernel kills
+// its process with SIGILL. The table is reached directly here, past the dispatcher's check, in a
+// child process. The child is made by the raw clone system call, not by EXPECT_EXIT: gtest's
+// death tests fork through glibc's fork(), whose child hangs under qemu-user 7.2 in dynamically
+// linked programs (a plain fork() and _exit() never returns there); the child runs only the
+// kernel, which touches no glibc state, and exit_group.
+TEST(ArmTierDeathTest, DotprodKernelDiesWithSigillWithoutDotprod) {
+  const char* want = std::getenv("KEEL_EXPECT_ARM64_TIER");
+  if (want == nullptr || std::string(want) != "neon") {
+    std::printf("[  SKIP    ] needs a CPU without dotprod, named by KEEL_EXPECT_ARM64_TIER=neon\n");
+    GTEST_SKIP() << "KEEL_EXPECT_ARM64_TIER is not neon";
+  }
+  ASSERT_EQ(kernels_arm64_dotprod(), nullptr) << "KEEL_EXPECT_ARM64_TIER=neon but the CPU reports dotprod";
+  std::mt19937 rng(43);
+  const TestWeights w = make_weights(DType::Q8, 16, 64, rng);
+  const std::vector<float> x = make_acts(1, 64, rng);
+  const std::vector<ActBlock> a = quantize(kernels_ref(), x, 1, 64);
+  std::vector<float> y(16);
+  const MatmulKernels& dot = arm64::matmul_dotprod_table();
+  const long pid = syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
+  ASSERT_GE(pid, 0) << "clone failed";
+  if (pid == 0) {
+    dot.matmul(w.view, a.data(), 1, y.data(), 16, 0, 1);
+    syscall(SYS_exit_group, 0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid_t(pid), &status, 0), pid_t(pid));
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the dotprod kernel ran to the end (exit status " << WEXITSTATUS(status)
+                                   << ") on a CPU the dispatcher says lacks dotprod";
+  EXPECT_EQ(WTERMSIG(status), SIGILL) << "killed by signal " << WTERMSIG(status) << ", expected SIGILL";
+  // The NEON table runs the same call to the end.
+  std::vector<float> yn(16), yr(16);
+  arm64::matmul_neon_table().matmul(w.view, a.data(), 1, yn.data(), 16, 0, 1);
+  kernels_ref().matmul(w.view, a.data(), 1, yr.data(), 16, 0, 1);
+  for (int r = 0; r < 16; ++r) EXPECT_NEAR(yn[r], yr[r], 1e-3f * std::fabs(yr[r]) + 1e-30f) << r;
+}
+#endif
 
 // ---- vector ops ----
 
