@@ -36,10 +36,12 @@ set(ENV{PKG_CONFIG_LIBDIR} /usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgco
 set(ENV{PKG_CONFIG_PATH} "")
 
 set(KEEL_QEMU_CPU "cortex-a76" CACHE STRING "The CPU model qemu-aarch64 emulates for the tests")
-# -L: the target's dynamic loader and libraries; Debian's multiarch libraries are found under
-# the host root, where qemu falls back. The build tree's binaries find the unpacked sysroot's
-# libraries by their RPATH (installed binaries on a board use the system's).
-set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64;-cpu;${KEEL_QEMU_CPU};-L;/usr/aarch64-linux-gnu)
+# The programs run on Debian's arm64 C library (libc6:arm64, multiarch: its loader is
+# /lib/ld-linux-aarch64.so.1), not on the cross toolchain's copy in /usr/aarch64-linux-gnu:
+# under qemu-aarch64 7.2 that older build's pthread_create never returns. The build tree's
+# binaries find the unpacked sysroot's libraries by their RPATH (installed binaries on a board
+# use the system's).
+set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64;-cpu;${KEEL_QEMU_CPU})
 # DT_RPATH, not DT_RUNPATH: XNNPACK's own dependency (pthreadpool) is found through it too.
 set(CMAKE_BUILD_RPATH ${KEEL_ARM64_SYSROOT}/usr/lib/aarch64-linux-gnu)
 set(CMAKE_EXE_LINKER_FLAGS_INIT "-Wl,--disable-new-dtags")

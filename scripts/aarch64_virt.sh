@@ -203,7 +203,7 @@ got=$(grep -v "^keel: " "$UART" || true)
 
 echo "== reference: $ARM64_BUILD_DIR/tools/keel run --backend $BACKEND under qemu-aarch64 -cpu cortex-a76"
 start_ref=$(date +%s%N)
-want=$(qemu-aarch64 -cpu cortex-a76 -L /usr/aarch64-linux-gnu "$KEEL_ARM64" run -m "$MODEL" -p "$PROMPT" -n "$TOKENS" \
+want=$(qemu-aarch64 -cpu cortex-a76 "$KEEL_ARM64" run -m "$MODEL" -p "$PROMPT" -n "$TOKENS" \
   --temp 0 --backend "$BACKEND" -t 1 --kv-budget 256 --chunk 16 2>"$VIRT_BUILD_DIR/reference.log") ||
   die "the arm64 reference run failed ($VIRT_BUILD_DIR/reference.log)"
 echo "-- reference ran $(seconds_since "$start_ref") s"

@@ -11,7 +11,7 @@ set -euo pipefail
 KEEL_CACHE_DIR="${KEEL_CACHE_DIR:-$HOME/.cache/keel}"
 SYSROOT="${KEEL_ARM64_SYSROOT:-$KEEL_CACHE_DIR/arm64-sysroot}"
 HOST_PACKAGES=(g++-aarch64-linux-gnu qemu-user qemu-system-arm)
-ARM64_PACKAGES=(libstdc++6:arm64 libgtest-dev:arm64 libmimalloc-dev:arm64 libcpp-httplib-dev:arm64 libssl-dev:arm64
+ARM64_PACKAGES=(libc6:arm64 libstdc++6:arm64 libgtest-dev:arm64 libmimalloc-dev:arm64 libcpp-httplib-dev:arm64 libssl-dev:arm64
                 libcpuinfo0:arm64)
 UNPACKED=(libpthreadpool-dev libpthreadpool0 libxnnpack-dev libxnnpack0)
 
