@@ -1,17 +1,18 @@
 // Run-time choice of the arm64 tier. Compiled for the Armv8.0 baseline: nothing here executes
 // an instruction the CPU may lack. On Linux the kernel reports the CPU's features in the
-// auxiliary vector (user space cannot read the ID registers portably); on bare metal the build
-// decides: the tiers enabled are those the compiler targets (-march / -mcpu).
+// auxiliary vector (user space cannot read the ID registers portably); on bare metal
+// (KEEL_FREESTANDING, even with a Linux-targeting compiler) the build decides: the tiers
+// enabled are those the compiler targets (-march / -mcpu).
 #include "kernels/arm64/arm64_tables.h"
 
-#if defined(__linux__)
+#if defined(__linux__) && !defined(KEEL_FREESTANDING)
 #include <sys/auxv.h>
 #endif
 
 namespace keel {
 namespace arm64 {
 
-#if defined(__linux__)
+#if defined(__linux__) && !defined(KEEL_FREESTANDING)
 // Bits of AT_HWCAP / AT_HWCAP2 (Linux arch/arm64/include/uapi/asm/hwcap.h), spelled here so
 // that an older libc's headers still build.
 constexpr unsigned long kHwcapAsimdHp = 1ul << 10;
