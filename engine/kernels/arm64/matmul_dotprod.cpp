@@ -16,8 +16,24 @@ namespace keel::arm64 {
 
 namespace {
 
+// With one or two tokens, each row quad's 8 SDOTs form two independent chains of 4 (an in-order
+// core such as the Cortex-A55 otherwise waits out each SDOT's latency); with more tokens the
+// tokens' chains already interleave and registers are short.
+template <int T>
+constexpr int kChainsFor = T <= 2 ? 2 : 1;
+
+template <int N>
+inline int32x4_t chains_sum(const int32x4_t (&c)[N]) {
+  if constexpr (N == 1) {
+    return c[0];
+  } else {
+    return vaddq_s32(c[0], c[1]);
+  }
+}
+
 template <int T>
 void q8_panel(const QuantPanel& qp, const ActBlock* x, float* y, uint32_t y_stride) {
+  constexpr int kChains = kChainsFor<T>;
   const int8x16_t bias = vdupq_n_s8(int8_t(0x80));
   float32x4_t accf[T][4];
   for (int t = 0; t < T; ++t)
@@ -29,9 +45,12 @@ void q8_panel(const QuantPanel& qp, const ActBlock* x, float* y, uint32_t y_stri
       a[t][0] = vld1q_s8(x[uint64_t(t) * qp.nb + b].q);
       a[t][1] = vld1q_s8(x[uint64_t(t) * qp.nb + b].q + 16);
     }
+#pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
-      int32x4_t acc[T];
-      for (int t = 0; t < T; ++t) acc[t] = vdupq_n_s32(0);
+      int32x4_t acc[T][kChains];
+      for (int t = 0; t < T; ++t)
+        for (int c = 0; c < kChains; ++c) acc[t][c] = vdupq_n_s32(0);
+#pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
         const uint8_t* q = qb + h * 256 + k * 16;
         const int8x16_t w0 = veorq_s8(load_s8x16(q), bias);
@@ -39,14 +58,16 @@ void q8_panel(const QuantPanel& qp, const ActBlock* x, float* y, uint32_t y_stri
         const int8x16_t w2 = veorq_s8(load_s8x16(q + 128), bias);
         const int8x16_t w3 = veorq_s8(load_s8x16(q + 192), bias);
         for (int t = 0; t < T; ++t) {
-          acc[t] = vdotq_laneq_s32(acc[t], w0, a[t][h], 0);
-          acc[t] = vdotq_laneq_s32(acc[t], w1, a[t][h], 1);
-          acc[t] = vdotq_laneq_s32(acc[t], w2, a[t][h], 2);
-          acc[t] = vdotq_laneq_s32(acc[t], w3, a[t][h], 3);
+          int32x4_t& c = acc[t][h % kChains];
+          c = vdotq_laneq_s32(c, w0, a[t][h], 0);
+          c = vdotq_laneq_s32(c, w1, a[t][h], 1);
+          c = vdotq_laneq_s32(c, w2, a[t][h], 2);
+          c = vdotq_laneq_s32(c, w3, a[t][h], 3);
         }
       }
       const float32x4_t dw = load_f16x4(qp.scales + b * 32 + k * 8);
-      for (int t = 0; t < T; ++t) accf[t][k] = block_step(accf[t][k], dw, x[uint64_t(t) * qp.nb + b].d, acc[t]);
+      for (int t = 0; t < T; ++t)
+        accf[t][k] = block_step(accf[t][k], dw, x[uint64_t(t) * qp.nb + b].d, chains_sum<kChains>(acc[t]));
     }
   }
   for (int t = 0; t < T; ++t) store_panel_rows(y + uint64_t(t) * y_stride, accf[t], qp.n_rows);
@@ -55,6 +76,7 @@ void q8_panel(const QuantPanel& qp, const ActBlock* x, float* y, uint32_t y_stri
 // Q4 (kMin = false: value d * (u - 8)) or Q4M (kMin = true: value d * u + m).
 template <int T, bool kMin>
 void q4_panel(const QuantPanel& qp, const ActBlock* x, float* y, uint32_t y_stride) {
+  constexpr int kChains = kChainsFor<T>;
   const uint8x16_t low4 = vdupq_n_u8(0x0f);
   float32x4_t accf[T][4];
   for (int t = 0; t < T; ++t)
@@ -66,9 +88,14 @@ void q4_panel(const QuantPanel& qp, const ActBlock* x, float* y, uint32_t y_stri
       a[t][0] = vld1q_s8(x[uint64_t(t) * qp.nb + b].q);
       a[t][1] = vld1q_s8(x[uint64_t(t) * qp.nb + b].q + 16);
     }
+#pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
-      int32x4_t acc[T];
-      for (int t = 0; t < T; ++t) acc[t] = vdupq_n_s32(kMin ? 0 : -8 * x[uint64_t(t) * qp.nb + b].sum);
+      int32x4_t acc[T][kChains];
+      for (int t = 0; t < T; ++t) {
+        acc[t][0] = vdupq_n_s32(kMin ? 0 : -8 * x[uint64_t(t) * qp.nb + b].sum);
+        for (int c = 1; c < kChains; ++c) acc[t][c] = vdupq_n_s32(0);
+      }
+#pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
         // groups c = 2h, 2h + 1: their low nibbles meet lanes 0 and 2 of a[t][h], high 1 and 3
         const uint8x16_t b0 = vld1q_u8(qb + (2 * h) * 64 + k * 16);
@@ -78,16 +105,17 @@ void q4_panel(const QuantPanel& qp, const ActBlock* x, float* y, uint32_t y_stri
         const int8x16_t l1 = vreinterpretq_s8_u8(vandq_u8(b1, low4));
         const int8x16_t h1 = vreinterpretq_s8_u8(vshrq_n_u8(b1, 4));
         for (int t = 0; t < T; ++t) {
-          acc[t] = vdotq_laneq_s32(acc[t], l0, a[t][h], 0);
-          acc[t] = vdotq_laneq_s32(acc[t], h0, a[t][h], 1);
-          acc[t] = vdotq_laneq_s32(acc[t], l1, a[t][h], 2);
-          acc[t] = vdotq_laneq_s32(acc[t], h1, a[t][h], 3);
+          int32x4_t& c = acc[t][h % kChains];
+          c = vdotq_laneq_s32(c, l0, a[t][h], 0);
+          c = vdotq_laneq_s32(c, h0, a[t][h], 1);
+          c = vdotq_laneq_s32(c, l1, a[t][h], 2);
+          c = vdotq_laneq_s32(c, h1, a[t][h], 3);
         }
       }
       const float32x4_t dw = load_f16x4(qp.scales + b * 32 + k * 8);
       for (int t = 0; t < T; ++t) {
         const ActBlock& ab = x[uint64_t(t) * qp.nb + b];
-        accf[t][k] = block_step(accf[t][k], dw, ab.d, acc[t]);
+        accf[t][k] = block_step(accf[t][k], dw, ab.d, chains_sum<kChains>(acc[t]));
         if constexpr (kMin) accf[t][k] = min_step(accf[t][k], load_f16x4(qp.mins + b * 32 + k * 8), ab.d, ab.sum);
       }
     }
