@@ -10,7 +10,8 @@
 // The two tokens' 8 activation bytes of the same columns are one 64-bit ZIP of their blocks.
 // The 2x2 results [r0t0 r0t1 r1t0 r1t1], [r2t0 r2t1 r3t0 r3t1] unzip into each token's row quad,
 // whose int32 sums equal the dotprod kernel's exactly; the f32 steps are the same, so every
-// token gets the bits it gets alone (single tokens run the dotprod kernel).
+// token gets the bits it gets alone (single tokens run the dotprod kernel). The quad and octet
+// loops are unrolled so that offsets are constants and the accumulators stay in registers.
 #include "kernels/arm64/arm64_tables.h"
 #include "kernels/arm64/neon_util.h"
 #include "kernels/kquant_kernels.h"
@@ -52,6 +53,7 @@ void mmla_panel(const QuantPanel& qp, const ActBlock* x, float* y, uint32_t y_st
     for (int p = 0; p < P; ++p)
       for (int o = 0; o < 4; ++o)
         a[p][o] = pair_octet(x[uint64_t(2 * p) * qp.nb + b].q, x[uint64_t(2 * p + 1) * qp.nb + b].q, o);
+#pragma GCC unroll 8
     for (int k = 0; k < 4; ++k) {
       int32x4_t acc01[P], acc23[P];
       for (int p = 0; p < P; ++p) {
@@ -64,6 +66,7 @@ void mmla_panel(const QuantPanel& qp, const ActBlock* x, float* y, uint32_t y_st
           acc01[p] = acc23[p] = vdupq_n_s32(0);
         }
       }
+#pragma GCC unroll 8
       for (int o = 0; o < 4; ++o) {
         int8x16_t r01, r23;
         if constexpr (kQ8) {

@@ -7,7 +7,8 @@
 //    groups x low/high nibble) sum to at most 15240 in int16 before one SADDLP; the zero point
 //    is applied in int32 (-8 * sum_a).
 // After the pairwise steps a row quad's two accumulators hold [r0 r0 r1 r1] and [r2 r2 r3 r3]
-// partial sums; ADDP makes them [r0 r1 r2 r3].
+// partial sums; ADDP makes them [r0 r1 r2 r3]. The quad and group loops are unrolled so that
+// lanes and offsets are constants and the f32 accumulators stay in registers at -O2.
 #include "kernels/arm64/arm64_tables.h"
 #include "kernels/arm64/neon_util.h"
 #include "kernels/kquant_kernels.h"
@@ -43,9 +44,11 @@ void q8_panel(const QuantPanel& qp, const ActBlock* x, float* y, uint32_t y_stri
       a[t][0] = vld1q_s8(x[uint64_t(t) * qp.nb + b].q);
       a[t][1] = vld1q_s8(x[uint64_t(t) * qp.nb + b].q + 16);
     }
+#pragma GCC unroll 8
     for (int k = 0; k < 4; ++k) {
       int32x4_t lo[T], hi[T];
       for (int t = 0; t < T; ++t) lo[t] = hi[t] = vdupq_n_s32(0);
+#pragma GCC unroll 8
       for (int g = 0; g < 8; g += 2) {
         const int8x16_t w0 = veorq_s8(load_s8x16(qb + g * 64 + k * 16), bias);
         const int8x16_t w1 = veorq_s8(load_s8x16(qb + (g + 1) * 64 + k * 16), bias);
@@ -82,9 +85,11 @@ void q4_panel(const QuantPanel& qp, const ActBlock* x, float* y, uint32_t y_stri
       a[t][0] = vld1q_s8(x[uint64_t(t) * qp.nb + b].q);
       a[t][1] = vld1q_s8(x[uint64_t(t) * qp.nb + b].q + 16);
     }
+#pragma GCC unroll 8
     for (int k = 0; k < 4; ++k) {
       int16x8_t p_lo[T], p_hi[T];  // |.| <= 15240
       for (int t = 0; t < T; ++t) p_lo[t] = p_hi[t] = vdupq_n_s16(0);
+#pragma GCC unroll 8
       for (int c = 0; c < 4; ++c) {
         const uint8x16_t wb = vld1q_u8(qb + c * 64 + k * 16);
         const int8x16_t wl = vreinterpretq_s8_u8(vandq_u8(wb, low4));
