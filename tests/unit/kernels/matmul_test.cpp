@@ -647,9 +647,9 @@ TEST(ArmTier, DispatcherPicksTheTierTheCpuHas) {
 // qemu -cpu cortex-a72) the dotprod table's SDOT is an undefined instruction, so the kernel kills
 // its process with SIGILL. The table is reached directly here, past the dispatcher's check, in a
 // child process. The child is made by the raw clone system call, not by EXPECT_EXIT: gtest's
-// death tests fork through glibc's fork(), whose child hangs under qemu-user 7.2 in dynamically
-// linked programs (a plain fork() and _exit() never returns there); the child runs only the
-// kernel, which touches no glibc state, and exit_group.
+// death tests fork through glibc's fork(), whose child never returns under qemu-user 7.2 with the
+// cross toolchain's C library (qemu-aarch64 -L /usr/aarch64-linux-gnu; Debian's libc6:arm64
+// forks fine); the child runs only the kernel, which touches no glibc state, and exit_group.
 TEST(ArmTierDeathTest, DotprodKernelDiesWithSigillWithoutDotprod) {
   const char* want = std::getenv("KEEL_EXPECT_ARM64_TIER");
   if (want == nullptr || std::string(want) != "neon") {
