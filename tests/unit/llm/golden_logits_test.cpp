@@ -184,6 +184,7 @@ struct Comparison {
   size_t kl_max_at = 0;
   double nll_sum = 0;      // keel, tokens 1..n-1
   double ref_nll_sum = 0;  // reference, same tokens
+  size_t nll_terms = 0;
   double max_dnll = 0;
   bool finite = true;
 };
@@ -246,8 +247,20 @@ void compare_row(void* ctx, size_t i, const float* logits) {
     const double nll = -(double(logits[g.ids[i + 1]]) - lse);
     c.nll_sum += nll;
     c.ref_nll_sum += -double(g.next_lp[i]);
+    ++c.nll_terms;
     c.max_dnll = std::max(c.max_dnll, std::fabs(nll + double(g.next_lp[i])));
   }
+}
+
+// KEEL_GOLDEN_POSITIONS=N scores the essay's first N tokens only (256 <= N), for runs under an
+// emulator, where the whole essay takes over ten minutes: the same bounds, the position counts
+// scaled to N, the perplexity compared with the reference's over the same tokens.
+size_t golden_positions(size_t all) {
+  const char* v = std::getenv("KEEL_GOLDEN_POSITIONS");
+  if (v == nullptr || *v == 0) return all;
+  const size_t n = std::strtoull(v, nullptr, 10);
+  EXPECT_GE(n, 256u) << "KEEL_GOLDEN_POSITIONS=" << v << ": expected at least 256";
+  return std::min(std::max<size_t>(n, 256), all);
 }
 
 TEST_F(GoldenLogits, MatchesLlamaCppOverTheEssay) {
@@ -259,16 +272,19 @@ TEST_F(GoldenLogits, MatchesLlamaCppOverTheEssay) {
   Comparison c;
   c.g = &g;
   c.vocab = g.vocab;
-  const Error e = rt.score(0, Span<const int32_t>(g.ids.data(), g.ids.size()), compare_row, &c);
+  const size_t n = golden_positions(g.ids.size());
+  const bool whole = n == g.ids.size();
+  const Error e = rt.score(0, Span<const int32_t>(g.ids.data(), n), compare_row, &c);
   ASSERT_TRUE(e.ok()) << to_string(e.status()) << ": " << e.message();
-  ASSERT_EQ(c.positions, g.ids.size());
+  ASSERT_EQ(c.positions, n);
   EXPECT_TRUE(c.finite) << "non-finite logits";
 
-  const size_t n = g.ids.size();
   const double agreement = double(c.top1_agree) / double(c.positions);
-  const double ppl = std::exp(c.nll_sum / double(n - 1));
-  const double ref_ppl_recomputed = std::exp(c.ref_nll_sum / double(n - 1));
-  const double ref_ppl = g.meta.value("ref_ppl", 0.0);
+  ASSERT_GT(c.nll_terms, 0u);
+  const double ppl = std::exp(c.nll_sum / double(c.nll_terms));
+  const double ref_ppl_recomputed = std::exp(c.ref_nll_sum / double(c.nll_terms));
+  // The essay's perplexity from the JSON, or over a prefix the reference's own per-token values.
+  const double ref_ppl = whole ? g.meta.value("ref_ppl", 0.0) : ref_ppl_recomputed;
   const double kl_mean = c.kl_sum / double(c.positions);
   std::printf("[golden] SmolLM2-135M-Instruct Q4_1 on %s, %zu tokens, backend %s, %u threads\n",
               g.meta.value("essay", "?").c_str(), n, backend_name(rt.backend().kind()), kThreads);
@@ -292,8 +308,8 @@ TEST_F(GoldenLogits, MatchesLlamaCppOverTheEssay) {
               100.0 * (ppl - ref_ppl) / ref_ppl);
 
   EXPECT_NEAR(ref_ppl_recomputed, ref_ppl, 1e-3 * ref_ppl) << "golden binary and JSON disagree";
-  EXPECT_GE(c.positions, 2000u);
-  EXPECT_GE(c.decided, kMinDecidedPositions);
+  EXPECT_GE(c.positions, whole ? 2000u : n);
+  EXPECT_GE(c.decided, kMinDecidedPositions * n / g.ids.size());
   EXPECT_GE(c.decided ? double(c.decided_agree) / double(c.decided) : 0.0, kMinDecidedAgreement);
   EXPECT_GE(agreement, kMinTop1Agreement);
   EXPECT_LE(kl_mean, kMaxMeanKl);
