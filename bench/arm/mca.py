@@ -21,10 +21,11 @@ Method, per format and kernel:
      in the JSON.
 
 The Keel kernels are taken from a git revision (default HEAD: what is committed, not what is
-being edited in the work tree). A format whose dotprod kernel file still starts with
-"// Placeholder" is reported as such, not timed.
+being edited in the work tree): Q8, Q4 and Q4M through the dotprod table's matmul, the wide
+formats through matmul_wide_dotprod. A format whose dotprod kernel file still starts with
+"// Placeholder", or whose traced path reaches a ref matmul, is reported as a placeholder.
 
-usage: bench/arm/mca.py [--rev REV | --worktree] [--cols A,B] [--out-md F] [--out-json F]
+usage: bench/arm/mca.py [--rev REV | --worktree] [--cols A,B] [--formats Q4_0,...] [--out-md F] [--out-json F]
 Requires: aarch64-linux-gnu-gcc/g++, qemu-aarch64, llvm-mca, llvm-objdump, flatc, git, and the
 llama.cpp sources bench/build_llamacpp.sh unpacks (KEEL_LLAMACPP_SRC overrides the path).
 """
@@ -43,7 +44,8 @@ from concurrent.futures import ThreadPoolExecutor
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LCP_VERSION = "0.3.36"  # bench/build_llamacpp.sh pins the same sdist
 FLAGS = ["-O3", "-march=armv8.2-a+dotprod+fp16"]
-KEEL_BASE_FLAGS = ["-O3", "-DNDEBUG", "-march=armv8-a", "-std=c++20", "-fno-exceptions", "-fno-rtti"]
+# As engine/CMakeLists.txt builds the engine for aarch64 (-ffp-contract=off since 50dccc3).
+KEEL_BASE_FLAGS = ["-O3", "-DNDEBUG", "-march=armv8-a", "-std=c++20", "-fno-exceptions", "-fno-rtti", "-ffp-contract=off"]
 TIER_FLAGS = {"_dotprod.cpp": ["-march=armv8.2-a+dotprod+fp16"], "_i8mm.cpp": ["-march=armv8.2-a+dotprod+fp16+i8mm"]}
 QEMU_CPU = "cortex-a76"  # dotprod + fp16, as the tier under test needs
 MCA_CPUS = ["cortex-a76", "cortex-a55"]
@@ -411,10 +413,10 @@ def dram_cycles(bytes_per_32):
 
 
 def fmt(v):
-    return "placeholder" if v is None else f"{v:.1f}"
+    return f"{v:.1f}"
 
 
-def table_md(rows, meta):
+def table_md(rows):
     a76, a55 = MCA_CPUS
     lines = [
         "| Format (GGUF / Keel) | llama.cpp vec_dot A76 / A55 | llama.cpp repacked gemv A76 / A55 | Keel A76 / A55 "
@@ -509,7 +511,7 @@ def main():
         f.write("\n")
     md = (f"Cycles per 32 weights of one row (llvm-mca; no ARM hardware was available: static pipeline-model "
           f"estimates, not measurements). Keel: {desc}. Generated {meta['generated']} by bench/arm/mca.py.\n\n"
-          + table_md(rows, meta)
+          + table_md(rows)
           + f"\n- compiler: {meta['compiler']}; llama.cpp: {meta['llama_flags']}; Keel: {meta['keel_flags']}\n"
           f"- {meta['llvm_mca']}; traced under qemu-aarch64 -cpu {QEMU_CPU}; slope between {cols[0]} and {cols[1]} "
           f"columns, {ROWS} rows\n"
