@@ -19,9 +19,9 @@
 // adds S / 131070 * |n_j,i| per row to lane i, n_j,i the stored integer (|x~ - m| / d). Rows
 // past the last whole block are summed in f32.
 // arm64: both tiers' scores quantize the query as x86 does (the same bound); the NEON weighted
-// sums are f32; the dotprod ones quantize the coefficients as AVX-512 does for heads of 32 to 256
-// (multiples of 32), but against the largest of the block's rows in lane i's group alone, a
-// bound no larger than the pair's.
+// sums are f32; the dotprod ones over q8 quantize the coefficients as AVX-512 does for heads of 32
+// to 256 (multiples of 32), but against the largest of the block's rows in lane i's group alone, a
+// bound no larger than the pair's (its q4 sums are NEON's).
 #include <algorithm>
 #include <gtest/gtest.h>
 
@@ -54,14 +54,14 @@ std::vector<const AttentionKernels*> tables() {
 }
 
 // How a table's weighted sums quantize the coefficients of whole blocks: not at all, per group
-// pair (AVX-512: heads of 64 to 256, multiples of 64) or per group (arm64 dotprod: heads of 32 to
-// 256, multiples of 32).
+// pair (AVX-512: heads of 64 to 256, multiples of 64) or per group (arm64 dotprod, q8: heads of
+// 32 to 256, multiples of 32).
 enum class CoefBlocks { None, GroupPair, Group };
 
-CoefBlocks blocks_coefficients(const AttentionKernels* k, uint32_t hd) {
+CoefBlocks blocks_coefficients(const AttentionKernels* k, KvType t, uint32_t hd) {
   if (k == nullptr) return CoefBlocks::None;
   if (k == attention_kernels_x86_avx512() && hd % 64 == 0 && hd <= 256) return CoefBlocks::GroupPair;
-  if (k == attention_kernels_arm64_dotprod() && hd % 32 == 0 && hd <= 256) return CoefBlocks::Group;
+  if (k == attention_kernels_arm64_dotprod() && t == KvType::Q8 && hd % 32 == 0 && hd <= 256) return CoefBlocks::Group;
   return CoefBlocks::None;
 }
 
@@ -237,7 +237,7 @@ TEST(KvQuant, WeightedSumsReadRowsDirectly) {
           for (uint32_t i = 0; i < hd; ++i) {
             double on_rows = 0, mag = 0, on_f32 = 0, bound = 0;
             const double coef =
-                coefficient_rounding(blocks_coefficients(k, hd), t, p.data(), r.q.data(), r.deq.data(), n, hd, i);
+                coefficient_rounding(blocks_coefficients(k, t, hd), t, p.data(), r.q.data(), r.deq.data(), n, hd, i);
             for (uint32_t j = 0; j < n; ++j) {
               const std::vector<double> e = error_bounds(t, &r.x[uint64_t(j) * hd], &r.q[uint64_t(j) * row], hd);
               on_rows += double(p[j]) * r.deq[uint64_t(j) * hd + i];
@@ -282,7 +282,7 @@ TEST(KvQuant, WeightedSumsKeepATailOfSmallProbabilities) {
           mag += std::fabs(double(p[j]) * r.deq[uint64_t(j) * hd + i]);
         }
         const double coef =
-            coefficient_rounding(blocks_coefficients(k, hd), t, p.data(), r.q.data(), r.deq.data(), n, hd, i);
+            coefficient_rounding(blocks_coefficients(k, t, hd), t, p.data(), r.q.data(), r.deq.data(), n, hd, i);
         EXPECT_NEAR(got[i], on_rows, coef + (2 * n + 6) * kU * mag + 1e-6)
             << k->name << " " << kv_type_name(t) << " lane " << i;
         tail_bound = std::fmax(tail_bound, coef);
