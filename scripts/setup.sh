@@ -68,4 +68,6 @@ PY
   echo "setup: installing ${HF_PINS[*]} into $VENV"
   "$VENV/bin/python" -m pip install -q "${HF_PINS[@]}"
 fi
+# The aarch64 cross build and its emulators (scripts/arm64.sh, the test command's aarch64 stage).
+KEEL_CACHE_DIR="$KEEL_CACHE_DIR" bash "$(dirname "$0")/setup_arm64.sh"
 echo "setup: ok (cache $KEEL_CACHE_DIR)"

@@ -2,7 +2,8 @@
 # The README's test command: set up, build (Release) and run the whole test suite with CTest,
 # then the proofs (scripts/proofs.sh): the unit, soak and hostile-input tests again under ASan +
 # UBSan, the loader fuzzer for a fixed time, the freestanding Cortex-M33 build and its symbol
-# check. Ends with a table of the stages' times.
+# check, then the aarch64 stage (scripts/arm64.sh: the cross build's tests under qemu-aarch64 on
+# each kernel tier's CPU, SmolLM2 on bare-metal aarch64). Ends with a table of the stages' times.
 #
 #   --quick    before a commit: the Release build of what the unit tests need, then the tests
 #              labelled unit (tests/CMakeLists.txt: in process, synthetic inputs or stories260K)
@@ -35,4 +36,5 @@ fi
 stage "build (Release)" cmake --build "$BUILD_DIR" -j "$JOBS"
 stage "whole suite (Release)" ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS"
 bash scripts/proofs.sh
+bash scripts/arm64.sh
 compiler_cache_summary
