@@ -121,6 +121,9 @@ typedef struct keel_engine keel_engine;
 /* Generation (keel_generate). */
 #define KEEL_MAX_STOP_TOKENS 8
 
+/* Why keel_generate stopped. The reasons are keel_finish's (below), numbered in keel_generate's
+ * own older order, which programs already depend on: END_TOKEN is KEEL_FINISH_STOP_TOKEN, BUDGET
+ * is KEEL_FINISH_KV_FULL, CALLBACK is KEEL_FINISH_CANCELLED. */
 typedef enum keel_stop_reason {
   KEEL_STOP_NONE = 0,       /* not stopped: an error ended it */
   KEEL_STOP_END_TOKEN = 1,  /* sampled a stop token (stop_token) */
@@ -194,6 +197,8 @@ keel_status keel_reset(keel_engine* e, uint32_t slot);
  * (every decoding slot's next token plus whole prompt chunks, oldest request first, within
  * chunk + slots - 1 rows) and reports the tokens it produced. The scheduler owns every slot:
  * do not mix it with keel_prefill/keel_decode/keel_generate/keel_reset on the same engine. */
+/* Why a request ended: the engine's one list of finish reasons (keel::FinishReason, llm/finish.h,
+ * has these numbers). */
 typedef enum keel_finish {
   KEEL_FINISH_NONE = 0,       /* the request goes on */
   KEEL_FINISH_MAX_TOKENS = 1, /* max_new_tokens sampled */

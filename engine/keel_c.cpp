@@ -117,11 +117,37 @@ struct CallbackBridge {
   }
 };
 
-static_assert(int(keel::StopReason::Callback) == KEEL_STOP_CALLBACK &&
-                  int(keel::StopReason::Budget) == KEEL_STOP_BUDGET &&
-                  int(keel::StopReason::EndToken) == KEEL_STOP_END_TOKEN &&
-                  keel::kMaxStopTokens == KEEL_MAX_STOP_TOKENS,
-              "keel_stop_reason is keel::StopReason");
+static_assert(int(keel::FinishReason::None) == KEEL_FINISH_NONE &&
+                  int(keel::FinishReason::MaxTokens) == KEEL_FINISH_MAX_TOKENS &&
+                  int(keel::FinishReason::StopToken) == KEEL_FINISH_STOP_TOKEN &&
+                  int(keel::FinishReason::Cancelled) == KEEL_FINISH_CANCELLED &&
+                  int(keel::FinishReason::KvFull) == KEEL_FINISH_KV_FULL &&
+                  int(keel::FinishReason::Error) == KEEL_FINISH_ERROR,
+              "keel_finish is keel::FinishReason");
+static_assert(int(keel::SlotPhase::Free) == KEEL_SLOT_FREE &&
+                  int(keel::SlotPhase::Prefilling) == KEEL_SLOT_PREFILLING &&
+                  int(keel::SlotPhase::Decoding) == KEEL_SLOT_DECODING,
+              "keel_slot_phase is keel::SlotPhase");
+static_assert(keel::kMaxStopTokens == KEEL_MAX_STOP_TOKENS && keel::kNoSlot == UINT32_MAX,
+              "the C API's limits are the engine's");
+
+// keel_generate's numbering of the finish reasons (keel_stop_reason, kept for the ABI): the one
+// place the two C enums meet.
+constexpr keel_stop_reason to_stop_reason(keel::FinishReason r) {
+  switch (r) {
+    case keel::FinishReason::MaxTokens: return KEEL_STOP_MAX_TOKENS;
+    case keel::FinishReason::StopToken: return KEEL_STOP_END_TOKEN;
+    case keel::FinishReason::Cancelled: return KEEL_STOP_CALLBACK;
+    case keel::FinishReason::KvFull: return KEEL_STOP_BUDGET;
+    case keel::FinishReason::None:
+    case keel::FinishReason::Error: return KEEL_STOP_NONE;
+  }
+  return KEEL_STOP_NONE;
+}
+static_assert(to_stop_reason(keel::FinishReason::StopToken) == KEEL_STOP_END_TOKEN &&
+                  to_stop_reason(keel::FinishReason::KvFull) == KEEL_STOP_BUDGET &&
+                  to_stop_reason(keel::FinishReason::Cancelled) == KEEL_STOP_CALLBACK,
+              "keel_stop_reason's names for keel_finish's reasons");
 
 }  // namespace
 
@@ -279,7 +305,7 @@ keel_status keel_generate(keel_engine* e, uint32_t slot, const int32_t* prompt, 
     out->tokens_generated = r.tokens_generated;
     out->tokens_decoded = r.tokens_decoded;
     out->prompt_tokens = r.prompt_tokens;
-    out->stop_reason = uint32_t(r.stop_reason);
+    out->stop_reason = uint32_t(to_stop_reason(r.finish));
     out->stop_token = r.stop_token;
     out->prefill_seconds = r.prefill_seconds;
     out->decode_seconds = r.decode_seconds;
@@ -291,13 +317,6 @@ keel_status keel_reset(keel_engine* e, uint32_t slot) {
   if (!e) return KEEL_ERR_BAD_ARGUMENT;
   return record(e, e->runtime.reset(slot));
 }
-
-static_assert(int(keel::FinishReason::Error) == KEEL_FINISH_ERROR &&
-                  int(keel::FinishReason::KvFull) == KEEL_FINISH_KV_FULL &&
-                  int(keel::FinishReason::Cancelled) == KEEL_FINISH_CANCELLED &&
-                  int(keel::FinishReason::StopToken) == KEEL_FINISH_STOP_TOKEN &&
-                  int(keel::SlotPhase::Decoding) == KEEL_SLOT_DECODING && keel::kNoSlot == UINT32_MAX,
-              "keel_finish and keel_slot_phase are keel::FinishReason and keel::SlotPhase");
 
 keel_status keel_submit(keel_engine* e, const keel_request* r, uint64_t* id) {
   if (!e || !r || !id || (!r->prompt && r->n_prompt)) return KEEL_ERR_BAD_ARGUMENT;

@@ -6,29 +6,6 @@
 
 namespace keel {
 
-const char* stop_reason_name(StopReason r) {
-  switch (r) {
-    case StopReason::None: return "none";
-    case StopReason::EndToken: return "end token";
-    case StopReason::MaxTokens: return "max tokens";
-    case StopReason::Budget: return "budget";
-    case StopReason::Callback: return "callback";
-  }
-  return "?";
-}
-
-namespace {
-
-bool is_stop(const GenerateOptions& o, const text::Tokenizer& tok, int32_t id) {
-  if (o.default_stops && id >= 0 && (id == tok.eos_id() || id == tok.im_end_id())) return true;
-  for (uint32_t i = 0; i < o.n_stop_tokens && i < kMaxStopTokens; ++i) {
-    if (o.stop_tokens[i] == id) return true;
-  }
-  return false;
-}
-
-}  // namespace
-
 Error generate(Runtime& rt, uint32_t slot, Span<const int32_t> prompt, const GenerateOptions& o, TokenCallback callback,
                void* ctx, GenerateResult* result) {
   GenerateResult local;
@@ -62,9 +39,9 @@ Error generate(Runtime& rt, uint32_t slot, Span<const int32_t> prompt, const Gen
     if (!sampled.ok()) return sampled.error();
     const int32_t id = sampled.value();
     bool last = false;
-    if (is_stop(o, tok, id)) {
+    if (is_stop(tok, o.default_stops, Span<const int32_t>(o.stop_tokens, o.n_stop_tokens), id)) {
       r.stop_token = id;
-      r.stop_reason = StopReason::EndToken;
+      r.finish = FinishReason::StopToken;
       last = true;
     } else {
       ++r.tokens_generated;
@@ -75,17 +52,17 @@ Error generate(Runtime& rt, uint32_t slot, Span<const int32_t> prompt, const Gen
                   " streams more text than generate()'s %zu-byte buffer (longest token: %zu bytes): %s",
                   id, sizeof buf, tok.max_token_bytes(), e.message());
       if (callback && !callback(ctx, id, buf, n)) {
-        r.stop_reason = StopReason::Callback;
+        r.finish = FinishReason::Cancelled;
         last = true;
       }
     }
     if (!last && i + 1 == o.max_tokens) {
-      r.stop_reason = StopReason::MaxTokens;
+      r.finish = FinishReason::MaxTokens;
       last = true;
     }
     if (last && !o.feed_last) break;
     if (bounded_by_budget && rt.sequence_length(slot) >= budget) {
-      r.stop_reason = StopReason::Budget;
+      r.finish = FinishReason::KvFull;
       break;
     }
     const double t0 = o.now ? o.now() : 0;
@@ -94,7 +71,7 @@ Error generate(Runtime& rt, uint32_t slot, Span<const int32_t> prompt, const Gen
     ++r.tokens_decoded;
     if (last) break;
   }
-  if (o.max_tokens == 0) r.stop_reason = StopReason::MaxTokens;
+  if (o.max_tokens == 0) r.finish = FinishReason::MaxTokens;
   const size_t n = dec.flush(out);
   if (callback && n > 0) callback(ctx, -1, buf, n);
   return Error();

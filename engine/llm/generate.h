@@ -11,6 +11,7 @@
 
 #include "core/span.h"
 #include "core/status.h"
+#include "llm/finish.h"
 #include "llm/runtime.h"
 #include "text/sampler.h"
 #include "text/stream_decoder.h"
@@ -21,15 +22,6 @@ constexpr uint32_t kMaxStopTokens = 8;
 // Text bytes one token may stream (StreamDecoder's worst case for it); a token whose text
 // needs more fails generate() with InvalidArgument naming both numbers.
 constexpr size_t kGenerateTextBytes = 512;
-
-enum class StopReason : uint8_t {
-  None,       // not stopped (an error ended it)
-  EndToken,   // sampled a stop token (GenerateResult::stop_token)
-  MaxTokens,  // generated max_tokens tokens
-  Budget,     // policy full: the sequence filled the KV budget
-  Callback,   // the callback returned false
-};
-const char* stop_reason_name(StopReason r);
 
 struct GenerateOptions {
   uint32_t max_tokens = 128;  // tokens to generate at most; 0 = prefill only
@@ -51,7 +43,9 @@ struct GenerateResult {
   uint32_t tokens_generated = 0;  // sampled tokens streamed (stop tokens excluded)
   uint32_t tokens_decoded = 0;    // tokens fed back through decode()
   uint32_t prompt_tokens = 0;     // prefilled
-  StopReason stop_reason = StopReason::None;
+  // MaxTokens, StopToken (stop_token), Cancelled (the callback returned false), KvFull (policy
+  // full: the sequence filled the budget), or None when an error ended it.
+  FinishReason finish = FinishReason::None;
   int32_t stop_token = -1;     // the stop token sampled, -1 if none
   double prefill_seconds = 0;  // with GenerateOptions::now
   double decode_seconds = 0;

@@ -16,18 +16,6 @@ const char* slot_phase_name(SlotPhase p) {
   return "?";
 }
 
-const char* finish_reason_name(FinishReason r) {
-  switch (r) {
-    case FinishReason::None: return "none";
-    case FinishReason::MaxTokens: return "max tokens";
-    case FinishReason::StopToken: return "stop token";
-    case FinishReason::Cancelled: return "cancelled";
-    case FinishReason::KvFull: return "kv full";
-    case FinishReason::Error: return "error";
-  }
-  return "?";
-}
-
 // A request in a slot or in the queue; id 0 marks an empty record.
 struct Scheduler::Record {
   uint64_t id = 0;
@@ -154,15 +142,6 @@ SlotState Scheduler::slot_state(uint32_t slot) const {
   return st;
 }
 
-bool Scheduler::is_stop(const Record& r, int32_t token) const {
-  const text::Tokenizer& tok = rt_->tokenizer();
-  if (r.default_stops && (token == tok.eos_id() || token == tok.im_end_id())) return true;
-  for (uint32_t i = 0; i < r.n_stop_tokens; ++i) {
-    if (r.stop_tokens[i] == token) return true;
-  }
-  return false;
-}
-
 void Scheduler::finish(Record& r, uint32_t slot, int32_t token, FinishReason why, Span<TokenEvent> events, size_t* n) {
   if (*n < events.size()) events[(*n)++] = TokenEvent{r.id, slot, token, why};
   if (slot != kNoSlot) (void)rt_->reset(slot);
@@ -287,7 +266,7 @@ Error Scheduler::step(Span<TokenEvent> events, size_t* n_events) {
     }
     const int32_t token = sampled.value();
     ++r.generated;
-    if (is_stop(r, token)) {
+    if (is_stop(rt_->tokenizer(), r.default_stops, Span<const int32_t>(r.stop_tokens, r.n_stop_tokens), token)) {
       finish(r, w.slot, token, FinishReason::StopToken, events, &n);
     } else if (r.generated >= r.max_new_tokens) {
       finish(r, w.slot, token, FinishReason::MaxTokens, events, &n);

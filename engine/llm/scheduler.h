@@ -31,6 +31,7 @@
 
 #include "core/result.h"
 #include "core/span.h"
+#include "llm/finish.h"
 #include "llm/generate.h"
 #include "llm/runtime.h"
 #include "text/sampler.h"
@@ -38,9 +39,7 @@
 namespace keel {
 
 enum class SlotPhase : uint8_t { Free, Prefilling, Decoding };
-enum class FinishReason : uint8_t { None, MaxTokens, StopToken, Cancelled, KvFull, Error };
 const char* slot_phase_name(SlotPhase p);
-const char* finish_reason_name(FinishReason r);
 
 struct SchedulerRequest {
   // Caller-owned (the engine copies nothing it does not need to keep): must stay valid and
@@ -104,7 +103,6 @@ class Scheduler {
   Record& queue_record(uint32_t i) const;  // i-th oldest queued
   void admit();
   void finish(Record& r, uint32_t slot, int32_t token, FinishReason why, Span<TokenEvent> events, size_t* n);
-  bool is_stop(const Record& r, int32_t token) const;
 
   Runtime* rt_ = nullptr;
   uint8_t* records_ = nullptr;  // [slots + queue_capacity][kRequestRecordBytes]

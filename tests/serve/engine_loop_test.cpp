@@ -112,8 +112,8 @@ TEST(EngineLoop, FullPolicyRefusesWhatCannotFit) {
   std::map<uint64_t, std::vector<int32_t>> tokens;
   std::map<uint64_t, FinishReason> ends;
   drain(loop, tokens, ends);
-  if (ends[ok.id] != FinishReason::EndToken) {
-    EXPECT_EQ(ends[ok.id], FinishReason::Budget);
+  if (ends[ok.id] != FinishReason::StopToken) {
+    EXPECT_EQ(ends[ok.id], FinishReason::KvFull);
   }
   EXPECT_LE(tokens[ok.id].size() + rig.request("Once", 1).prompt.size(), 33u);
 }
@@ -237,7 +237,7 @@ TEST(EngineLoop, RandomSubmitCancelNeverLeaksASlot) {
       for (const LoopEvent& ev : events) {
         ASSERT_EQ(live.count(ev.id), 1u) << "event for request " << ev.id << " that is not live";
         if (ev.finish != FinishReason::None) {
-          EXPECT_NE(ev.finish, FinishReason::Failed) << ev.error;
+          EXPECT_NE(ev.finish, FinishReason::Error) << ev.error;
           live.erase(ev.id);
           ends[ev.id] = ev.finish;
         }

@@ -174,7 +174,7 @@ int cmd_batch(int argc, char** argv) {
           continue;
         }
       }
-      if (ev.finish == FinishReason::Failed) {
+      if (ev.finish == FinishReason::Error) {
         it.failed = true;
         it.error.type = "server_error";
         it.error.message = ev.error;

@@ -139,7 +139,7 @@ int cmd_chat(int argc, char** argv) {
     fresh = false;
     printf("\n");
     fflush(stdout);
-    if (g.result.stop_reason == StopReason::Budget) {
+    if (g.result.finish == FinishReason::KvFull) {
       fprintf(stderr, "[KV budget of %u tokens reached; the next message starts a new conversation]\n", budget);
       (void)rt.reset(0);
       fresh = true;

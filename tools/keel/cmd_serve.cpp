@@ -154,7 +154,7 @@ struct Collector {
       ++tokens;
       if (text.push(ev.token, out)) {
         stop_string = true;
-        finish = FinishReason::EndToken;
+        finish = FinishReason::StopToken;
         ended = true;
         return;
       }
@@ -162,7 +162,7 @@ struct Collector {
     if (ev.finish == FinishReason::None) return;
     ended = true;
     finish = ev.finish;
-    if (ev.finish == FinishReason::Failed) {
+    if (ev.finish == FinishReason::Error) {
       error = ev.error;
     } else if (ev.finish != FinishReason::Cancelled) {
       stop_string = text.finish(out);
@@ -249,7 +249,7 @@ void Server::completion(const Request& req, Response& res, Endpoint e) {
     for (const LoopEvent& ev : events) c.take(ev);
   }
   if (c.stop_string) t->cancelled = true;
-  if (c.finish == FinishReason::Failed) return error(res, 500, c.error, "server_error", "engine_error");
+  if (c.finish == FinishReason::Error) return error(res, 500, c.error, "server_error", "engine_error");
   if (c.finish == FinishReason::Cancelled) {
     // Nobody reads this answer; it is written for the status counts and the log.
     if (t->client_gone.load())
@@ -307,18 +307,16 @@ void Server::stream(Response& res, Endpoint e, std::shared_ptr<Ticket> t, const 
         if (c.finish == FinishReason::Cancelled && st->ticket->client_gone.load()) return false;
         if (c.stop_string) st->ticket->cancelled = true;
         std::string tail;
-        if (c.finish == FinishReason::Failed || c.finish == FinishReason::Cancelled) {
+        if (c.finish == FinishReason::Error || c.finish == FinishReason::Cancelled) {
           bool timed_out;
           {
             std::lock_guard<std::mutex> lk(st->ticket->m);
             timed_out = st->ticket->timed_out;
           }
-          const std::string msg = c.finish == FinishReason::Failed ? c.error
-                                  : timed_out                      ? "the request ran longer than --timeout"
-                                                                   : "the server is shutting down";
-          const char* code = c.finish == FinishReason::Failed ? "engine_error"
-                             : timed_out                      ? "timeout"
-                                                              : "shutting_down";
+          const std::string msg = c.finish == FinishReason::Error ? c.error
+                                  : timed_out                     ? "the request ran longer than --timeout"
+                                                                  : "the server is shutting down";
+          const char* code = c.finish == FinishReason::Error ? "engine_error" : timed_out ? "timeout" : "shutting_down";
           tail = sse_event(error_body(500, msg, "server_error", code));
         } else {
           tail = sse_event(stream_chunk(e, ids, c.out, openai_finish_reason(c.finish, c.stop_string), st->first));

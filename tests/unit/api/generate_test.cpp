@@ -148,7 +148,7 @@ TEST(Generate, GreedyEqualsTheHandWrittenLoop) {
   EXPECT_EQ(r.tokens_generated, 100u);
   EXPECT_EQ(r.tokens_decoded, 99u) << "the last token is not fed back without feed_last";
   EXPECT_EQ(r.prompt_tokens, prompt.size());
-  EXPECT_EQ(r.stop_reason, StopReason::MaxTokens);
+  EXPECT_EQ(r.finish, FinishReason::MaxTokens);
   EXPECT_EQ(r.stop_token, -1);
   EXPECT_EQ(rt.sequence_length(0), after_hand);
   EXPECT_GT(r.prefill_seconds, 0.0);
@@ -187,7 +187,7 @@ TEST(Generate, StopsAtAnEndToken) {
     Collected c;
     GenerateResult r;
     ASSERT_TRUE(generate(rt, 0, Span<const int32_t>(prompt.data(), prompt.size()), o, &collect, &c, &r).ok());
-    EXPECT_EQ(r.stop_reason, StopReason::EndToken);
+    EXPECT_EQ(r.finish, FinishReason::StopToken);
     EXPECT_EQ(r.stop_token, stop);
     EXPECT_EQ(c.ids, std::vector<int32_t>(want.begin(), want.begin() + first)) << "the stop token is not streamed";
     EXPECT_EQ(r.tokens_generated, first);
@@ -205,7 +205,7 @@ TEST(Generate, TheCallbackStopsIt) {
   c.stop_after = 3;
   GenerateResult r;
   ASSERT_TRUE(generate(rt, 0, Span<const int32_t>(prompt.data(), prompt.size()), o, &collect, &c, &r).ok());
-  EXPECT_EQ(r.stop_reason, StopReason::Callback);
+  EXPECT_EQ(r.finish, FinishReason::Cancelled);
   EXPECT_EQ(c.ids.size(), 3u);
   EXPECT_EQ(r.tokens_generated, 3u);
   EXPECT_EQ(r.tokens_decoded, 2u);
@@ -258,7 +258,7 @@ TEST(Generate, AFullCacheStopsAtTheBudget) {
   o.default_stops = false;
   GenerateResult r;
   ASSERT_TRUE(generate(rt, 0, Span<const int32_t>(prompt.data(), prompt.size()), o, nullptr, nullptr, &r).ok());
-  EXPECT_EQ(r.stop_reason, StopReason::Budget);
+  EXPECT_EQ(r.finish, FinishReason::KvFull);
   EXPECT_EQ(rt.sequence_length(0), kBudget);
   EXPECT_EQ(r.tokens_decoded, kBudget - prompt.size());
   EXPECT_EQ(r.tokens_generated, r.tokens_decoded + 1);
@@ -267,7 +267,7 @@ TEST(Generate, AFullCacheStopsAtTheBudget) {
   std::vector<int32_t> long_prompt(kBudget + 1, prompt[1]);
   const Error e = generate(rt, 0, Span<const int32_t>(long_prompt.data(), long_prompt.size()), o, nullptr, nullptr, &r);
   EXPECT_EQ(e.status(), Status::KvFull) << e.message();
-  EXPECT_EQ(r.stop_reason, StopReason::None);
+  EXPECT_EQ(r.finish, FinishReason::None);
 }
 
 TEST(Generate, BadArguments) {
@@ -286,7 +286,7 @@ TEST(Generate, BadArguments) {
   o.max_tokens = 0;
   GenerateResult r;
   ASSERT_TRUE(generate(rt, 0, Span<const int32_t>(prompt.data(), prompt.size()), o, nullptr, nullptr, &r).ok());
-  EXPECT_EQ(r.stop_reason, StopReason::MaxTokens);
+  EXPECT_EQ(r.finish, FinishReason::MaxTokens);
   EXPECT_EQ(r.tokens_generated, 0u);
   EXPECT_EQ(rt.sequence_length(0), prompt.size());
 }

@@ -112,14 +112,9 @@ Outcome alone(const Model& model, KvPolicyKind kind, uint32_t budget, uint32_t c
     o.finish = e.status() == Status::KvFull ? FinishReason::KvFull : FinishReason::Error;
     return o;
   }
-  if (r.stop_reason == StopReason::EndToken) {
-    o.tokens.push_back(r.stop_token);
-    o.finish = FinishReason::StopToken;
-  } else if (r.stop_reason == StopReason::Budget) {
-    o.finish = FinishReason::KvFull;
-  } else {
-    o.finish = FinishReason::MaxTokens;
-  }
+  // The scheduler reports a stop token as its request's last token; generate() does not stream it.
+  if (r.finish == FinishReason::StopToken) o.tokens.push_back(r.stop_token);
+  o.finish = r.finish;
   return o;
 }
 

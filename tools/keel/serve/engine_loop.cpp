@@ -4,18 +4,6 @@
 
 namespace keel::cli {
 
-const char* finish_reason_name(FinishReason r) {
-  switch (r) {
-    case FinishReason::None: return "none";
-    case FinishReason::EndToken: return "end token";
-    case FinishReason::MaxTokens: return "max tokens";
-    case FinishReason::Budget: return "budget";
-    case FinishReason::Cancelled: return "cancelled";
-    case FinishReason::Failed: return "failed";
-  }
-  return "?";
-}
-
 EngineLoop::EngineLoop(Runtime& rt, uint32_t queue_capacity, uint32_t max_per_client)
     : rt_(rt), queue_capacity_(queue_capacity), max_per_client_(max_per_client) {
   const Error e = scheduler_.init(rt);
@@ -56,7 +44,7 @@ uint32_t EngineLoop::active() const {
   uint32_t n = 0;
   for (uint32_t i = 0; i < slots(); ++i) {
     const keel::SlotState st = scheduler_.slot_state(i);
-    n += st.phase != keel::SlotPhase::Free && cancelled_.count(st.request) == 0 ? 1 : 0;
+    n += st.phase != SlotPhase::Free && cancelled_.count(st.request) == 0 ? 1 : 0;
   }
   return n;
 }
@@ -86,7 +74,7 @@ void EngineLoop::feed(std::vector<LoopEvent>& events) {
     if (!s.ok()) {
       LoopEvent ev;
       ev.id = id;
-      ev.finish = FinishReason::Failed;
+      ev.finish = FinishReason::Error;
       ev.error = std::string(to_string(s.error().status())) + ": " + s.error().message();
       events.push_back(std::move(ev));
       live_.erase(id);
@@ -108,7 +96,7 @@ void EngineLoop::translate(const keel::TokenEvent& e, const std::string& pass_er
   const auto it = by_scheduled_.find(e.request);
   if (it == by_scheduled_.end()) return;
   const uint64_t id = it->second;
-  const bool ends = e.finish != keel::FinishReason::None;
+  const bool ends = e.finish != FinishReason::None;
   if (ends) {
     by_scheduled_.erase(it);
     // A cancelled request gave its client's share back when it was cancelled.
@@ -123,21 +111,11 @@ void EngineLoop::translate(const keel::TokenEvent& e, const std::string& pass_er
   LoopEvent ev;
   ev.id = id;
   ev.token = e.token;
-  switch (e.finish) {
-    case keel::FinishReason::None: break;
-    case keel::FinishReason::MaxTokens: ev.finish = FinishReason::MaxTokens; break;
-    // Only the tokenizer's end tokens stop a request here; they are the end, not text.
-    case keel::FinishReason::StopToken:
-      ev.token = -1;
-      ev.finish = FinishReason::EndToken;
-      break;
-    case keel::FinishReason::KvFull: ev.finish = FinishReason::Budget; break;
-    case keel::FinishReason::Cancelled: ev.finish = FinishReason::Cancelled; break;
-    case keel::FinishReason::Error:
-      ev.finish = FinishReason::Failed;
-      ev.error = pass_error.empty() ? std::string("the forward pass refused this request") : pass_error;
-      break;
-  }
+  ev.finish = e.finish;
+  // Only the tokenizer's end tokens stop a request here; they are the end, not text.
+  if (e.finish == FinishReason::StopToken) ev.token = -1;
+  if (e.finish == FinishReason::Error)
+    ev.error = pass_error.empty() ? std::string("the forward pass refused this request") : pass_error;
   if (ev.token < 0 && ev.finish == FinishReason::None) return;
   events.push_back(std::move(ev));
 }
@@ -148,7 +126,7 @@ void EngineLoop::step(std::vector<LoopEvent>& events) {
   prefilling_.clear();
   for (uint32_t i = 0; i < slots(); ++i) {
     const keel::SlotState st = scheduler_.slot_state(i);
-    if (st.phase == keel::SlotPhase::Prefilling && cancelled_.count(st.request) == 0)
+    if (st.phase == SlotPhase::Prefilling && cancelled_.count(st.request) == 0)
       prefilling_[st.request] = {st.prompt_done, st.prompt_tokens};
   }
   size_t n = 0;
@@ -158,7 +136,7 @@ void EngineLoop::step(std::vector<LoopEvent>& events) {
   for (uint32_t i = 0; i < slots() && last_prefilling_; ++i) {
     const keel::SlotState st = scheduler_.slot_state(i);
     const auto p = prefilling_.find(st.request);
-    if (st.phase == keel::SlotPhase::Free || p == prefilling_.end()) continue;
+    if (st.phase == SlotPhase::Free || p == prefilling_.end()) continue;
     last_prefill_tokens_ += st.prompt_done - p->second.first;
     prefilling_.erase(p);
   }
@@ -204,8 +182,8 @@ void EngineLoop::slot_states(std::vector<SlotState>& out) const {
     st.kv_tokens = s.kv_tokens;
     st.kv_budget = s.kv_budget;
     const auto it = by_scheduled_.find(s.request);
-    if (s.phase != keel::SlotPhase::Free && it != by_scheduled_.end() && cancelled_.count(s.request) == 0) {
-      st.phase = s.phase == keel::SlotPhase::Prefilling ? SlotPhase::Prefill : SlotPhase::Decode;
+    if (s.phase != SlotPhase::Free && it != by_scheduled_.end() && cancelled_.count(s.request) == 0) {
+      st.phase = s.phase;
       st.id = it->second;
       st.prompt_tokens = uint32_t(s.prompt_tokens);
       st.prefilled_tokens = uint32_t(s.prompt_done);

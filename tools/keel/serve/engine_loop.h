@@ -17,7 +17,7 @@
 // them, so that one client cannot hold every slot. Requests without a client are not limited. Prefill and decode share
 // each pass as the scheduler decides (decode rows first, then whole prompt chunks oldest first), so a long prompt
 // delays the others by at most one chunk per step. Under the `full` KV policy generation stops when the next token
-// would not fit (FinishReason::Budget, reported by the step after the last token).
+// would not fit (FinishReason::KvFull, reported by the step after the last token).
 //
 // Not thread-safe: one thread owns the loop and the runtime.
 #pragma once
@@ -29,21 +29,12 @@
 #include <string>
 #include <vector>
 
+#include "llm/finish.h"
 #include "llm/runtime.h"
 #include "llm/scheduler.h"
 #include "text/sampler.h"
 
 namespace keel::cli {
-
-enum class FinishReason : uint8_t {
-  None,       // still running
-  EndToken,   // the model produced an end token (EOS, <|im_end|>)
-  MaxTokens,  // max_tokens generated
-  Budget,     // policy full: the sequence filled the KV budget
-  Cancelled,  // cancel()
-  Failed,     // the runtime returned an error (LoopEvent::error)
-};
-const char* finish_reason_name(FinishReason r);
 
 struct LoopRequest {
   std::vector<int32_t> prompt;  // at least one token
@@ -56,11 +47,10 @@ struct LoopRequest {
 struct LoopEvent {
   uint64_t id = 0;
   int32_t token = -1;  // -1: no token this event (an end token is not reported as a token)
+  // StopToken (the end token itself is not reported), MaxTokens, KvFull, Cancelled, Error.
   FinishReason finish = FinishReason::None;
-  std::string error;  // FinishReason::Failed
+  std::string error;  // FinishReason::Error
 };
-
-enum class SlotPhase : uint8_t { Free, Prefill, Decode };
 
 struct SlotState {
   SlotPhase phase = SlotPhase::Free;

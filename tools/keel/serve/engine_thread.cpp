@@ -129,7 +129,7 @@ void EngineThread::run() {
       if (s.kind != SubmitResult::Accepted) {
         // The handler checked the refusals and in_flight_ bounds the queue: not expected.
         LoopEvent ev;
-        ev.finish = FinishReason::Failed;
+        ev.finish = FinishReason::Error;
         ev.error = s.kind == SubmitResult::QueueFull ? "the queue is full" : s.error;
         t->push(std::move(ev));
         --in_flight_;
@@ -174,7 +174,7 @@ void EngineThread::run() {
       const FinishReason f = ev.finish;
       it->second->push(std::move(ev));
       if (f != FinishReason::None) {
-        f == FinishReason::Failed ? ++failed : ++finished;
+        f == FinishReason::Error ? ++failed : ++finished;
         live_.erase(it);
         --in_flight_;
       }

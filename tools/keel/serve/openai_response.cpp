@@ -35,8 +35,10 @@ std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 const char kSseDone[] = "data: [DONE]\n\n";
 
 const char* openai_finish_reason(FinishReason r, bool stop_string) {
-  if (stop_string || r == FinishReason::EndToken) return "stop";
-  return "length";
+  if (stop_string) return "stop";
+  // Cancelled and failed requests are answered with an error body, not a finish reason.
+  const char* name = finish_reason_openai(r);
+  return name ? name : "length";
 }
 
 std::string completion_body(Endpoint e, const CompletionIds& ids, const std::string& text, const char* finish_reason,
