@@ -33,6 +33,7 @@ struct Scheduler::Record {
   uint32_t generated = 0;
   int32_t next_token = -1;  // what the next decode row feeds
   uint64_t admission = 0;   // order of entering a slot (prefill goes oldest first)
+  uint64_t group = 0;
 };
 
 Error Scheduler::init(Runtime& runtime) {
@@ -53,6 +54,8 @@ Error Scheduler::init(Runtime& runtime) {
   for (uint32_t i = 0; i < slots_; ++i) new (work_ + i) SlotWork();
   queue_head_ = queue_count_ = 0;
   next_id_ = next_admission_ = 1;
+  last_prefilling_ = 0;
+  last_prompt_tokens_ = 0;
   for (uint32_t i = 0; i < slots_; ++i) KEEL_TRY(rt_->reset(i));
   return Error();
 }
@@ -64,6 +67,30 @@ Scheduler::Record& Scheduler::slot_record(uint32_t slot) const {
 Scheduler::Record& Scheduler::queue_record(uint32_t i) const {
   const uint32_t at = (queue_head_ + i) % (queue_capacity_ ? queue_capacity_ : 1);
   return *reinterpret_cast<Record*>(records_ + (uint64_t(slots_) + at) * kRequestRecordBytes);
+}
+
+void Scheduler::remove_queued(uint32_t i) {
+  if (i == 0) {
+    queue_record(0) = Record();
+    queue_head_ = (queue_head_ + 1) % queue_capacity_;
+  } else {
+    for (uint32_t j = i; j + 1 < queue_count_; ++j) queue_record(j) = queue_record(j + 1);
+    queue_record(queue_count_ - 1) = Record();
+  }
+  --queue_count_;
+}
+
+uint32_t Scheduler::group_slots(uint64_t group) const {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < slots_; ++i) {
+    const Record& r = slot_record(i);
+    n += r.phase != SlotPhase::Free && r.group == group ? 1 : 0;
+  }
+  return n;
+}
+
+bool Scheduler::over_share(uint64_t group) const {
+  return max_per_group_ > 0 && group != 0 && group_slots(group) >= max_per_group_;
 }
 
 uint32_t Scheduler::active() const {
@@ -82,7 +109,7 @@ Result<uint64_t> Scheduler::submit(const SchedulerRequest& q) {
   KEEL_TRY(text::Sampler::check(q.sampling));
   Record* r = nullptr;
   // Straight into a free slot only when nobody waits: the queue is first come, first served.
-  if (queue_count_ == 0) {
+  if (queue_count_ == 0 && !over_share(q.group)) {
     for (uint32_t i = 0; i < slots_ && !r; ++i) {
       if (slot_record(i).phase == SlotPhase::Free) r = &slot_record(i);
     }
@@ -102,6 +129,7 @@ Result<uint64_t> Scheduler::submit(const SchedulerRequest& q) {
   r->n_stop_tokens = q.n_stop_tokens;
   r->default_stops = q.default_stops;
   r->max_new_tokens = q.max_new_tokens;
+  r->group = q.group;
   if (in_slot) {
     r->phase = SlotPhase::Prefilling;
     r->admission = next_admission_++;
@@ -125,6 +153,17 @@ Error Scheduler::cancel(uint64_t id) {
     }
   }
   return Error(Status::InvalidArgument, "request %" PRIu64 " is neither queued nor running", id);
+}
+
+Error Scheduler::withdraw(uint64_t id) {
+  KEEL_ENSURE(rt_ != nullptr, Status::InvalidArgument, "the scheduler is not initialized");
+  for (uint32_t i = 0; id != 0 && i < queue_count_; ++i) {
+    if (queue_record(i).id == id) {
+      remove_queued(i);
+      return Error();
+    }
+  }
+  return Error(Status::InvalidArgument, "request %" PRIu64 " is not queued", id);
 }
 
 SlotState Scheduler::slot_state(uint32_t slot) const {
@@ -152,10 +191,12 @@ void Scheduler::admit() {
   for (uint32_t i = 0; i < slots_ && queue_count_ > 0; ++i) {
     Record& s = slot_record(i);
     if (s.phase != SlotPhase::Free) continue;
-    s = queue_record(0);
-    queue_record(0) = Record();
-    queue_head_ = (queue_head_ + 1) % queue_capacity_;
-    --queue_count_;
+    // The oldest request whose group is under its share.
+    uint32_t j = 0;
+    while (j < queue_count_ && over_share(queue_record(j).group)) ++j;
+    if (j == queue_count_) return;
+    s = queue_record(j);
+    remove_queued(j);
     s.phase = SlotPhase::Prefilling;
     s.admission = next_admission_++;
   }
@@ -167,6 +208,8 @@ Error Scheduler::step(Span<TokenEvent> events, size_t* n_events) {
   KEEL_ENSURE(events.size() >= max_events(), Status::InvalidArgument,
               "room for %zu events; a step may report %zu (slots + queue capacity)", events.size(), max_events());
   size_t n = 0;
+  last_prefilling_ = 0;
+  last_prompt_tokens_ = 0;
   // Cancelled requests leave first: queued ones (kept in order), then running ones.
   for (uint32_t i = 0, kept = 0, count = queue_count_; i < count; ++i) {
     Record r = queue_record(i);
@@ -184,6 +227,7 @@ Error Scheduler::step(Span<TokenEvent> events, size_t* n_events) {
     if (r.phase != SlotPhase::Free && r.cancelled) finish(r, i, -1, FinishReason::Cancelled, events, &n);
   }
   admit();
+  for (uint32_t i = 0; i < slots_; ++i) last_prefilling_ += slot_record(i).phase == SlotPhase::Prefilling ? 1 : 0;
 
   // Decode rows first: every decoding slot advances by one token each pass.
   const uint32_t chunk = rt_->config().plan.chunk_tokens;
@@ -256,6 +300,7 @@ Error Scheduler::step(Span<TokenEvent> events, size_t* n_events) {
     }
     if (w.prompt) {
       r.prompt_done += w.n;
+      last_prompt_tokens_ += w.n;
       if (!w.prompt_end) continue;
       r.phase = SlotPhase::Decoding;
     }

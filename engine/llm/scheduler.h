@@ -6,7 +6,9 @@
 //
 // Admission: submit() puts a request into a free slot when the queue is empty, else at the back
 //   of the queue; when the queue is full it fails with QueueFull and nothing changes. At the
-//   start of each step, freed slots take queued requests, oldest first.
+//   start of each step, freed slots take queued requests, oldest first. With a group share
+//   (set_max_per_group, e.g. a server's per-client share), a request of a group that holds its
+//   share of the slots waits, and later requests of other groups pass it.
 // A step: every decoding slot contributes its one token (decode latency stays one pass); the
 //   prefilling slots, oldest admission first, each add their next whole prompt chunk
 //   (chunk_tokens, the last may be shorter) while it fits in the pass's plan_step_rows =
@@ -50,6 +52,7 @@ struct SchedulerRequest {
   uint32_t n_stop_tokens = 0;
   bool default_stops = true;      // also stop at the tokenizer's EOS and <|im_end|>
   uint32_t max_new_tokens = 256;  // >= 1
+  uint64_t group = 0;             // requests of one group share set_max_per_group's slots; 0: none
 };
 
 constexpr uint32_t kNoSlot = 0xffffffffu;
@@ -84,6 +87,12 @@ class Scheduler {
   // Marks a queued or running request cancelled; the next step frees its place and reports
   // Cancelled. InvalidArgument when no such request is queued or running.
   Error cancel(uint64_t request);
+  // Takes a queued request out at once, for a host that forgets it itself: its place is free for
+  // the next submit and no event reports it. InvalidArgument when it is not queued (a running
+  // request is cancelled).
+  Error withdraw(uint64_t request);
+  // Slots the requests of one group (SchedulerRequest::group != 0) hold at most; 0: no limit.
+  void set_max_per_group(uint32_t slots) { max_per_group_ = slots; }
   // One batched pass. Writes at most max_events() events to `events` (in slot order, then the
   // queued requests that finished) and their count to `n_events`. With nothing active it runs
   // nothing and reports nothing. An error of the pass itself finishes the requests it ran with
@@ -96,11 +105,18 @@ class Scheduler {
   uint32_t queued() const { return queue_count_; }
   uint32_t active() const;  // slots not free
   size_t max_events() const { return size_t(slots_) + queue_capacity_; }
+  // What the last step did for prompts: slots prefilling when its pass was formed (a lookahead
+  // pass may run none of their tokens), and prompt tokens that went through the model in it.
+  uint32_t last_step_prefilling() const { return last_prefilling_; }
+  uint64_t last_step_prompt_tokens() const { return last_prompt_tokens_; }
 
  private:
   struct Record;
   Record& slot_record(uint32_t slot) const;
   Record& queue_record(uint32_t i) const;  // i-th oldest queued
+  void remove_queued(uint32_t i);          // closes the gap, order kept
+  uint32_t group_slots(uint64_t group) const;
+  bool over_share(uint64_t group) const;  // the group holds its share of the slots
   void admit();
   void finish(Record& r, uint32_t slot, int32_t token, FinishReason why, Span<TokenEvent> events, size_t* n);
 
@@ -111,8 +127,11 @@ class Scheduler {
   uint32_t queue_capacity_ = 0;
   uint32_t queue_head_ = 0;
   uint32_t queue_count_ = 0;
+  uint32_t max_per_group_ = 0;
   uint64_t next_id_ = 1;
   uint64_t next_admission_ = 1;
+  uint32_t last_prefilling_ = 0;
+  uint64_t last_prompt_tokens_ = 0;
 };
 
 }  // namespace keel

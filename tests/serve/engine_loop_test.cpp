@@ -25,6 +25,8 @@ struct Rig {
     o.threads = 1;
     o.kv_policy = policy;
     o.slots = slots;
+    // Room for the largest queue a test gives its loop.
+    o.queue_capacity = EngineLoop::plan_queue_capacity(slots, 8);
     std::string error;
     EXPECT_TRUE(session.load(o, error)) << error;
     EXPECT_TRUE(session.resolve_policy(nullptr, error)) << error;

@@ -84,6 +84,7 @@ int cmd_batch(int argc, char** argv) {
   Session session;
   std::string error;
   so.slots = slots;
+  so.queue_capacity = EngineLoop::plan_queue_capacity(slots, slots);
   if (!session.load(so, error)) return fail("batch", error);
   if (!session.resolve_policy(nullptr, error)) return usage_error("batch", error);
   const uint32_t budget = so.kv_budget ? so.kv_budget : session.default_budget();

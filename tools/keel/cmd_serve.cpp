@@ -473,6 +473,7 @@ int cmd_serve(int argc, char** argv) {
   Session session;
   std::string error;
   so.slots = o.slots;
+  so.queue_capacity = EngineLoop::plan_queue_capacity(o.slots, o.queue);
   if (!session.load(so, error)) return fail("serve", error);
   if (!session.resolve_policy(nullptr, error)) return usage_error("serve", error);
   const uint32_t budget = so.kv_budget ? so.kv_budget : session.default_budget();

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <map>
+#include <set>
 #include <memory>
 #include <random>
 #include <vector>
@@ -386,6 +387,78 @@ TEST(Batching, FullQueueAndBadRequestsAreRefusedWithoutChange) {
   std::map<uint64_t, Outcome> got;
   drain(h.sched, got);
   EXPECT_EQ(got.size(), 3u);
+}
+
+// A group holds at most its share of the slots: its further requests wait while later requests
+// of other groups and of no group pass them, and run, oldest first, as its own end. withdraw()
+// takes a queued request out at once, with no event; a running one stays for cancel().
+TEST(Batching, AGroupHoldsItsShareAndWithdrawLeavesNoTrace) {
+  ASSERT_TRUE(stories().model.loaded());
+  Host h(stories().model, KvPolicyKind::Streaming, 64, 16, 2, 4);
+  ASSERT_TRUE(h.error.ok());
+  h.sched.set_max_per_group(1);
+  const std::vector<int32_t> p = prompt_of(8, 1, 512);  // two prompts fit one pass of 16 + 1 rows
+  auto submit = [&](uint64_t group, uint32_t max_new) {
+    SchedulerRequest q;
+    q.prompt = Span<const int32_t>(p.data(), p.size());
+    q.default_stops = false;
+    q.max_new_tokens = max_new;
+    q.group = group;
+    const Result<uint64_t> r = h.sched.submit(q);
+    EXPECT_TRUE(r.ok()) << r.error().message();
+    return r.ok() ? r.value() : 0;
+  };
+  auto running = [&] {
+    std::set<uint64_t> ids;
+    for (uint32_t s = 0; s < h.sched.slots(); ++s)
+      if (h.sched.slot_state(s).phase != SlotPhase::Free) ids.insert(h.sched.slot_state(s).request);
+    return ids;
+  };
+  std::vector<TokenEvent> ev(h.sched.max_events());
+  std::map<uint64_t, Outcome> got;
+  auto step = [&] {
+    size_t n = 0;
+    ASSERT_TRUE(h.sched.step(Span<TokenEvent>(ev.data(), ev.size()), &n).ok());
+    for (size_t j = 0; j < n; ++j) {
+      if (ev[j].token >= 0) got[ev[j].request].tokens.push_back(ev[j].token);
+      if (ev[j].finish != FinishReason::None) got[ev[j].request].finish = ev[j].finish;
+    }
+  };
+  const uint64_t a1 = submit(7, 3);
+  const uint64_t a2 = submit(7, 3);  // a slot is free, but group 7 holds its share: it waits
+  EXPECT_EQ(running(), (std::set<uint64_t>{a1}));
+  EXPECT_EQ(h.sched.queued(), 1u);
+  const uint64_t b1 = submit(8, 3);
+  const uint64_t w = submit(0, 3);
+  step();
+  EXPECT_EQ(running(), (std::set<uint64_t>{a1, b1}));  // b1 passed a2
+  EXPECT_EQ(h.sched.last_step_prefilling(), 2u);
+  EXPECT_EQ(h.sched.last_step_prompt_tokens(), 2 * p.size());
+  EXPECT_EQ(h.sched.queued(), 2u);
+  // Withdrawn: out of the queue now, and never reported.
+  ASSERT_TRUE(h.sched.withdraw(w).ok());
+  EXPECT_EQ(h.sched.queued(), 1u);
+  EXPECT_EQ(h.sched.withdraw(w).status(), Status::InvalidArgument);
+  EXPECT_EQ(h.sched.withdraw(a1).status(), Status::InvalidArgument);  // running
+  // The requests that took a slot from here on, in that order.
+  std::vector<uint64_t> started;
+  std::set<uint64_t> seen = running();
+  for (uint32_t i = 0; i < 100 && (h.sched.active() > 0 || h.sched.queued() > 0); ++i) {
+    step();
+    for (uint64_t id : running()) {
+      if (seen.insert(id).second) started.push_back(id);
+    }
+    uint32_t of_group = 0;
+    for (uint64_t id : running()) of_group += id == a1 || id == a2 ? 1 : 0;
+    EXPECT_LE(of_group, 1u);
+  }
+  EXPECT_EQ(started, (std::vector<uint64_t>{a2}));
+  EXPECT_EQ(got.count(w), 0u);
+  for (uint64_t id : {a1, a2, b1}) {
+    EXPECT_EQ(got[id].finish, FinishReason::MaxTokens) << id;
+    EXPECT_EQ(got[id].tokens.size(), 3u) << id;
+  }
+  EXPECT_EQ(got[a1].tokens, got[a2].tokens);  // waiting did not change what it generates
 }
 
 // Random submit / cancel / step sequences: every request ends exactly once, with its tokens

@@ -8,7 +8,14 @@ EngineLoop::EngineLoop(Runtime& rt, uint32_t queue_capacity, uint32_t max_per_cl
     : rt_(rt), queue_capacity_(queue_capacity), max_per_client_(max_per_client) {
   const Error e = scheduler_.init(rt);
   if (!e.ok()) init_error_ = std::string(to_string(e.status())) + ": " + e.message();
-  step_events_.resize(rt.slots() + size_t(rt.config().plan.queue_capacity));
+  const uint32_t need = plan_queue_capacity(rt.slots(), queue_capacity);
+  if (init_error_.empty() && scheduler_.queue_capacity() < need) {
+    init_error_ = "the plan's scheduler queue holds " + std::to_string(scheduler_.queue_capacity()) +
+                  " requests; a queue of " + std::to_string(queue_capacity) + " over " + std::to_string(rt.slots()) +
+                  " slots needs " + std::to_string(need);
+  }
+  scheduler_.set_max_per_group(max_per_client);
+  step_events_.resize(scheduler_.max_events());
 }
 
 std::string EngineLoop::refusal(const LoopRequest& request) const {
@@ -24,19 +31,57 @@ std::string EngineLoop::refusal(const LoopRequest& request) const {
   return "";
 }
 
+uint64_t EngineLoop::client_group(const std::string& client) {
+  if (client.empty()) return 0;
+  Client& c = clients_[client];
+  if (c.requests++ == 0) c.group = next_group_++;
+  return c.group;
+}
+
+void EngineLoop::release_group(uint64_t group) {
+  if (group == 0) return;
+  for (auto it = clients_.begin(); it != clients_.end(); ++it) {
+    if (it->second.group != group) continue;
+    if (--it->second.requests == 0) clients_.erase(it);
+    return;
+  }
+}
+
 SubmitResult EngineLoop::submit(LoopRequest request) {
   SubmitResult r;
   r.error = refusal(request);
   if (!r.error.empty()) return r;
-  // Requests beyond the free slots wait; at most queue_capacity of them.
-  if (queue_.size() + active() >= size_t(queue_capacity_) + slots()) {
+  // Requests beyond the free slots wait; at most queue_capacity of them. A cancelled request
+  // still in a slot is not counted: its place was given back when it was cancelled.
+  if (queued() + active() >= size_t(queue_capacity_) + slots()) {
     r.kind = SubmitResult::QueueFull;
     return r;
   }
   r.kind = SubmitResult::Accepted;
   r.id = next_id_++;
-  live_.emplace(r.id, Live{std::move(request), 0});
-  queue_.push_back(r.id);
+  // Placed before the scheduler sees the prompt: the map's node does not move.
+  Live& l = live_.emplace(r.id, Live{std::move(request), 0, 0}).first->second;
+  keel::SchedulerRequest q;
+  q.prompt = Span<const int32_t>(l.request.prompt.data(), l.request.prompt.size());
+  q.sampling = l.request.sampler;
+  q.max_new_tokens = l.request.max_tokens;
+  q.group = max_per_client_ > 0 ? client_group(l.request.client) : 0;
+  const Result<uint64_t> s = scheduler_.submit(q);
+  if (!s.ok()) {
+    // The bound above leaves the scheduler's queue room (plan_queue_capacity), so this is a
+    // request the scheduler refuses (a token or sampler setting it rejects): reported as failed.
+    release_group(q.group);
+    live_.erase(r.id);
+    LoopEvent ev;
+    ev.id = r.id;
+    ev.finish = FinishReason::Error;
+    ev.error = std::string(to_string(s.error().status())) + ": " + s.error().message();
+    failed_.push_back(std::move(ev));
+    return r;
+  }
+  l.scheduled = s.value();
+  l.group = q.group;
+  by_scheduled_.emplace(s.value(), r.id);
   return r;
 }
 
@@ -49,49 +94,6 @@ uint32_t EngineLoop::active() const {
   return n;
 }
 
-void EngineLoop::feed(std::vector<LoopEvent>& events) {
-  // Only into a free slot, never into the scheduler's own queue: which request goes next is
-  // decided here, where the clients are known.
-  auto it = queue_.begin();
-  while (it != queue_.end() && scheduler_.active() < slots()) {
-    const uint64_t id = *it;
-    Live& l = live_.at(id);
-    const std::string& client = l.request.client;
-    if (max_per_client_ > 0 && !client.empty()) {
-      const auto r = running_.find(client);
-      if (r != running_.end() && r->second >= max_per_client_) {
-        ++it;  // this client holds its share; a later request of another one may go first
-        continue;
-      }
-    }
-    keel::SchedulerRequest q;
-    q.prompt = Span<const int32_t>(l.request.prompt.data(), l.request.prompt.size());
-    q.sampling = l.request.sampler;
-    q.max_new_tokens = l.request.max_tokens;
-    const Result<uint64_t> s = scheduler_.submit(q);
-    if (!s.ok() && s.error().status() == Status::QueueFull) return;
-    it = queue_.erase(it);
-    if (!s.ok()) {
-      LoopEvent ev;
-      ev.id = id;
-      ev.finish = FinishReason::Error;
-      ev.error = std::string(to_string(s.error().status())) + ": " + s.error().message();
-      events.push_back(std::move(ev));
-      live_.erase(id);
-      continue;
-    }
-    l.scheduled = s.value();
-    by_scheduled_.emplace(s.value(), id);
-    if (!client.empty()) ++running_[client];
-  }
-}
-
-void EngineLoop::release_client(const std::string& client) {
-  const auto r = running_.find(client);
-  if (r == running_.end()) return;
-  if (--r->second == 0) running_.erase(r);
-}
-
 void EngineLoop::translate(const keel::TokenEvent& e, const std::string& pass_error, std::vector<LoopEvent>& events) {
   const auto it = by_scheduled_.find(e.request);
   if (it == by_scheduled_.end()) return;
@@ -99,8 +101,7 @@ void EngineLoop::translate(const keel::TokenEvent& e, const std::string& pass_er
   const bool ends = e.finish != FinishReason::None;
   if (ends) {
     by_scheduled_.erase(it);
-    // A cancelled request gave its client's share back when it was cancelled.
-    if (cancelled_.count(e.request) == 0) release_client(live_.at(id).request.client);
+    release_group(live_.at(id).group);
     live_.erase(id);
   }
   if (cancelled_.count(e.request)) {
@@ -121,56 +122,28 @@ void EngineLoop::translate(const keel::TokenEvent& e, const std::string& pass_er
 }
 
 void EngineLoop::step(std::vector<LoopEvent>& events) {
-  feed(events);
-  // Prompt progress before the pass, to count the prompt tokens it runs.
-  prefilling_.clear();
-  for (uint32_t i = 0; i < slots(); ++i) {
-    const keel::SlotState st = scheduler_.slot_state(i);
-    if (st.phase == SlotPhase::Prefilling && cancelled_.count(st.request) == 0)
-      prefilling_[st.request] = {st.prompt_done, st.prompt_tokens};
-  }
+  for (LoopEvent& ev : failed_) events.push_back(std::move(ev));
+  failed_.clear();
   size_t n = 0;
   const Error pass = scheduler_.step(Span<keel::TokenEvent>(step_events_.data(), step_events_.size()), &n);
-  last_prefilling_ = !prefilling_.empty();
-  last_prefill_tokens_ = 0;
-  for (uint32_t i = 0; i < slots() && last_prefilling_; ++i) {
-    const keel::SlotState st = scheduler_.slot_state(i);
-    const auto p = prefilling_.find(st.request);
-    if (st.phase == SlotPhase::Free || p == prefilling_.end()) continue;
-    last_prefill_tokens_ += st.prompt_done - p->second.first;
-    prefilling_.erase(p);
-  }
-  for (size_t i = 0; i < n; ++i) {
-    // Gone from its slot in this pass: a request that sampled its first token (and its last)
-    // ran the rest of its prompt.
-    const keel::TokenEvent& e = step_events_[i];
-    const auto p = prefilling_.find(e.request);
-    if (p != prefilling_.end() && e.token >= 0) last_prefill_tokens_ += p->second.second - p->second.first;
-  }
   const std::string pass_error = pass.ok() ? "" : std::string(to_string(pass.status())) + ": " + pass.message();
   for (size_t i = 0; i < n; ++i) translate(step_events_[i], pass_error, events);
-  // Slots this pass freed take waiting requests now, so the next step runs them.
-  feed(events);
 }
 
 bool EngineLoop::cancel(uint64_t id) {
   const auto it = live_.find(id);
   if (it == live_.end()) return false;
-  if (it->second.scheduled == 0) {
-    for (auto q = queue_.begin(); q != queue_.end(); ++q) {
-      if (*q == id) {
-        queue_.erase(q);
-        break;
-      }
-    }
+  const uint64_t scheduled = it->second.scheduled;
+  if (cancelled_.count(scheduled)) return false;
+  // A queued request leaves the queue now; a running one's slot is freed by the next step.
+  if (scheduler_.withdraw(scheduled).ok()) {
+    by_scheduled_.erase(scheduled);
+    release_group(it->second.group);
     live_.erase(it);
     return true;
   }
-  const uint64_t scheduled = it->second.scheduled;
-  if (cancelled_.count(scheduled)) return false;
   if (!scheduler_.cancel(scheduled).ok()) return false;
   cancelled_.insert(scheduled);
-  release_client(it->second.request.client);
   return true;
 }
 
