@@ -134,6 +134,7 @@ TEST(Generate, GreedyEqualsTheHandWrittenLoop) {
   const std::vector<int32_t> want = hand_loop(rt, prompt, 100);
   ASSERT_EQ(want.size(), 100u) << "the greedy story has no EOS in its first 100 tokens";
   const uint64_t after_hand = rt.sequence_length(0);
+  const std::vector<float> hand_logits(rt.logits(0).begin(), rt.logits(0).end());
 
   fresh_runtime();
   GenerateOptions o;
@@ -151,6 +152,9 @@ TEST(Generate, GreedyEqualsTheHandWrittenLoop) {
   EXPECT_EQ(r.finish, FinishReason::MaxTokens);
   EXPECT_EQ(r.stop_token, -1);
   EXPECT_EQ(rt.sequence_length(0), after_hand);
+  // The same passes: the last logits are the hand loop's, bit for bit.
+  ASSERT_EQ(rt.logits(0).size(), hand_logits.size());
+  EXPECT_EQ(memcmp(rt.logits(0).data(), hand_logits.data(), hand_logits.size() * sizeof(float)), 0);
   EXPECT_GT(r.prefill_seconds, 0.0);
   EXPECT_GT(r.decode_seconds, 0.0);
 
