@@ -12,34 +12,14 @@
 #include <arm_neon.h>
 
 #include <cstdint>
-#include <type_traits>
-#include <utility>
 
 #include "core/f16.h"
 #include "core/kv_type.h"
 #include "kernels/attention.h"
+#include "kernels/unrolled.h"
 
 namespace keel::arm64 {
 namespace {  // NOLINT(google-build-namespaces): see above
-
-// f(integral_constant<0>) ... f(integral_constant<N - 1>): arrays of accumulators indexed by
-// constants stay in registers.
-template <uint32_t N, class F>
-inline __attribute__((always_inline)) void unrolled(F&& f) {
-  [&]<uint32_t... I>(std::integer_sequence<uint32_t, I...>) { (f(std::integral_constant<uint32_t, I>{}), ...); }
-  (std::make_integer_sequence<uint32_t, N>{});
-}
-
-// The g queries of a grouped call in blocks of at most Block: f(first query, integral_constant<size>).
-template <uint32_t Block, class F>
-inline void for_query_blocks(uint32_t g, F&& f) {
-  for (uint32_t i = 0; i < g; i += Block) {
-    const uint32_t size = g - i < Block ? g - i : Block;
-    unrolled<Block>([&](auto s) {
-      if (size == s + 1) f(i, std::integral_constant<uint32_t, s + 1>{});
-    });
-  }
-}
 
 inline float32x4_t load_half4(const uint16_t* p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
 

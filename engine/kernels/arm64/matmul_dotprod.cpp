@@ -7,7 +7,7 @@
 //    int32 accumulator at -8 * sum_a, Q4M's min as a second f32 step.
 // Per block, row quads are done one after the other: only T int32 accumulators are live, and a
 // quad's f32 step follows it. With several tokens (prefill) each weight load feeds up to
-// kDotprodTileTokens tokens; the block's 512 (256) bytes stay in L1 across the quads.
+// 4 tokens; the block's 512 (256) bytes stay in L1 across the quads.
 #include "kernels/arm64/arm64_tables.h"
 #include "kernels/arm64/neon_util.h"
 #include "kernels/kquant_kernels.h"
@@ -32,7 +32,7 @@ inline int32x4_t chains_sum(const int32x4_t (&c)[N]) {
 }
 
 template <int T>
-void q8_panel(const QuantPanel& qp, const ActBlock* x, float* y, uint32_t y_stride) {
+void q8_panel(const PanelView& qp, const ActBlock* x, float* y, uint32_t y_stride) {
   constexpr int kChains = kChainsFor<T>;
   const int8x16_t bias = vdupq_n_s8(int8_t(0x80));
   float32x4_t accf[T][4];
@@ -65,7 +65,7 @@ void q8_panel(const QuantPanel& qp, const ActBlock* x, float* y, uint32_t y_stri
           c = vdotq_laneq_s32(c, w3, a[t][h], 3);
         }
       }
-      const float32x4_t dw = load_f16x4(qp.scales + b * 32 + k * 8);
+      const float32x4_t dw = load_f16x4(qp.header + b * 32 + k * 8);
       for (int t = 0; t < T; ++t)
         accf[t][k] = block_step(accf[t][k], dw, x[uint64_t(t) * qp.nb + b].d, chains_sum<kChains>(acc[t]));
     }
@@ -75,7 +75,7 @@ void q8_panel(const QuantPanel& qp, const ActBlock* x, float* y, uint32_t y_stri
 
 // Q4 (kMin = false: value d * (u - 8)) or Q4M (kMin = true: value d * u + m).
 template <int T, bool kMin>
-void q4_panel(const QuantPanel& qp, const ActBlock* x, float* y, uint32_t y_stride) {
+void q4_panel(const PanelView& qp, const ActBlock* x, float* y, uint32_t y_stride) {
   constexpr int kChains = kChainsFor<T>;
   const uint8x16_t low4 = vdupq_n_u8(0x0f);
   float32x4_t accf[T][4];
@@ -112,52 +112,48 @@ void q4_panel(const QuantPanel& qp, const ActBlock* x, float* y, uint32_t y_stri
           c = vdotq_laneq_s32(c, h1, a[t][h], 3);
         }
       }
-      const float32x4_t dw = load_f16x4(qp.scales + b * 32 + k * 8);
+      const float32x4_t dw = load_f16x4(qp.header + b * 32 + k * 8);
       for (int t = 0; t < T; ++t) {
         const ActBlock& ab = x[uint64_t(t) * qp.nb + b];
         accf[t][k] = block_step(accf[t][k], dw, ab.d, chains_sum<kChains>(acc[t]));
-        if constexpr (kMin) accf[t][k] = min_step(accf[t][k], load_f16x4(qp.mins + b * 32 + k * 8), ab.d, ab.sum);
+        if constexpr (kMin) accf[t][k] = min_step(accf[t][k], load_f16x4(qp.mins() + b * 32 + k * 8), ab.d, ab.sum);
       }
     }
   }
   for (int t = 0; t < T; ++t) store_panel_rows(y + uint64_t(t) * y_stride, accf[t], qp.n_rows);
 }
 
-template <int T>
-void panel_t(const QuantPanel& qp, const ActBlock* x, float* y, uint32_t y_stride) {
-  if (qp.dtype == fb::DType::Q8) {
-    q8_panel<T>(qp, x, y, y_stride);
-  } else if (qp.dtype == fb::DType::Q4) {
-    q4_panel<T, false>(qp, x, y, y_stride);
-  } else {
-    q4_panel<T, true>(qp, x, y, y_stride);
+// Q8, Q4 and Q4M under the shared panel walk (kernels/matmul_driver.h).
+struct DotprodQuant {
+  static constexpr bool handles(fb::DType dt) {
+    return dt == fb::DType::Q8 || dt == fb::DType::Q4 || dt == fb::DType::Q4M;
   }
-}
+  static constexpr int tile(fb::DType) { return 4; }
+  template <fb::DType DT, int T>
+  static void panel(const PanelView& pv, const ActBlock* x, float* y, uint32_t y_stride) {
+    if constexpr (DT == fb::DType::Q8) {
+      q8_panel<T>(pv, x, y, y_stride);
+    } else {
+      q4_panel<T, DT == fb::DType::Q4M>(pv, x, y, y_stride);
+    }
+  }
+};
 
 }  // namespace
 
-void dotprod_panel(const QuantPanel& qp, const ActBlock* x, uint32_t n_tokens, float* y, uint32_t y_stride) {
-  static_assert(kDotprodTileTokens == 4, "one case per tile size");
-  switch (n_tokens) {
-    case 1: panel_t<1>(qp, x, y, y_stride); break;
-    case 2: panel_t<2>(qp, x, y, y_stride); break;
-    case 3: panel_t<3>(qp, x, y, y_stride); break;
-    default: panel_t<4>(qp, x, y, y_stride); break;
+void dotprod_panel1(fb::DType dt, const PanelView& pv, const ActBlock* x, float* y) {
+  switch (dt) {
+    case fb::DType::Q8: return DotprodQuant::panel<fb::DType::Q8, 1>(pv, x, y, 0);
+    case fb::DType::Q4: return DotprodQuant::panel<fb::DType::Q4, 1>(pv, x, y, 0);
+    case fb::DType::Q4M: return DotprodQuant::panel<fb::DType::Q4M, 1>(pv, x, y, 0);
+    default: return;
   }
 }
 
 void matmul_dotprod(const WeightView& w, const ActBlock* x, uint32_t n_tokens, float* y, uint32_t y_stride,
                     uint32_t panel_begin, uint32_t panel_end) {
-  if (!is_quantized(w.dtype)) return;
   if (is_wide_quant(w.dtype)) return matmul_wide_dotprod(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
-  const uint32_t nb = act_blocks(w.cols);
-  for (uint32_t p = panel_begin; p < panel_end; ++p) {
-    const QuantPanel qp = quant_panel_at(w, p);
-    for (uint32_t t0 = 0; t0 < n_tokens; t0 += kDotprodTileTokens) {
-      const uint32_t nt = n_tokens - t0 < kDotprodTileTokens ? n_tokens - t0 : kDotprodTileTokens;
-      dotprod_panel(qp, x + uint64_t(t0) * nb, nt, y + uint64_t(t0) * y_stride + p * kPanelRows, y_stride);
-    }
-  }
+  matmul_panels<DotprodQuant>(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
 }
 
 namespace {

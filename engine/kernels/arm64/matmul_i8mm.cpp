@@ -20,8 +20,6 @@ namespace keel::arm64 {
 
 namespace {
 
-constexpr uint32_t kTilePairs = 2;  // 4 tokens per pass over a panel
-
 // Activations of token pair P for column octet o (0..3): [t0 q[8o..8o+7], t1 q[8o..8o+7]].
 inline int8x16_t pair_octet(const int8_t* q0, const int8_t* q1, int o) {
   const int64x2_t a = vreinterpretq_s64_s8(vld1q_s8(q0 + 16 * (o / 2)));
@@ -39,7 +37,7 @@ inline void rows_of_octet(int8x16_t first, int8x16_t second, int8x16_t& r01, int
 
 // One panel against P token pairs (2P tokens).
 template <int P, fb::DType DT>
-void mmla_panel(const QuantPanel& qp, const ActBlock* x, float* y, uint32_t y_stride) {
+void mmla_panel(const PanelView& qp, const ActBlock* x, float* y, uint32_t y_stride) {
   constexpr int T = 2 * P;
   constexpr bool kQ8 = DT == fb::DType::Q8;
   const int8x16_t bias = vdupq_n_s8(int8_t(0x80));
@@ -82,7 +80,7 @@ void mmla_panel(const QuantPanel& qp, const ActBlock* x, float* y, uint32_t y_st
           acc23[p] = vmmlaq_s32(acc23[p], r23, a[p][o]);
         }
       }
-      const float32x4_t dw = load_f16x4(qp.scales + b * 32 + k * 8);
+      const float32x4_t dw = load_f16x4(qp.header + b * 32 + k * 8);
       for (int p = 0; p < P; ++p) {
         const int32x4_t isum[2] = {vuzp1q_s32(acc01[p], acc23[p]), vuzp2q_s32(acc01[p], acc23[p])};
         for (int i = 0; i < 2; ++i) {
@@ -90,7 +88,7 @@ void mmla_panel(const QuantPanel& qp, const ActBlock* x, float* y, uint32_t y_st
           const ActBlock& ab = x[uint64_t(t) * qp.nb + b];
           accf[t][k] = block_step(accf[t][k], dw, ab.d, isum[i]);
           if constexpr (DT == fb::DType::Q4M)
-            accf[t][k] = min_step(accf[t][k], load_f16x4(qp.mins + b * 32 + k * 8), ab.d, ab.sum);
+            accf[t][k] = min_step(accf[t][k], load_f16x4(qp.mins() + b * 32 + k * 8), ab.d, ab.sum);
         }
       }
     }
@@ -98,35 +96,25 @@ void mmla_panel(const QuantPanel& qp, const ActBlock* x, float* y, uint32_t y_st
   for (int t = 0; t < T; ++t) store_panel_rows(y + uint64_t(t) * y_stride, accf[t], qp.n_rows);
 }
 
-template <int P>
-void pairs_panel(const QuantPanel& qp, const ActBlock* x, float* y, uint32_t y_stride) {
-  if (qp.dtype == fb::DType::Q8) {
-    mmla_panel<P, fb::DType::Q8>(qp, x, y, y_stride);
-  } else if (qp.dtype == fb::DType::Q4) {
-    mmla_panel<P, fb::DType::Q4>(qp, x, y, y_stride);
-  } else {
-    mmla_panel<P, fb::DType::Q4M>(qp, x, y, y_stride);
+// Q8, Q4 and Q4M under the shared panel walk (kernels/matmul_driver.h): up to two token pairs
+// per pass, an odd last token through the dotprod kernel.
+struct I8mmQuant {
+  static constexpr bool handles(fb::DType dt) {
+    return dt == fb::DType::Q8 || dt == fb::DType::Q4 || dt == fb::DType::Q4M;
   }
-}
+  static constexpr int tile(fb::DType) { return 4; }
+  template <fb::DType DT, int T>
+  static void panel(const PanelView& pv, const ActBlock* x, float* y, uint32_t y_stride) {
+    if constexpr (T >= 2) mmla_panel<T / 2, DT>(pv, x, y, y_stride);
+    if constexpr (T % 2 == 1) dotprod_panel1(DT, pv, x + uint64_t(T - 1) * pv.nb, y + uint64_t(T - 1) * y_stride);
+  }
+};
 
 void matmul_i8mm(const WeightView& w, const ActBlock* x, uint32_t n_tokens, float* y, uint32_t y_stride,
                  uint32_t panel_begin, uint32_t panel_end) {
-  if (n_tokens == 1 || !is_quantized(w.dtype) || is_wide_quant(w.dtype))
+  if (n_tokens == 1 || is_wide_quant(w.dtype))
     return matmul_dotprod(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
-  const uint32_t nb = act_blocks(w.cols);
-  for (uint32_t p = panel_begin; p < panel_end; ++p) {
-    const QuantPanel qp = quant_panel_at(w, p);
-    float* yp = y + p * kPanelRows;
-    uint32_t t0 = 0;
-    for (; t0 + 2 * kTilePairs <= n_tokens; t0 += 2 * kTilePairs)
-      pairs_panel<kTilePairs>(qp, x + uint64_t(t0) * nb, yp + uint64_t(t0) * y_stride, y_stride);
-    static_assert(kTilePairs == 2, "the remainder below is one pair at most");
-    if (t0 + 2 <= n_tokens) {
-      pairs_panel<1>(qp, x + uint64_t(t0) * nb, yp + uint64_t(t0) * y_stride, y_stride);
-      t0 += 2;
-    }
-    if (t0 < n_tokens) dotprod_panel(qp, x + uint64_t(t0) * nb, 1, yp + uint64_t(t0) * y_stride, y_stride);
-  }
+  matmul_panels<I8mmQuant>(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
 }
 
 constexpr MatmulKernels kI8mm = {"neon-i8mm", quantize_act_neon, matmul_i8mm, matmul_f_neon};

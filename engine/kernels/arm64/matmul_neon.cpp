@@ -17,8 +17,6 @@ namespace keel::arm64 {
 
 namespace {
 
-constexpr uint32_t kTileTokens = 2;
-
 // The 4 activation bytes of lane `lane` repeated in each 32-bit lane.
 inline int8x16_t act_dup(int8x16_t a, int lane) {
   const int32x4_t v = vreinterpretq_s32_s8(a);
@@ -32,7 +30,7 @@ inline int8x16_t act_dup(int8x16_t a, int lane) {
 
 // One panel against T tokens (token t's blocks at x + t * nb, outputs at y + t * y_stride).
 template <int T>
-void q8_panel(const QuantPanel& qp, const ActBlock* x, float* y, uint32_t y_stride) {
+void q8_panel(const PanelView& qp, const ActBlock* x, float* y, uint32_t y_stride) {
   const int8x16_t bias = vdupq_n_s8(int8_t(0x80));
   float32x4_t accf[T][4];
   for (int t = 0; t < T; ++t)
@@ -63,7 +61,7 @@ void q8_panel(const QuantPanel& qp, const ActBlock* x, float* y, uint32_t y_stri
           hi[t] = vpadalq_s16(hi[t], p_hi);
         }
       }
-      const float32x4_t dw = load_f16x4(qp.scales + b * 32 + k * 8);
+      const float32x4_t dw = load_f16x4(qp.header + b * 32 + k * 8);
       for (int t = 0; t < T; ++t)
         accf[t][k] = block_step(accf[t][k], dw, x[uint64_t(t) * qp.nb + b].d, vpaddq_s32(lo[t], hi[t]));
     }
@@ -73,7 +71,7 @@ void q8_panel(const QuantPanel& qp, const ActBlock* x, float* y, uint32_t y_stri
 
 // Q4 (kMin = false: value d * (u - 8)) or Q4M (kMin = true: value d * u + m).
 template <int T, bool kMin>
-void q4_panel(const QuantPanel& qp, const ActBlock* x, float* y, uint32_t y_stride) {
+void q4_panel(const PanelView& qp, const ActBlock* x, float* y, uint32_t y_stride) {
   const uint8x16_t low4 = vdupq_n_u8(0x0f);
   float32x4_t accf[T][4];
   for (int t = 0; t < T; ++t)
@@ -104,47 +102,40 @@ void q4_panel(const QuantPanel& qp, const ActBlock* x, float* y, uint32_t y_stri
           p_hi[t] = vmlal_high_s8(p_hi[t], wh, ah);
         }
       }
-      const float32x4_t dw = load_f16x4(qp.scales + b * 32 + k * 8);
+      const float32x4_t dw = load_f16x4(qp.header + b * 32 + k * 8);
       for (int t = 0; t < T; ++t) {
         const ActBlock& ab = x[uint64_t(t) * qp.nb + b];
         int32x4_t isum = vpaddq_s32(vpaddlq_s16(p_lo[t]), vpaddlq_s16(p_hi[t]));
         if constexpr (!kMin) isum = vaddq_s32(isum, vdupq_n_s32(-8 * ab.sum));
         accf[t][k] = block_step(accf[t][k], dw, ab.d, isum);
-        if constexpr (kMin) accf[t][k] = min_step(accf[t][k], load_f16x4(qp.mins + b * 32 + k * 8), ab.d, ab.sum);
+        if constexpr (kMin) accf[t][k] = min_step(accf[t][k], load_f16x4(qp.mins() + b * 32 + k * 8), ab.d, ab.sum);
       }
     }
   }
   for (int t = 0; t < T; ++t) store_panel_rows(y + uint64_t(t) * y_stride, accf[t], qp.n_rows);
 }
 
-template <int T>
-void neon_panel(const QuantPanel& qp, const ActBlock* x, float* y, uint32_t y_stride) {
-  if (qp.dtype == fb::DType::Q8) {
-    q8_panel<T>(qp, x, y, y_stride);
-  } else if (qp.dtype == fb::DType::Q4) {
-    q4_panel<T, false>(qp, x, y, y_stride);
-  } else {
-    q4_panel<T, true>(qp, x, y, y_stride);
+// Q8, Q4 and Q4M under the shared panel walk (kernels/matmul_driver.h): two tokens per pass, as
+// the int16 accumulators of more would not fit the registers.
+struct NeonQuant {
+  static constexpr bool handles(fb::DType dt) {
+    return dt == fb::DType::Q8 || dt == fb::DType::Q4 || dt == fb::DType::Q4M;
   }
-}
+  static constexpr int tile(fb::DType) { return 2; }
+  template <fb::DType DT, int T>
+  static void panel(const PanelView& pv, const ActBlock* x, float* y, uint32_t y_stride) {
+    if constexpr (DT == fb::DType::Q8) {
+      q8_panel<T>(pv, x, y, y_stride);
+    } else {
+      q4_panel<T, DT == fb::DType::Q4M>(pv, x, y, y_stride);
+    }
+  }
+};
 
 void matmul_neon(const WeightView& w, const ActBlock* x, uint32_t n_tokens, float* y, uint32_t y_stride,
                  uint32_t panel_begin, uint32_t panel_end) {
-  if (!is_quantized(w.dtype)) return;
   if (is_wide_quant(w.dtype)) return matmul_wide_neon(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
-  const uint32_t nb = act_blocks(w.cols);
-  for (uint32_t p = panel_begin; p < panel_end; ++p) {
-    const QuantPanel qp = quant_panel_at(w, p);
-    for (uint32_t t0 = 0; t0 < n_tokens; t0 += kTileTokens) {
-      const ActBlock* xt = x + uint64_t(t0) * nb;
-      float* yt = y + uint64_t(t0) * y_stride + p * kPanelRows;
-      if (n_tokens - t0 == 1) {
-        neon_panel<1>(qp, xt, yt, y_stride);
-      } else {
-        neon_panel<2>(qp, xt, yt, y_stride);
-      }
-    }
-  }
+  matmul_panels<NeonQuant>(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
 }
 
 constexpr MatmulKernels kNeon = {"neon", quantize_act_neon, matmul_neon, matmul_f_neon};

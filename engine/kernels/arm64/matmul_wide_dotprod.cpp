@@ -48,7 +48,7 @@ struct DotprodDot {
 
 void matmul_wide_dotprod(const WeightView& w, const ActBlock* x, uint32_t n_tokens, float* y, uint32_t y_stride,
                          uint32_t panel_begin, uint32_t panel_end) {
-  matmul_wide_dispatch<DotprodDot>(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
+  matmul_panels<WidePanels<DotprodDot>>(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
 }
 
 }  // namespace keel::arm64

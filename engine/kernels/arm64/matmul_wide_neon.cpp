@@ -28,7 +28,7 @@ struct NeonDot {
   template <bool kFirst, int kI0>
   static inline __attribute__((always_inline)) void mul4(const uint8x16_t u[8], const int8_t* q, int16x8_t& p01,
                                                          int16x8_t& p23) {
-    wide_unrolled<4>([&](auto di) {
+    unrolled<4>([&](auto di) {
       constexpr int i = kI0 + di;
       const int8x16_t a = vreinterpretq_s8_s32(vdupq_n_s32(wide_load_i32(q + 4 * i)));
       const int8x16_t w = vreinterpretq_s8_u8(u[i]);
@@ -64,7 +64,7 @@ struct NeonDot {
 
 void matmul_wide_neon(const WeightView& w, const ActBlock* x, uint32_t n_tokens, float* y, uint32_t y_stride,
                       uint32_t panel_begin, uint32_t panel_end) {
-  matmul_wide_dispatch<NeonDot>(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
+  matmul_panels<WidePanels<NeonDot>>(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
 }
 
 }  // namespace keel::arm64

@@ -1,7 +1,7 @@
-// The panel walk of the 5-bit and K-quant kernels (Q5, Q5M, Q4K, Q5K, Q6K) that the NEON and
-// dotprod tiers share: decoding a block's nibbles and high-bit planes in registers, the
-// per-block scales and the f32 accumulation. A tier supplies only the integer dot product of
-// one group of 4 rows (`Dot::group`), so both tiers perform the same f32 operations, in the same
+// The panel kernel of the 5-bit and K-quant formats (Q5, Q5M, Q4K, Q5K, Q6K) that the NEON and
+// dotprod tiers share, under the panel walk of kernels/matmul_driver.h: decoding a block's
+// nibbles and high-bit planes in registers, the per-block scales and the f32 accumulation. A tier supplies only the
+// integer dot product of one group of 4 rows (`Dot::group`), so both tiers perform the same f32 operations, in the same
 // order, on the same exact integers: a token's outputs are bit for bit the same whichever tier
 // computed them and however many tokens shared its tile. The f32 steps are those of the x86
 // kernels, in their order (engine/kernels/x86/matmul_wide_avx2.cpp).
@@ -20,10 +20,10 @@
 #include <arm_neon.h>
 
 #include <cstring>
-#include <type_traits>
-#include <utility>
 
 #include "kernels/kquant_kernels.h"
+#include "kernels/matmul_driver.h"
+#include "kernels/unrolled.h"
 #include "model/weight_format.h"
 
 namespace keel::arm64 {
@@ -34,17 +34,6 @@ namespace keel::arm64 {
 namespace {
 
 using fb::DType;
-
-// f(integral_constant<0>) ... f(integral_constant<N - 1>). Every array of vectors here is indexed
-// only through these constants: GCC 12 at -O2 keeps an array indexed by a loop variable in
-// memory (decoded u stored and reloaded, accumulators written back per block), unrolled or not.
-template <int N, class F>
-inline __attribute__((always_inline)) void wide_unrolled(F&& f) {
-  [&]<int... I>(std::integer_sequence<int, I...>) __attribute__((always_inline)) {
-    (f(std::integral_constant<int, I>{}), ...);
-  }
-  (std::make_integer_sequence<int, N>{});
-}
 
 inline int32_t wide_load_i32(const void* p) {
   int32_t v;
@@ -83,9 +72,9 @@ template <DType DT>
 inline __attribute__((always_inline)) void wide_decode_group(const uint8_t* qb, uint32_t k, uint8x16_t u[8]) {
   const uint8x16_t low4 = vdupq_n_u8(0x0f);
   uint8x16_t n[4];
-  wide_unrolled<4>([&](auto c) { n[c] = vld1q_u8(qb + c * 64 + k * 16); });
+  unrolled<4>([&](auto c) { n[c] = vld1q_u8(qb + c * 64 + k * 16); });
   if constexpr (high_bits(DT) == 0) {
-    wide_unrolled<4>([&](auto c) {
+    unrolled<4>([&](auto c) {
       u[2 * c] = vandq_u8(n[c], low4);
       u[2 * c + 1] = vshrq_n_u8(n[c], 4);
     });
@@ -134,38 +123,39 @@ inline int32x4_t wide_group_i32(const int16x8_t h[2]) {
 
 inline void wide_store_rows(float* y, const float32x4_t acc[4], uint32_t n_rows) {
   if (n_rows == kPanelRows) {
-    wide_unrolled<4>([&](auto k) { vst1q_f32(y + 4 * k, acc[k]); });
+    unrolled<4>([&](auto k) { vst1q_f32(y + 4 * k, acc[k]); });
     return;
   }
   float tmp[kPanelRows];
-  wide_unrolled<4>([&](auto k) { vst1q_f32(tmp + 4 * k, acc[k]); });
+  unrolled<4>([&](auto k) { vst1q_f32(tmp + 4 * k, acc[k]); });
   for (uint32_t r = 0; r < n_rows; ++r) y[r] = tmp[r];
 }
 
 // T tokens x one panel. Dot::group<kHalves>(u, q, s) adds, for the 4 rows of a group, to s[0]
 // sum_i u_i q_i over the block's 32 columns, or with kHalves to s[0] and s[1] the sums over
-// columns 0-15 and 16-31 (Q6K's two scales). flatten: the lambdas of wide_unrolled are calls
+// columns 0-15 and 16-31 (Q6K's two scales). flatten: the lambdas of unrolled are calls
 // GCC does not inline at -O2 once the body is this large, which would put the decoded u back
 // in memory.
 template <DType DT, int T, class Dot>
-__attribute__((flatten)) void wide_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* x, float* y,
-                                         uint32_t y_stride, uint32_t n_rows) {
+__attribute__((flatten)) void wide_panel(const PanelView& pv, const ActBlock* x, float* y, uint32_t y_stride) {
   constexpr bool kHalves = DT == DType::Q6K;
   constexpr uint32_t kQbb = quant_block_bytes(DT);
+  const uint8_t* panel = pv.header;
+  const uint32_t nb = pv.nb;
   const uint32_t ns = nb / (kSuperBlock / kQuantBlock);
-  const uint8_t* quants = panel + qoff;
+  const uint8_t* quants = pv.quants;
   float32x4_t acc[T][4];
-  wide_unrolled<T>([&](auto t) { wide_unrolled<4>([&](auto k) { acc[t][k] = vdupq_n_f32(0.0f); }); });
+  unrolled<T>([&](auto t) { unrolled<4>([&](auto k) { acc[t][k] = vdupq_n_f32(0.0f); }); });
   float32x4_t dsb[4], msb[4];  // the superblock's d and dmin, loaded at its first block
-  wide_unrolled<4>([&](auto k) { dsb[k] = msb[k] = vdupq_n_f32(0.0f); });
+  unrolled<4>([&](auto k) { dsb[k] = msb[k] = vdupq_n_f32(0.0f); });
   for (uint32_t b = 0; b < nb; ++b) {
     const uint8_t* qb = quants + uint64_t(b) * kQbb;
     if constexpr (is_kquant(DT)) {
       if (b % 8 == 0) {
         const uint8_t* d = panel + (b / 8) * 32;
-        wide_unrolled<4>([&](auto k) { dsb[k] = wide_load_f16x4(d + k * 8); });
+        unrolled<4>([&](auto k) { dsb[k] = wide_load_f16x4(d + k * 8); });
         if constexpr (DT != DType::Q6K)
-          wide_unrolled<4>([&](auto k) { msb[k] = wide_load_f16x4(d + uint64_t(ns) * 32 + k * 8); });
+          unrolled<4>([&](auto k) { msb[k] = wide_load_f16x4(d + uint64_t(ns) * 32 + k * 8); });
       }
     }
     // K-quant u8 scales and mins, Q6K int8 scales of the two halves, widened to 16 bits.
@@ -183,7 +173,7 @@ __attribute__((flatten)) void wide_panel(const uint8_t* panel, uint32_t nb, uint
     // The integer sums start from minus the zero point's share, per token: Q5 16 sum q, Q6K
     // 32 sum q over each 16-column half; 0 for the formats without one.
     int32x4_t z0[T], z1[T];
-    wide_unrolled<T>([&](auto t) {
+    unrolled<T>([&](auto t) {
       const ActBlock& a = x[uint64_t(t) * nb + b];
       if constexpr (DT == DType::Q6K) {
         const int32_t h0 = 32 * int32_t(vaddlvq_s8(vld1q_s8(a.q)));
@@ -193,7 +183,7 @@ __attribute__((flatten)) void wide_panel(const uint8_t* panel, uint32_t nb, uint
         z0[t] = z1[t] = vdupq_n_s32(DT == DType::Q5 ? -16 * a.sum : 0);
       }
     });
-    wide_unrolled<4>([&](auto k) {
+    unrolled<4>([&](auto k) {
       uint8x16_t u[8];
       wide_decode_group<DT>(qb, k, u);
       // Per-row multipliers of isum * d_a (s) and of sum_a * d_a (m), as the x86 kernels form
@@ -210,7 +200,7 @@ __attribute__((flatten)) void wide_panel(const uint8_t* panel, uint32_t nb, uint
         s = wide_load_f16x4(panel + uint64_t(b) * 32 + k * 8);
         if constexpr (DT == DType::Q5M) m = wide_load_f16x4(panel + uint64_t(nb) * 32 + uint64_t(b) * 32 + k * 8);
       }
-      wide_unrolled<T>([&](auto t) {
+      unrolled<T>([&](auto t) {
         const ActBlock& a = x[uint64_t(t) * nb + b];
         int32x4_t is[2] = {z0[t], z1[t]};
         Dot::template group<kHalves>(u, a.q, is);
@@ -229,64 +219,21 @@ __attribute__((flatten)) void wide_panel(const uint8_t* panel, uint32_t nb, uint
       });
     });
   }
-  wide_unrolled<T>([&](auto t) { wide_store_rows(y + uint64_t(t) * y_stride, acc[t], n_rows); });
+  unrolled<T>([&](auto t) { wide_store_rows(y + uint64_t(t) * y_stride, acc[t], pv.n_rows); });
 }
 
-template <DType DT, int T, class Dot>
-void wide_panel_tile(uint32_t nt, const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* x, float* y,
-                     uint32_t y_stride, uint32_t n_rows) {
-  if constexpr (T > 1) {
-    if (nt < uint32_t(T)) return wide_panel_tile<DT, T - 1, Dot>(nt, panel, nb, qoff, x, y, y_stride, n_rows);
-  }
-  wide_panel<DT, T, Dot>(panel, nb, qoff, x, y, y_stride, n_rows);
-}
-
-// Tokens are taken kTile at a time per panel, so a panel's decoded u serve kTile tokens.
-template <DType DT, int kTile, class Dot>
-void matmul_wide_panels(const WeightView& w, const ActBlock* x, uint32_t n_tokens, float* y, uint32_t y_stride,
-                        uint32_t panel_begin, uint32_t panel_end) {
-  const uint32_t nb = act_blocks(w.cols);
-  const uint64_t pbytes = panel_bytes(DT, w.cols);
-  const uint64_t qoff = panel_quants_offset(DT, w.cols);
-  for (uint32_t p = panel_begin; p < panel_end; ++p) {
-    const uint8_t* panel = w.data + p * pbytes;
-    // The header is read a little per block while the quants stream; fetching it up front keeps
-    // the quants one clean sequential stream for the hardware prefetcher.
-    for (uint64_t o = 0; o < qoff; o += 64) __builtin_prefetch(panel + o);
-    const uint32_t r0 = p * kPanelRows;
-    const uint32_t n_rows = w.rows - r0 < kPanelRows ? w.rows - r0 : kPanelRows;
-    for (uint32_t t0 = 0; t0 < n_tokens; t0 += kTile) {
-      const uint32_t nt = n_tokens - t0 < uint32_t(kTile) ? n_tokens - t0 : uint32_t(kTile);
-      wide_panel_tile<DT, kTile, Dot>(nt, panel, nb, qoff, x + uint64_t(t0) * nb, y + uint64_t(t0) * y_stride + r0,
-                                      y_stride, n_rows);
-    }
-  }
-}
-
-// Dot::tile(dt): tokens per panel pass, the most whose accumulators, activations and the
-// group's decoded u fit the 32 vector registers with the fewest spills (llvm-mca).
+// The tier's microkernels under the shared panel walk (kernels/matmul_driver.h). Dot::tile(dt):
+// tokens per panel pass, the most whose accumulators, activations and the group's decoded u fit
+// the 32 vector registers with the fewest spills (llvm-mca).
 template <class Dot>
-void matmul_wide_dispatch(const WeightView& w, const ActBlock* x, uint32_t n_tokens, float* y, uint32_t y_stride,
-                          uint32_t panel_begin, uint32_t panel_end) {
-  switch (w.dtype) {
-    case DType::Q5:
-      matmul_wide_panels<DType::Q5, Dot::tile(DType::Q5), Dot>(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
-      break;
-    case DType::Q5M:
-      matmul_wide_panels<DType::Q5M, Dot::tile(DType::Q5M), Dot>(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
-      break;
-    case DType::Q4K:
-      matmul_wide_panels<DType::Q4K, Dot::tile(DType::Q4K), Dot>(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
-      break;
-    case DType::Q5K:
-      matmul_wide_panels<DType::Q5K, Dot::tile(DType::Q5K), Dot>(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
-      break;
-    case DType::Q6K:
-      matmul_wide_panels<DType::Q6K, Dot::tile(DType::Q6K), Dot>(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
-      break;
-    default: break;
+struct WidePanels {
+  static constexpr bool handles(DType dt) { return is_wide_quant(dt); }
+  static constexpr int tile(DType dt) { return Dot::tile(dt); }
+  template <DType DT, int T>
+  static void panel(const PanelView& pv, const ActBlock* x, float* y, uint32_t y_stride) {
+    wide_panel<DT, T, Dot>(pv, x, y, y_stride);
   }
-}
+};
 
 }  // namespace
 }  // namespace keel::arm64

@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "kernels/kernels.h"
+#include "kernels/matmul_driver.h"
 
 namespace keel::arm64 {
 
@@ -47,40 +48,17 @@ inline void store_panel_rows(float* y, const float32x4_t acc[4], uint32_t n_rows
   for (uint32_t r = 0; r < n_rows; ++r) y[r] = tmp[r];
 }
 
-// What a tier's panel kernel needs of one panel of a Q8, Q4 or Q4M matrix.
-struct QuantPanel {
-  fb::DType dtype;
-  const uint8_t* scales;  // [nb][16] f16
-  const uint8_t* mins;    // Q4M: [nb][16] f16
-  const uint8_t* quants;  // [nb][512 or 256]
-  uint32_t nb;
-  uint32_t n_rows;
-};
-
-inline QuantPanel quant_panel_at(const WeightView& w, uint32_t p) {
-  const uint32_t nb = act_blocks(w.cols);
-  const uint8_t* panel = w.data + uint64_t(p) * panel_bytes(w.dtype, w.cols);
-  const uint32_t r0 = p * kPanelRows;
-  return QuantPanel{w.dtype,
-                    panel,
-                    panel + uint64_t(nb) * kPanelRows * 2,
-                    panel + panel_quants_offset(w.dtype, w.cols),
-                    nb,
-                    w.rows - r0 < kPanelRows ? w.rows - r0 : kPanelRows};
-}
-
 // Shared by the tiers (defined in quantize_neon.cpp and matmul_float_neon.cpp: nothing in
 // them gains from dotprod or i8mm).
 void quantize_act_neon(const float* x, uint32_t cols, ActBlock* out);
 void matmul_f_neon(const WeightView& w, const float* x, uint32_t n_tokens, uint32_t x_stride, float* y,
                    uint32_t y_stride, uint32_t panel_begin, uint32_t panel_end);
 
-// The dotprod tier's quantized matmul, and its kernel for one panel and 1..kDotprodTileTokens
-// tokens (matmul_dotprod.cpp); the i8mm tier uses them for single tokens. Call only when
+// The dotprod tier's quantized matmul, and its kernel for one panel of Q8, Q4 or Q4M and one
+// token (matmul_dotprod.cpp); the i8mm tier uses them for single tokens. Call only when
 // cpu_has_dotprod().
-constexpr uint32_t kDotprodTileTokens = 4;
 void matmul_dotprod(const WeightView& w, const ActBlock* x, uint32_t n_tokens, float* y, uint32_t y_stride,
                     uint32_t panel_begin, uint32_t panel_end);
-void dotprod_panel(const QuantPanel& qp, const ActBlock* x, uint32_t n_tokens, float* y, uint32_t y_stride);
+void dotprod_panel1(fb::DType dt, const PanelView& pv, const ActBlock* x, float* y);
 
 }  // namespace keel::arm64

@@ -7,8 +7,8 @@
 
 #include "core/f16.h"
 #include "kernels/x86/query_q8.h"
-#include "kernels/x86/unrolled.h"
 #include "kernels/attention.h"
+#include "kernels/unrolled.h"
 #include "kernels/x86/f16_lane_sums.h"
 
 namespace keel {
@@ -148,10 +148,8 @@ void to_half_avx2(const float* x, uint32_t n, uint16_t* out) {
 // two scales are applied once per group. Eight keys go through together so the horizontal
 // sums, the scale loads and the conversions are shared by a vector of eight keys.
 constexpr uint32_t kMaxGroups = x86::kQueryMaxGroups;
-using x86::for_query_blocks;
 using x86::quantize_query;
 using x86::QueryQ8;
-using x86::unrolled;
 
 // Eight int32 8-lane sums to one vector of eight totals, as sum8 does for floats.
 inline __m256i sum8_epi32(const __m256i* a) {

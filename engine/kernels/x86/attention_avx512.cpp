@@ -27,10 +27,10 @@
 
 #include "core/f16.h"
 #include "kernels/attention.h"
+#include "kernels/unrolled.h"
 #include "kernels/x86/avx512_intrin.h"
 #include "kernels/x86/f16_lane_sums.h"
 #include "kernels/x86/query_q8.h"
-#include "kernels/x86/unrolled.h"
 
 namespace keel {
 
@@ -364,7 +364,7 @@ constexpr uint32_t kQuantGroupBlock = 4;
 template <class Rows, uint32_t kChunks>
 void scores_group_chunked(const float* q, uint32_t g, const uint16_t* k, uint32_t n, uint32_t, float scale, float* s,
                           uint64_t s_stride) {
-  x86::for_query_blocks<kQuantGroupBlock>(g, [&](uint32_t i, auto size) {
+  for_query_blocks<kQuantGroupBlock>(g, [&](uint32_t i, auto size) {
     scores_chunked<Rows, kChunks, size>(q + uint64_t(i) * kChunk * kChunks, k, n, scale, s + i * s_stride, s_stride);
   });
 }
@@ -372,7 +372,7 @@ void scores_group_chunked(const float* q, uint32_t g, const uint16_t* k, uint32_
 template <class Rows, uint32_t kChunks>
 void weighted_sum_group_chunked(const float* p, uint64_t p_stride, uint32_t g, const uint16_t* v, uint32_t n, uint32_t,
                                 float* out) {
-  x86::for_query_blocks<kQuantGroupBlock>(g, [&](uint32_t i, auto size) {
+  for_query_blocks<kQuantGroupBlock>(g, [&](uint32_t i, auto size) {
     weighted_sum_chunked<Rows, kChunks, size>(p + i * p_stride, p_stride, v, n, out + uint64_t(i) * kChunk * kChunks);
   });
 }
@@ -505,7 +505,7 @@ void scores_f16_group(const float* q, uint32_t g, const uint16_t* k, uint32_t n,
     for (uint32_t i = 0; i < g; ++i) one(q + uint64_t(i) * hd, k, n, hd, scale, s + i * s_stride);
     return;
   }
-  x86::for_query_blocks<kGroupBlock>(g, [&](uint32_t i, auto size) {
+  for_query_blocks<kGroupBlock>(g, [&](uint32_t i, auto size) {
     scores_f16_block<size>(q + uint64_t(i) * hd, k, n, hd, scale, s + i * s_stride, s_stride);
   });
 }
@@ -539,7 +539,7 @@ void weighted_sum_f16_group(const float* p, uint64_t p_stride, uint32_t g, const
     for (uint32_t i = 0; i < g; ++i) one(p + i * p_stride, v, n, hd, out + uint64_t(i) * hd);
     return;
   }
-  x86::for_query_blocks<kGroupBlock>(g, [&](uint32_t i, auto size) {
+  for_query_blocks<kGroupBlock>(g, [&](uint32_t i, auto size) {
     weighted_sum_f16_block<size>(p + i * p_stride, p_stride, v, n, hd, out + uint64_t(i) * hd);
   });
 }

@@ -12,17 +12,13 @@
 
 #include <cstring>
 
-#include "core/f16.h"
-#include "kernels/kernels.h"
 #include "kernels/kquant_kernels.h"
+#include "kernels/matmul_driver.h"
 #include "kernels/x86/x86_tables.h"
 
 namespace keel::x86 {
 
 namespace {
-
-constexpr uint32_t kTileTokens = 4;
-constexpr uint32_t kFloatTileTokens = 4;
 
 inline int32_t load_i32(const void* p) {
   int32_t v;
@@ -123,10 +119,10 @@ inline void store_rows(float* y, __m256 lo, __m256 hi, uint32_t n_rows) {
 
 // One panel of Q8 against T tokens (token t's blocks at x + t * nb, output at y + t * y_stride).
 template <int T>
-void q8_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* x, float* y, uint32_t y_stride,
-              uint32_t n_rows) {
-  const uint8_t* scales = panel;
-  const uint8_t* quants = panel + qoff;
+void q8_panel(const PanelView& pv, const ActBlock* x, float* y, uint32_t y_stride) {
+  const uint32_t nb = pv.nb;
+  const uint8_t* scales = pv.header;
+  const uint8_t* quants = pv.quants;
   const __m256i bias = _mm256_set1_epi8(char(0x80));
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 accf_lo[T], accf_hi[T];
@@ -156,16 +152,16 @@ void q8_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* 
       accf_hi[t] = scale_add(accf_hi[t], dw_hi, da, acc_hi[t]);
     }
   }
-  for (int t = 0; t < T; ++t) store_rows(y + uint64_t(t) * y_stride, accf_lo[t], accf_hi[t], n_rows);
+  for (int t = 0; t < T; ++t) store_rows(y + uint64_t(t) * y_stride, accf_lo[t], accf_hi[t], pv.n_rows);
 }
 
 // One panel of Q4 (kMin = false: value d * (u - 8)) or Q4M (kMin = true: value d * u + m).
 template <int T, bool kMin>
-void q4_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* x, float* y, uint32_t y_stride,
-              uint32_t n_rows) {
-  const uint8_t* scales = panel;
-  const uint8_t* mins = panel + uint64_t(nb) * 32;
-  const uint8_t* quants = panel + qoff;
+void q4_panel(const PanelView& pv, const ActBlock* x, float* y, uint32_t y_stride) {
+  const uint32_t nb = pv.nb;
+  const uint8_t* scales = pv.header;
+  const uint8_t* mins = pv.header + uint64_t(nb) * 32;
+  const uint8_t* quants = pv.quants;
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 accf_lo[T], accf_hi[T];
@@ -212,153 +208,56 @@ void q4_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* 
       }
     }
   }
-  for (int t = 0; t < T; ++t) store_rows(y + uint64_t(t) * y_stride, accf_lo[t], accf_hi[t], n_rows);
+  for (int t = 0; t < T; ++t) store_rows(y + uint64_t(t) * y_stride, accf_lo[t], accf_hi[t], pv.n_rows);
 }
 
-// The kernels read one scale line (and one min line) for every two blocks while streaming the
-// quants: interleaved with the quant stream, those few lines near the panel start make the
-// hardware stream prefetcher back off (measured: DRAM-cold Q8 1536x576 went from ~18 to ~30
-// GB/s single-thread on the reference machine, and 49152x576 from ~4 to ~19). Fetching the
-// whole header up front leaves one clean forward stream.
-inline void prefetch_header(const uint8_t* panel, uint64_t header_bytes) {
-  for (uint64_t o = 0; o < header_bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(panel + o), _MM_HINT_T0);
-}
-
-template <int T>
-void quant_panel(fb::DType dt, const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* x, float* y,
-                 uint32_t y_stride, uint32_t n_rows) {
-  if (dt == fb::DType::Q8) {
-    q8_panel<T>(panel, nb, qoff, x, y, y_stride, n_rows);
-  } else if (dt == fb::DType::Q4) {
-    q4_panel<T, false>(panel, nb, qoff, x, y, y_stride, n_rows);
-  } else {
-    q4_panel<T, true>(panel, nb, qoff, x, y, y_stride, n_rows);
+// Q8, Q4 and Q4M under the shared panel walk (kernels/matmul_driver.h); the 5-bit and K-quant
+// formats are matmul_wide_avx2's.
+struct Avx2Quant {
+  static constexpr bool handles(fb::DType dt) {
+    return dt == fb::DType::Q8 || dt == fb::DType::Q4 || dt == fb::DType::Q4M;
   }
-}
+  static constexpr int tile(fb::DType) { return 4; }
+  template <fb::DType DT, int T>
+  static void panel(const PanelView& pv, const ActBlock* x, float* y, uint32_t y_stride) {
+    if constexpr (DT == fb::DType::Q8) {
+      q8_panel<T>(pv, x, y, y_stride);
+    } else {
+      q4_panel<T, DT == fb::DType::Q4M>(pv, x, y, y_stride);
+    }
+  }
+};
 
 void matmul_avx2(const WeightView& w, const ActBlock* x, uint32_t n_tokens, float* y, uint32_t y_stride,
                  uint32_t panel_begin, uint32_t panel_end) {
-  const fb::DType dt = w.dtype;
-  if (!is_quantized(dt)) return;
-  if (is_wide_quant(dt)) return matmul_wide_avx2(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
-  const uint32_t nb = act_blocks(w.cols);
-  const uint64_t pbytes = panel_bytes(dt, w.cols);
-  const uint64_t qoff = panel_quants_offset(dt, w.cols);
-  for (uint32_t p = panel_begin; p < panel_end; ++p) {
-    const uint8_t* panel = w.data + p * pbytes;
-    prefetch_header(panel, qoff);
-    const uint32_t r0 = p * kPanelRows;
-    const uint32_t n_rows = w.rows - r0 < kPanelRows ? w.rows - r0 : kPanelRows;
-    for (uint32_t t0 = 0; t0 < n_tokens; t0 += kTileTokens) {
-      const uint32_t nt = n_tokens - t0 < kTileTokens ? n_tokens - t0 : kTileTokens;
-      const ActBlock* xt = x + uint64_t(t0) * nb;
-      float* yt = y + uint64_t(t0) * y_stride + r0;
-      switch (nt) {
-        case 1: quant_panel<1>(dt, panel, nb, qoff, xt, yt, y_stride, n_rows); break;
-        case 2: quant_panel<2>(dt, panel, nb, qoff, xt, yt, y_stride, n_rows); break;
-        case 3: quant_panel<3>(dt, panel, nb, qoff, xt, yt, y_stride, n_rows); break;
-        default: quant_panel<4>(dt, panel, nb, qoff, xt, yt, y_stride, n_rows); break;
-      }
+  if (is_wide_quant(w.dtype)) return matmul_wide_avx2(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
+  matmul_panels<Avx2Quant>(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
+}
+
+// The f32 vector of the float matmul (kernels/matmul_driver.h): 8 lanes, a scalar column tail.
+struct Avx2F32 {
+  using Vec = __m256;
+  static constexpr uint32_t kLanes = 8;
+  static constexpr bool kMaskedTail = false;
+  static Vec zero() { return _mm256_setzero_ps(); }
+  static Vec load_x(const float* p) { return _mm256_loadu_ps(p); }
+  template <fb::DType DT>
+  static Vec load_w(const uint8_t* row, uint32_t c) {
+    if constexpr (DT == fb::DType::F32) {
+      return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + c);
+    } else if constexpr (DT == fb::DType::F16) {
+      return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * c)));
+    } else {
+      const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * c)));
+      return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
     }
   }
-}
+  static Vec fma(Vec w, Vec x, Vec acc) { return _mm256_fmadd_ps(w, x, acc); }
+  static Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+  static float hsum(Vec v) { return hsum8(v); }
+};
 
-// ---- float weights, row-major ----
-
-template <fb::DType DT>
-inline __m256 load_w8(const uint8_t* row, uint32_t c) {
-  if constexpr (DT == fb::DType::F32) {
-    return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + c);
-  } else if constexpr (DT == fb::DType::F16) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * c)));
-  } else {
-    const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * c)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
-  }
-}
-
-template <fb::DType DT>
-inline float load_w1(const uint8_t* row, uint32_t c) {
-  uint16_t h;
-  if constexpr (DT == fb::DType::F32) {
-    float v;
-    memcpy(&v, row + 4 * c, 4);
-    return v;
-  } else if constexpr (DT == fb::DType::F16) {
-    memcpy(&h, row + 2 * c, 2);
-    return f16_to_f32(h);
-  } else {
-    memcpy(&h, row + 2 * c, 2);
-    return bf16_to_f32(h);
-  }
-}
-
-// One weight row against T tokens: the row is read once and feeds every token. Rows are
-// streamed one at a time on purpose: reading 2 or 4 rows side by side (4 interleaved streams)
-// measured 2-3x slower from DRAM on the reference machine (F32 1536x576 cold: 9.5 GB/s with 4
-// rows, 27.8 with 1). With one token, U independent accumulators hide the FMA latency.
-template <fb::DType DT, int T>
-void float_row(const uint8_t* row, uint32_t cols, const float* x, uint32_t x_stride, float* y, uint32_t y_stride) {
-  constexpr int U = T == 1 ? 4 : T == 2 ? 2 : 1;
-  __m256 acc[T][U];
-  for (int t = 0; t < T; ++t)
-    for (int u = 0; u < U; ++u) acc[t][u] = _mm256_setzero_ps();
-  uint32_t c = 0;
-  for (; c + 8 * U <= cols; c += 8 * U) {
-    for (int u = 0; u < U; ++u) {
-      const __m256 wv = load_w8<DT>(row, c + 8 * u);
-      for (int t = 0; t < T; ++t)
-        acc[t][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + uint64_t(t) * x_stride + c + 8 * u), acc[t][u]);
-    }
-  }
-  for (; c + 8 <= cols; c += 8) {
-    const __m256 wv = load_w8<DT>(row, c);
-    for (int t = 0; t < T; ++t)
-      acc[t][0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + uint64_t(t) * x_stride + c), acc[t][0]);
-  }
-  for (int t = 0; t < T; ++t) {
-    for (int u = 1; u < U; ++u) acc[t][0] = _mm256_add_ps(acc[t][0], acc[t][u]);
-    float s = hsum8(acc[t][0]);
-    const float* xt = x + uint64_t(t) * x_stride;
-    for (uint32_t k = c; k < cols; ++k) s += load_w1<DT>(row, k) * xt[k];
-    y[uint64_t(t) * y_stride] = s;
-  }
-}
-
-template <fb::DType DT>
-void matmul_float(const WeightView& w, const float* x, uint32_t n_tokens, uint32_t x_stride, float* y,
-                  uint32_t y_stride, uint32_t r_begin, uint32_t r_end) {
-  const uint64_t row_bytes = uint64_t(w.cols) * float_elem_bytes(DT);
-  for (uint32_t r = r_begin; r < r_end; ++r) {
-    const uint8_t* row = w.data + r * row_bytes;
-    for (uint32_t t0 = 0; t0 < n_tokens; t0 += kFloatTileTokens) {
-      const uint32_t nt = n_tokens - t0 < kFloatTileTokens ? n_tokens - t0 : kFloatTileTokens;
-      const float* xt = x + uint64_t(t0) * x_stride;
-      float* yt = y + uint64_t(t0) * y_stride + r;
-      switch (nt) {
-        case 1: float_row<DT, 1>(row, w.cols, xt, x_stride, yt, y_stride); break;
-        case 2: float_row<DT, 2>(row, w.cols, xt, x_stride, yt, y_stride); break;
-        case 3: float_row<DT, 3>(row, w.cols, xt, x_stride, yt, y_stride); break;
-        default: float_row<DT, 4>(row, w.cols, xt, x_stride, yt, y_stride); break;
-      }
-    }
-  }
-}
-
-void matmul_f_avx2(const WeightView& w, const float* x, uint32_t n_tokens, uint32_t x_stride, float* y,
-                   uint32_t y_stride, uint32_t panel_begin, uint32_t panel_end) {
-  const uint32_t r_begin = panel_begin * kPanelRows;
-  const uint32_t r_end = panel_end * kPanelRows < w.rows ? panel_end * kPanelRows : w.rows;
-  if (r_begin >= r_end) return;
-  switch (w.dtype) {
-    case fb::DType::F32: matmul_float<fb::DType::F32>(w, x, n_tokens, x_stride, y, y_stride, r_begin, r_end); break;
-    case fb::DType::F16: matmul_float<fb::DType::F16>(w, x, n_tokens, x_stride, y, y_stride, r_begin, r_end); break;
-    case fb::DType::BF16: matmul_float<fb::DType::BF16>(w, x, n_tokens, x_stride, y, y_stride, r_begin, r_end); break;
-    default: break;
-  }
-}
-
-constexpr MatmulKernels kAvx2 = {"avx2", quantize_act_avx2, matmul_avx2, matmul_f_avx2};
+constexpr MatmulKernels kAvx2 = {"avx2", quantize_act_avx2, matmul_avx2, matmul_float_rows<Avx2F32>};
 
 }  // namespace
 

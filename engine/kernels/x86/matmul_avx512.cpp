@@ -3,23 +3,20 @@
 // sums of 4 products into int32, no saturation) accumulates all 16 rows per instruction. The
 // zero point enters once per block: the int32 accumulator starts at -z * sum(q_a).
 //
-// Decode (one token) streams each panel once, front to back. With several tokens a panel is
-// loaded once per tile of up to kTileTokens tokens and every load feeds all of them; a panel
-// (~10 KB at 576 columns) stays in L1/L2 across tiles.
+// The panels and tiles of tokens are walked by kernels/matmul_driver.h; with several tokens
+// every quant load feeds the up to 8 tokens of a tile.
 
 #include <cstring>
 
-#include "kernels/kernels.h"
-#include "kernels/x86/avx512_intrin.h"
 #include "kernels/kquant_kernels.h"
+#include "kernels/matmul_driver.h"
+#include "kernels/x86/avx512_intrin.h"
 #include "kernels/x86/x86_tables.h"
 
 namespace keel::x86 {
 
 namespace {
 
-constexpr uint32_t kTileTokens = 8;
-constexpr uint32_t kFloatTileTokens = 4;
 // Multi-token prefetch distances in Q4 weight bytes (Q8: twice as far): a block with several
 // tokens takes long enough that the hardware prefetcher's lead no longer hides the latency of
 // L3 or DRAM. Far ahead into L2 (its queue holds many more misses than L1's fill buffers), near
@@ -87,13 +84,20 @@ void quantize_act_avx512(const float* x, uint32_t cols, ActBlock* out) {
   }
 }
 
+// The rows of the panel that exist, of every token of the tile.
+template <int T>
+inline void store_rows(const PanelView& pv, float* y, uint32_t y_stride, const __m512 (&accf)[T]) {
+  const __mmask16 rows_mask = __mmask16((1u << pv.n_rows) - 1);
+  for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + uint64_t(t) * y_stride, rows_mask, accf[t]);
+}
+
 // One panel of Q8 against T tokens. x: token t's blocks at x + t * nb; y: token t at
 // y + t * y_stride (already offset to the panel's first row).
 template <int T>
-void q8_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* x, float* y, uint32_t y_stride,
-              __mmask16 rows_mask) {
-  const uint8_t* scales = panel;
-  const uint8_t* quants = panel + qoff;
+void q8_panel(const PanelView& pv, const ActBlock* x, float* y, uint32_t y_stride) {
+  const uint32_t nb = pv.nb;
+  const uint8_t* scales = pv.header;
+  const uint8_t* quants = pv.quants;
   __m512 accf[T];
   for (int t = 0; t < T; ++t) accf[t] = _mm512_setzero_ps();
   for (uint32_t b = 0; b < nb; ++b) {
@@ -120,16 +124,16 @@ void q8_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* 
       for (int t = 0; t < T; ++t) accf[t] = scale_add(accf[t], dw, x[uint64_t(t) * nb + b].d, acc[t]);
     }
   }
-  for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + uint64_t(t) * y_stride, rows_mask, accf[t]);
+  store_rows(pv, y, y_stride, accf);
 }
 
 // One panel of Q4 (kMin = false: value d * (u - 8)) or Q4M (kMin = true: value d * u + m).
 template <int T, bool kMin>
-void q4_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* x, float* y, uint32_t y_stride,
-              __mmask16 rows_mask) {
-  const uint8_t* scales = panel;
-  const uint8_t* mins = panel + uint64_t(nb) * 32;
-  const uint8_t* quants = panel + qoff;
+void q4_panel(const PanelView& pv, const ActBlock* x, float* y, uint32_t y_stride) {
+  const uint32_t nb = pv.nb;
+  const uint8_t* scales = pv.header;
+  const uint8_t* mins = pv.header + uint64_t(nb) * 32;
+  const uint8_t* quants = pv.quants;
   const __m512i low4 = _mm512_set1_epi8(0x0f);
   // Every lane adds block b's scaled sum and then its min term, in the order the 256-bit kernel
   // (which runs Q4M decode, see decode_prefers_256) does: a token's result is then bit for bit
@@ -184,28 +188,7 @@ void q4_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* 
       for (int t = 0; t < T; ++t) accf[t] = scale_add(accf[t], dw, x[uint64_t(t) * nb + b].d, acc[t]);
     }
   }
-  for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + uint64_t(t) * y_stride, rows_mask, accf[t]);
-}
-
-// The kernels read one scale line (and one min line) for every two blocks while streaming the
-// quants: interleaved with the quant stream, those few lines near the panel start make the
-// hardware stream prefetcher back off (measured: DRAM-cold Q8 1536x576 went from ~18 to ~30
-// GB/s single-thread on the reference machine, and 49152x576 from ~4 to ~19). Fetching the
-// whole header up front leaves one clean forward stream.
-inline void prefetch_header(const uint8_t* panel, uint64_t header_bytes) {
-  for (uint64_t o = 0; o < header_bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(panel + o), _MM_HINT_T0);
-}
-
-template <int T>
-void quant_panel(fb::DType dt, const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* x, float* y,
-                 uint32_t y_stride, __mmask16 rows_mask) {
-  if (dt == fb::DType::Q8) {
-    q8_panel<T>(panel, nb, qoff, x, y, y_stride, rows_mask);
-  } else if (dt == fb::DType::Q4) {
-    q4_panel<T, false>(panel, nb, qoff, x, y, y_stride, rows_mask);
-  } else {
-    q4_panel<T, true>(panel, nb, qoff, x, y, y_stride, rows_mask);
-  }
+  store_rows(pv, y, y_stride, accf);
 }
 
 // Decode (one token) of Q4M and F32 weights runs the 256-bit kernels of the AVX2 table: single-thread
@@ -218,134 +201,75 @@ bool decode_prefers_256(fb::DType dt, uint32_t n_tokens) {
   return n_tokens == 1 && (dt == fb::DType::Q4M || dt == fb::DType::F32);
 }
 
+// Q8, Q4 and Q4M under the shared panel walk; the 5-bit and K-quant formats are
+// matmul_wide_avx512's.
+struct Avx512Quant {
+  static constexpr bool handles(fb::DType dt) {
+    return dt == fb::DType::Q8 || dt == fb::DType::Q4 || dt == fb::DType::Q4M;
+  }
+  static constexpr int tile(fb::DType) { return 8; }
+  template <fb::DType DT, int T>
+  static void panel(const PanelView& pv, const ActBlock* x, float* y, uint32_t y_stride) {
+    if constexpr (DT == fb::DType::Q8) {
+      q8_panel<T>(pv, x, y, y_stride);
+    } else {
+      q4_panel<T, DT == fb::DType::Q4M>(pv, x, y, y_stride);
+    }
+  }
+};
+
 void matmul_avx512(const WeightView& w, const ActBlock* x, uint32_t n_tokens, float* y, uint32_t y_stride,
                    uint32_t panel_begin, uint32_t panel_end) {
-  const fb::DType dt = w.dtype;
-  if (!is_quantized(dt)) return;
   // The 512-bit kernels of the 5-bit and K-quant formats beat their 256-bit ones at one token
   // too (docs/performance.md, "Every quantized format").
-  if (is_wide_quant(dt)) return matmul_wide_avx512(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
-  if (decode_prefers_256(dt, n_tokens)) {
-    matmul_avx2_table().matmul(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
-    return;
-  }
-  const uint32_t nb = act_blocks(w.cols);
-  const uint64_t pbytes = panel_bytes(dt, w.cols);
-  const uint64_t qoff = panel_quants_offset(dt, w.cols);
-  for (uint32_t p = panel_begin; p < panel_end; ++p) {
-    const uint8_t* panel = w.data + p * pbytes;
-    prefetch_header(panel, qoff);
-    const uint32_t r0 = p * kPanelRows;
-    const uint32_t n_rows = w.rows - r0 < kPanelRows ? w.rows - r0 : kPanelRows;
-    const __mmask16 mask = __mmask16((1u << n_rows) - 1);
-    for (uint32_t t0 = 0; t0 < n_tokens; t0 += kTileTokens) {
-      const uint32_t nt = n_tokens - t0 < kTileTokens ? n_tokens - t0 : kTileTokens;
-      const ActBlock* xt = x + uint64_t(t0) * nb;
-      float* yt = y + uint64_t(t0) * y_stride + r0;
-      switch (nt) {
-        case 1: quant_panel<1>(dt, panel, nb, qoff, xt, yt, y_stride, mask); break;
-        case 2: quant_panel<2>(dt, panel, nb, qoff, xt, yt, y_stride, mask); break;
-        case 3: quant_panel<3>(dt, panel, nb, qoff, xt, yt, y_stride, mask); break;
-        case 4: quant_panel<4>(dt, panel, nb, qoff, xt, yt, y_stride, mask); break;
-        case 5: quant_panel<5>(dt, panel, nb, qoff, xt, yt, y_stride, mask); break;
-        case 6: quant_panel<6>(dt, panel, nb, qoff, xt, yt, y_stride, mask); break;
-        case 7: quant_panel<7>(dt, panel, nb, qoff, xt, yt, y_stride, mask); break;
-        default: quant_panel<8>(dt, panel, nb, qoff, xt, yt, y_stride, mask); break;
-      }
+  if (is_wide_quant(w.dtype)) return matmul_wide_avx512(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
+  if (decode_prefers_256(w.dtype, n_tokens))
+    return matmul_avx2_table().matmul(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
+  matmul_panels<Avx512Quant>(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
+}
+
+// The f32 vector of the float matmul (kernels/matmul_driver.h): 16 lanes, the column tail read
+// with masked loads (nothing past it is touched).
+struct Avx512F32 {
+  using Vec = __m512;
+  static constexpr uint32_t kLanes = 16;
+  static constexpr bool kMaskedTail = true;
+  static Vec zero() { return _mm512_setzero_ps(); }
+  static Vec load_x(const float* p) { return _mm512_loadu_ps(p); }
+  static __mmask16 mask(uint32_t n) { return __mmask16((1u << n) - 1); }
+  static Vec load_x_tail(const float* p, uint32_t n) { return _mm512_maskz_loadu_ps(mask(n), p); }
+  template <fb::DType DT>
+  static Vec load_w(const uint8_t* row, uint32_t c) {
+    if constexpr (DT == fb::DType::F32) {
+      return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + c);
+    } else if constexpr (DT == fb::DType::F16) {
+      return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * c)));
+    } else {
+      const __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * c)));
+      return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
     }
   }
-}
-
-// ---- float weights, row-major ----
-
-template <fb::DType DT>
-inline __m512 load_w_full(const uint8_t* row, uint32_t c) {
-  if constexpr (DT == fb::DType::F32) {
-    return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + c);
-  } else if constexpr (DT == fb::DType::F16) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * c)));
-  } else {
-    const __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * c)));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
-  }
-}
-
-template <fb::DType DT>
-inline __m512 load_w(const uint8_t* row, uint32_t c, __mmask16 m) {
-  if constexpr (DT == fb::DType::F32) {
-    return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + c);
-  } else if constexpr (DT == fb::DType::F16) {
-    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row + 2 * c));
-  } else {
-    const __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, row + 2 * c));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
-  }
-}
-
-// One weight row against T tokens, rows streamed one at a time (see matmul_avx2.cpp: several
-// rows side by side measured 2-3x slower from DRAM). With one token, U independent
-// accumulators hide the FMA latency. The column tail uses masked loads (no fault past it).
-template <fb::DType DT, int T>
-void float_row(const uint8_t* row, uint32_t cols, const float* x, uint32_t x_stride, float* y, uint32_t y_stride) {
-  constexpr int U = T == 1 ? 4 : T == 2 ? 2 : 1;
-  __m512 acc[T][U];
-  for (int t = 0; t < T; ++t)
-    for (int u = 0; u < U; ++u) acc[t][u] = _mm512_setzero_ps();
-  uint32_t c = 0;
-  for (; c + 16 * U <= cols; c += 16 * U) {
-    for (int u = 0; u < U; ++u) {
-      const __m512 wv = load_w_full<DT>(row, c + 16 * u);
-      for (int t = 0; t < T; ++t)
-        acc[t][u] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + uint64_t(t) * x_stride + c + 16 * u), acc[t][u]);
+  template <fb::DType DT>
+  static Vec load_w_tail(const uint8_t* row, uint32_t c, uint32_t n) {
+    if constexpr (DT == fb::DType::F32) {
+      return _mm512_maskz_loadu_ps(mask(n), reinterpret_cast<const float*>(row) + c);
+    } else if constexpr (DT == fb::DType::F16) {
+      return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask(n), row + 2 * c));
+    } else {
+      const __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask(n), row + 2 * c));
+      return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
     }
   }
-  for (; c < cols; c += 16) {
-    const __mmask16 m = cols - c >= 16 ? __mmask16(0xffff) : __mmask16((1u << (cols - c)) - 1);
-    const __m512 wv = load_w<DT>(row, c, m);
-    for (int t = 0; t < T; ++t)
-      acc[t][0] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x + uint64_t(t) * x_stride + c), acc[t][0]);
-  }
-  for (int t = 0; t < T; ++t) {
-    for (int u = 1; u < U; ++u) acc[t][0] = _mm512_add_ps(acc[t][0], acc[t][u]);
-    y[uint64_t(t) * y_stride] = _mm512_reduce_add_ps(acc[t][0]);
-  }
-}
-
-template <fb::DType DT>
-void matmul_float(const WeightView& w, const float* x, uint32_t n_tokens, uint32_t x_stride, float* y,
-                  uint32_t y_stride, uint32_t r_begin, uint32_t r_end) {
-  const uint64_t row_bytes = uint64_t(w.cols) * float_elem_bytes(DT);
-  for (uint32_t r = r_begin; r < r_end; ++r) {
-    const uint8_t* row = w.data + r * row_bytes;
-    for (uint32_t t0 = 0; t0 < n_tokens; t0 += kFloatTileTokens) {
-      const uint32_t nt = n_tokens - t0 < kFloatTileTokens ? n_tokens - t0 : kFloatTileTokens;
-      const float* xt = x + uint64_t(t0) * x_stride;
-      float* yt = y + uint64_t(t0) * y_stride + r;
-      switch (nt) {
-        case 1: float_row<DT, 1>(row, w.cols, xt, x_stride, yt, y_stride); break;
-        case 2: float_row<DT, 2>(row, w.cols, xt, x_stride, yt, y_stride); break;
-        case 3: float_row<DT, 3>(row, w.cols, xt, x_stride, yt, y_stride); break;
-        default: float_row<DT, 4>(row, w.cols, xt, x_stride, yt, y_stride); break;
-      }
-    }
-  }
-}
+  static Vec fma(Vec w, Vec x, Vec acc) { return _mm512_fmadd_ps(w, x, acc); }
+  static Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
+  static float hsum(Vec v) { return _mm512_reduce_add_ps(v); }
+};
 
 void matmul_f_avx512(const WeightView& w, const float* x, uint32_t n_tokens, uint32_t x_stride, float* y,
                      uint32_t y_stride, uint32_t panel_begin, uint32_t panel_end) {
-  if (decode_prefers_256(w.dtype, n_tokens)) {
-    matmul_avx2_table().matmul_f(w, x, n_tokens, x_stride, y, y_stride, panel_begin, panel_end);
-    return;
-  }
-  const uint32_t r_begin = panel_begin * kPanelRows;
-  const uint32_t r_end = panel_end * kPanelRows < w.rows ? panel_end * kPanelRows : w.rows;
-  if (r_begin >= r_end) return;
-  switch (w.dtype) {
-    case fb::DType::F32: matmul_float<fb::DType::F32>(w, x, n_tokens, x_stride, y, y_stride, r_begin, r_end); break;
-    case fb::DType::F16: matmul_float<fb::DType::F16>(w, x, n_tokens, x_stride, y, y_stride, r_begin, r_end); break;
-    case fb::DType::BF16: matmul_float<fb::DType::BF16>(w, x, n_tokens, x_stride, y, y_stride, r_begin, r_end); break;
-    default: break;
-  }
+  if (decode_prefers_256(w.dtype, n_tokens))
+    return matmul_avx2_table().matmul_f(w, x, n_tokens, x_stride, y, y_stride, panel_begin, panel_end);
+  matmul_float_rows<Avx512F32>(w, x, n_tokens, x_stride, y, y_stride, panel_begin, panel_end);
 }
 
 constexpr MatmulKernels kAvx512 = {"avx512vnni", quantize_act_avx512, matmul_avx512, matmul_f_avx512};

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "kernels/kquant_kernels.h"
+#include "kernels/matmul_driver.h"
 #include "model/weight_format.h"
 
 namespace keel::x86 {
@@ -19,8 +20,6 @@ namespace keel::x86 {
 namespace {
 
 using fb::DType;
-
-constexpr uint32_t kTileTokens = 4;
 
 inline int32_t load_i32(const void* p) {
   int32_t v;
@@ -120,11 +119,12 @@ inline void chunk_dot(const uint8_t* qb, const __m256i hp[4], const ActBlock* x,
 }
 
 template <DType DT, int T>
-void wide_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* x, float* y, uint32_t y_stride,
-                uint32_t n_rows) {
+void wide_panel(const PanelView& pv, const ActBlock* x, float* y, uint32_t y_stride) {
+  const uint8_t* panel = pv.header;
+  const uint32_t nb = pv.nb;
   constexpr uint32_t kQbb = quant_block_bytes(DT);
   const uint32_t ns = nb / (kSuperBlock / kQuantBlock);
-  const uint8_t* quants = panel + qoff;
+  const uint8_t* quants = pv.quants;
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 accf_lo[T], accf_hi[T];
   for (int t = 0; t < T; ++t) accf_lo[t] = accf_hi[t] = _mm256_setzero_ps();
@@ -223,51 +223,24 @@ void wide_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock
       }
     }
   }
-  for (int t = 0; t < T; ++t) store_rows(y + uint64_t(t) * y_stride, accf_lo[t], accf_hi[t], n_rows);
+  for (int t = 0; t < T; ++t) store_rows(y + uint64_t(t) * y_stride, accf_lo[t], accf_hi[t], pv.n_rows);
 }
 
-// See matmul_avx2.cpp: the panel header is fetched up front so the quants are one clean stream.
-inline void prefetch_header(const uint8_t* panel, uint64_t header_bytes) {
-  for (uint64_t o = 0; o < header_bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(panel + o), _MM_HINT_T0);
-}
-
-template <DType DT>
-void matmul_wide(const WeightView& w, const ActBlock* x, uint32_t n_tokens, float* y, uint32_t y_stride,
-                 uint32_t panel_begin, uint32_t panel_end) {
-  const uint32_t nb = act_blocks(w.cols);
-  const uint64_t pbytes = panel_bytes(DT, w.cols);
-  const uint64_t qoff = panel_quants_offset(DT, w.cols);
-  for (uint32_t p = panel_begin; p < panel_end; ++p) {
-    const uint8_t* panel = w.data + p * pbytes;
-    prefetch_header(panel, qoff);
-    const uint32_t r0 = p * kPanelRows;
-    const uint32_t n_rows = w.rows - r0 < kPanelRows ? w.rows - r0 : kPanelRows;
-    for (uint32_t t0 = 0; t0 < n_tokens; t0 += kTileTokens) {
-      const uint32_t nt = n_tokens - t0 < kTileTokens ? n_tokens - t0 : kTileTokens;
-      const ActBlock* xt = x + uint64_t(t0) * nb;
-      float* yt = y + uint64_t(t0) * y_stride + r0;
-      switch (nt) {
-        case 1: wide_panel<DT, 1>(panel, nb, qoff, xt, yt, y_stride, n_rows); break;
-        case 2: wide_panel<DT, 2>(panel, nb, qoff, xt, yt, y_stride, n_rows); break;
-        case 3: wide_panel<DT, 3>(panel, nb, qoff, xt, yt, y_stride, n_rows); break;
-        default: wide_panel<DT, 4>(panel, nb, qoff, xt, yt, y_stride, n_rows); break;
-      }
-    }
+// The panel walk is kernels/matmul_driver.h's.
+struct Avx2Wide {
+  static constexpr bool handles(DType dt) { return is_wide_quant(dt); }
+  static constexpr int tile(DType) { return 4; }
+  template <DType DT, int T>
+  static void panel(const PanelView& pv, const ActBlock* x, float* y, uint32_t y_stride) {
+    wide_panel<DT, T>(pv, x, y, y_stride);
   }
-}
+};
 
 }  // namespace
 
 void matmul_wide_avx2(const WeightView& w, const ActBlock* x, uint32_t n_tokens, float* y, uint32_t y_stride,
                       uint32_t panel_begin, uint32_t panel_end) {
-  switch (w.dtype) {
-    case DType::Q5: matmul_wide<DType::Q5>(w, x, n_tokens, y, y_stride, panel_begin, panel_end); break;
-    case DType::Q5M: matmul_wide<DType::Q5M>(w, x, n_tokens, y, y_stride, panel_begin, panel_end); break;
-    case DType::Q4K: matmul_wide<DType::Q4K>(w, x, n_tokens, y, y_stride, panel_begin, panel_end); break;
-    case DType::Q5K: matmul_wide<DType::Q5K>(w, x, n_tokens, y, y_stride, panel_begin, panel_end); break;
-    case DType::Q6K: matmul_wide<DType::Q6K>(w, x, n_tokens, y, y_stride, panel_begin, panel_end); break;
-    default: break;
-  }
+  matmul_panels<Avx2Wide>(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
 }
 
 }  // namespace keel::x86

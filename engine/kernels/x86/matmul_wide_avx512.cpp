@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "kernels/kquant_kernels.h"
+#include "kernels/matmul_driver.h"
 #include "kernels/x86/avx512_intrin.h"
 #include "model/weight_format.h"
 
@@ -17,8 +18,6 @@ namespace keel::x86 {
 namespace {
 
 using fb::DType;
-
-constexpr uint32_t kTileTokens = 8;
 
 inline int32_t load_i32(const void* p) {
   int32_t v;
@@ -75,11 +74,12 @@ inline int32_t sum16(const int8_t* q) {
 }
 
 template <DType DT, int T>
-void wide_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock* x, float* y, uint32_t y_stride,
-                __mmask16 rows_mask) {
+void wide_panel(const PanelView& pv, const ActBlock* x, float* y, uint32_t y_stride) {
+  const uint8_t* panel = pv.header;
+  const uint32_t nb = pv.nb;
   constexpr uint32_t kQbb = quant_block_bytes(DT);
   const uint32_t ns = nb / (kSuperBlock / kQuantBlock);
-  const uint8_t* quants = panel + qoff;
+  const uint8_t* quants = pv.quants;
   __m512 accf[T];
   for (int t = 0; t < T; ++t) accf[t] = _mm512_setzero_ps();
   __m512 dsb = _mm512_setzero_ps(), msb = dsb;
@@ -135,55 +135,25 @@ void wide_panel(const uint8_t* panel, uint32_t nb, uint64_t qoff, const ActBlock
       }
     }
   }
+  const __mmask16 rows_mask = __mmask16((1u << pv.n_rows) - 1);
   for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + uint64_t(t) * y_stride, rows_mask, accf[t]);
 }
 
-inline void prefetch_header(const uint8_t* panel, uint64_t header_bytes) {
-  for (uint64_t o = 0; o < header_bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(panel + o), _MM_HINT_T0);
-}
-
-template <DType DT>
-void matmul_wide(const WeightView& w, const ActBlock* x, uint32_t n_tokens, float* y, uint32_t y_stride,
-                 uint32_t panel_begin, uint32_t panel_end) {
-  const uint32_t nb = act_blocks(w.cols);
-  const uint64_t pbytes = panel_bytes(DT, w.cols);
-  const uint64_t qoff = panel_quants_offset(DT, w.cols);
-  for (uint32_t p = panel_begin; p < panel_end; ++p) {
-    const uint8_t* panel = w.data + p * pbytes;
-    prefetch_header(panel, qoff);
-    const uint32_t r0 = p * kPanelRows;
-    const uint32_t n_rows = w.rows - r0 < kPanelRows ? w.rows - r0 : kPanelRows;
-    const __mmask16 rows_mask = __mmask16((1u << n_rows) - 1);
-    for (uint32_t t0 = 0; t0 < n_tokens; t0 += kTileTokens) {
-      const uint32_t nt = n_tokens - t0 < kTileTokens ? n_tokens - t0 : kTileTokens;
-      const ActBlock* xt = x + uint64_t(t0) * nb;
-      float* yt = y + uint64_t(t0) * y_stride + r0;
-      switch (nt) {
-        case 1: wide_panel<DT, 1>(panel, nb, qoff, xt, yt, y_stride, rows_mask); break;
-        case 2: wide_panel<DT, 2>(panel, nb, qoff, xt, yt, y_stride, rows_mask); break;
-        case 3: wide_panel<DT, 3>(panel, nb, qoff, xt, yt, y_stride, rows_mask); break;
-        case 4: wide_panel<DT, 4>(panel, nb, qoff, xt, yt, y_stride, rows_mask); break;
-        case 5: wide_panel<DT, 5>(panel, nb, qoff, xt, yt, y_stride, rows_mask); break;
-        case 6: wide_panel<DT, 6>(panel, nb, qoff, xt, yt, y_stride, rows_mask); break;
-        case 7: wide_panel<DT, 7>(panel, nb, qoff, xt, yt, y_stride, rows_mask); break;
-        default: wide_panel<DT, 8>(panel, nb, qoff, xt, yt, y_stride, rows_mask); break;
-      }
-    }
+// The panel walk is kernels/matmul_driver.h's.
+struct Avx512Wide {
+  static constexpr bool handles(DType dt) { return is_wide_quant(dt); }
+  static constexpr int tile(DType) { return 8; }
+  template <DType DT, int T>
+  static void panel(const PanelView& pv, const ActBlock* x, float* y, uint32_t y_stride) {
+    wide_panel<DT, T>(pv, x, y, y_stride);
   }
-}
+};
 
 }  // namespace
 
 void matmul_wide_avx512(const WeightView& w, const ActBlock* x, uint32_t n_tokens, float* y, uint32_t y_stride,
                         uint32_t panel_begin, uint32_t panel_end) {
-  switch (w.dtype) {
-    case DType::Q5: matmul_wide<DType::Q5>(w, x, n_tokens, y, y_stride, panel_begin, panel_end); break;
-    case DType::Q5M: matmul_wide<DType::Q5M>(w, x, n_tokens, y, y_stride, panel_begin, panel_end); break;
-    case DType::Q4K: matmul_wide<DType::Q4K>(w, x, n_tokens, y, y_stride, panel_begin, panel_end); break;
-    case DType::Q5K: matmul_wide<DType::Q5K>(w, x, n_tokens, y, y_stride, panel_begin, panel_end); break;
-    case DType::Q6K: matmul_wide<DType::Q6K>(w, x, n_tokens, y, y_stride, panel_begin, panel_end); break;
-    default: break;
-  }
+  matmul_panels<Avx512Wide>(w, x, n_tokens, y, y_stride, panel_begin, panel_end);
 }
 
 }  // namespace keel::x86
