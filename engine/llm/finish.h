@@ -24,6 +24,9 @@ const char* finish_reason_name(FinishReason r);
 // budget; null for the reasons it has no name for (not finished, cancelled, an error).
 const char* finish_reason_openai(FinishReason r);
 
+// Stop tokens a request names at most, besides the tokenizer's.
+constexpr uint32_t kMaxStopTokens = 8;
+
 // Whether `token` ends a generation: one of `stop_tokens`, or with `default_stops` the
 // tokenizer's EOS or <|im_end|> (either may be absent: -1, which no token equals).
 bool is_stop(const text::Tokenizer& tok, bool default_stops, Span<const int32_t> stop_tokens, int32_t token);

@@ -18,7 +18,6 @@
 
 namespace keel {
 
-constexpr uint32_t kMaxStopTokens = 8;
 // Text bytes one token may stream (StreamDecoder's worst case for it); a token whose text
 // needs more fails generate() with InvalidArgument naming both numbers.
 constexpr size_t kGenerateTextBytes = 512;

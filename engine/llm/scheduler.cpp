@@ -7,32 +7,14 @@
 
 namespace keel {
 
-const char* slot_phase_name(SlotPhase p) {
-  switch (p) {
-    case SlotPhase::Free: return "free";
-    case SlotPhase::Prefilling: return "prefilling";
-    case SlotPhase::Decoding: return "decoding";
-  }
-  return "?";
-}
-
 // A request in a slot or in the queue; id 0 marks an empty record.
+// Its sequence's phase is Free while it waits in the queue.
 struct Scheduler::Record {
   uint64_t id = 0;
-  const int32_t* prompt = nullptr;  // caller-owned [prompt_len]
-  uint64_t prompt_len = 0;
-  uint64_t prompt_done = 0;
+  Sequence seq;
   text::SamplerConfig sampling;
-  int32_t stop_tokens[kMaxStopTokens] = {};
-  uint32_t n_stop_tokens = 0;
-  bool default_stops = true;
-  bool started = false;    // begin_prompt ran
   bool cancelled = false;  // cancel() was called; the next step finishes it
-  SlotPhase phase = SlotPhase::Free;
-  uint32_t max_new_tokens = 0;
-  uint32_t generated = 0;
-  int32_t next_token = -1;  // what the next decode row feeds
-  uint64_t admission = 0;   // order of entering a slot (prefill goes oldest first)
+  uint64_t admission = 0;  // order of entering a slot (prefill goes oldest first)
   uint64_t group = 0;
 };
 
@@ -84,7 +66,7 @@ uint32_t Scheduler::group_slots(uint64_t group) const {
   uint32_t n = 0;
   for (uint32_t i = 0; i < slots_; ++i) {
     const Record& r = slot_record(i);
-    n += r.phase != SlotPhase::Free && r.group == group ? 1 : 0;
+    n += r.seq.phase != SlotPhase::Free && r.group == group ? 1 : 0;
   }
   return n;
 }
@@ -95,7 +77,7 @@ bool Scheduler::over_share(uint64_t group) const {
 
 uint32_t Scheduler::active() const {
   uint32_t n = 0;
-  for (uint32_t i = 0; i < slots_; ++i) n += slot_record(i).phase != SlotPhase::Free ? 1 : 0;
+  for (uint32_t i = 0; i < slots_; ++i) n += slot_record(i).seq.phase != SlotPhase::Free ? 1 : 0;
   return n;
 }
 
@@ -111,7 +93,7 @@ Result<uint64_t> Scheduler::submit(const SchedulerRequest& q) {
   // Straight into a free slot only when nobody waits: the queue is first come, first served.
   if (queue_count_ == 0 && !over_share(q.group)) {
     for (uint32_t i = 0; i < slots_ && !r; ++i) {
-      if (slot_record(i).phase == SlotPhase::Free) r = &slot_record(i);
+      if (slot_record(i).seq.phase == SlotPhase::Free) r = &slot_record(i);
     }
   }
   const bool in_slot = r != nullptr;
@@ -122,16 +104,12 @@ Result<uint64_t> Scheduler::submit(const SchedulerRequest& q) {
   }
   *r = Record();
   r->id = next_id_++;
-  r->prompt = q.prompt.data();
-  r->prompt_len = q.prompt.size();
+  r->seq.start(q.prompt, q.max_new_tokens, q.default_stops, Span<const int32_t>(q.stop_tokens, q.n_stop_tokens));
+  r->seq.phase = SlotPhase::Free;  // Prefilling once it has a slot
   r->sampling = q.sampling;
-  for (uint32_t i = 0; i < q.n_stop_tokens; ++i) r->stop_tokens[i] = q.stop_tokens[i];
-  r->n_stop_tokens = q.n_stop_tokens;
-  r->default_stops = q.default_stops;
-  r->max_new_tokens = q.max_new_tokens;
   r->group = q.group;
   if (in_slot) {
-    r->phase = SlotPhase::Prefilling;
+    r->seq.phase = SlotPhase::Prefilling;
     r->admission = next_admission_++;
   }
   return r->id;
@@ -141,7 +119,7 @@ Error Scheduler::cancel(uint64_t id) {
   KEEL_ENSURE(rt_ != nullptr, Status::InvalidArgument, "the scheduler is not initialized");
   for (uint32_t i = 0; id != 0 && i < slots_; ++i) {
     Record& r = slot_record(i);
-    if (r.phase != SlotPhase::Free && r.id == id) {
+    if (r.seq.phase != SlotPhase::Free && r.id == id) {
       r.cancelled = true;
       return Error();
     }
@@ -170,14 +148,14 @@ SlotState Scheduler::slot_state(uint32_t slot) const {
   SlotState st;
   if (!rt_ || slot >= slots_) return st;
   const Record& r = slot_record(slot);
-  st.phase = r.phase;
+  st.phase = r.seq.phase;
   st.kv_budget = rt_->config().plan.kv_budget_tokens;
   st.kv_tokens = rt_->kv_cache(slot).visible();
-  if (r.phase == SlotPhase::Free) return st;
+  if (r.seq.phase == SlotPhase::Free) return st;
   st.request = r.id;
-  st.prompt_tokens = r.prompt_len;
-  st.prompt_done = r.prompt_done;
-  st.generated = r.generated;
+  st.prompt_tokens = r.seq.prompt_len;
+  st.prompt_done = r.seq.prompt_done;
+  st.generated = r.seq.generated;
   return st;
 }
 
@@ -190,14 +168,14 @@ void Scheduler::finish(Record& r, uint32_t slot, int32_t token, FinishReason why
 void Scheduler::admit() {
   for (uint32_t i = 0; i < slots_ && queue_count_ > 0; ++i) {
     Record& s = slot_record(i);
-    if (s.phase != SlotPhase::Free) continue;
+    if (s.seq.phase != SlotPhase::Free) continue;
     // The oldest request whose group is under its share.
     uint32_t j = 0;
     while (j < queue_count_ && over_share(queue_record(j).group)) ++j;
     if (j == queue_count_) return;
     s = queue_record(j);
     remove_queued(j);
-    s.phase = SlotPhase::Prefilling;
+    s.seq.phase = SlotPhase::Prefilling;
     s.admission = next_admission_++;
   }
 }
@@ -224,22 +202,20 @@ Error Scheduler::step(Span<TokenEvent> events, size_t* n_events) {
   for (uint32_t i = queue_count_; i < queue_capacity_; ++i) queue_record(i) = Record();
   for (uint32_t i = 0; i < slots_; ++i) {
     Record& r = slot_record(i);
-    if (r.phase != SlotPhase::Free && r.cancelled) finish(r, i, -1, FinishReason::Cancelled, events, &n);
+    if (r.seq.phase != SlotPhase::Free && r.cancelled) finish(r, i, -1, FinishReason::Cancelled, events, &n);
   }
   admit();
-  for (uint32_t i = 0; i < slots_; ++i) last_prefilling_ += slot_record(i).phase == SlotPhase::Prefilling ? 1 : 0;
+  for (uint32_t i = 0; i < slots_; ++i) last_prefilling_ += slot_record(i).seq.phase == SlotPhase::Prefilling ? 1 : 0;
 
   // Decode rows first: every decoding slot advances by one token each pass.
   const uint32_t chunk = rt_->config().plan.chunk_tokens;
   uint32_t rows_left = uint32_t(plan_step_rows(chunk, slots_)), count = 0;
   for (uint32_t i = 0; i < slots_; ++i) {
     Record& r = slot_record(i);
-    if (r.phase != SlotPhase::Decoding) continue;
-    SlotWork& w = work_[count++];
-    w = SlotWork();
-    w.slot = i;
-    w.tokens = &r.next_token;
-    w.n = 1;
+    if (r.seq.phase != SlotPhase::Decoding) continue;
+    SlotWork& w = work_[count];
+    (void)r.seq.plan(*rt_, i, rows_left, w);  // a decode entry: nothing to begin, nothing to fail
+    ++count;
     --rows_left;
   }
   // Then whole prompt chunks, oldest admission first, while they fit.
@@ -250,7 +226,7 @@ Error Scheduler::step(Span<TokenEvent> events, size_t* n_events) {
       Record& r = slot_record(i);
       bool queued_in_pass = false;
       for (uint32_t j = 0; j < count; ++j) queued_in_pass = queued_in_pass || work_[j].slot == i;
-      if (r.phase != SlotPhase::Prefilling || queued_in_pass) continue;
+      if (r.seq.phase != SlotPhase::Prefilling || queued_in_pass) continue;
       if (!oldest || r.admission < oldest->admission) {
         oldest = &r;
         oldest_slot = i;
@@ -258,31 +234,20 @@ Error Scheduler::step(Span<TokenEvent> events, size_t* n_events) {
     }
     if (!oldest) break;
     Record& r = *oldest;
-    if (!r.started) {
-      const Error e = rt_->begin_prompt(oldest_slot, Span<const int32_t>(r.prompt, size_t(r.prompt_len)));
-      if (!e.ok()) {
-        finish(r, oldest_slot, -1, e.status() == Status::KvFull ? FinishReason::KvFull : FinishReason::Error, events,
-               &n);
-        continue;
-      }
-      r.started = true;
-      const Error se = rt_->set_sampler(oldest_slot, r.sampling);
-      if (!se.ok()) {
-        finish(r, oldest_slot, -1, FinishReason::Error, events, &n);
-        continue;
-      }
+    const bool starting = !r.seq.started;
+    SlotWork& w = work_[count];
+    const Error e = r.seq.plan(*rt_, oldest_slot, rows_left, w);
+    if (!e.ok()) {
+      finish(r, oldest_slot, -1, e.status() == Status::KvFull ? FinishReason::KvFull : FinishReason::Error, events, &n);
+      continue;
     }
-    const uint64_t left = r.prompt_len - r.prompt_done;
-    const uint32_t take = uint32_t(left < chunk ? left : chunk);
-    if (take > rows_left) break;
-    SlotWork& w = work_[count++];
-    w = SlotWork();
-    w.slot = oldest_slot;
-    w.tokens = r.prompt + r.prompt_done;
-    w.n = take;
-    w.prompt = true;
-    w.prompt_end = take == left;
-    rows_left -= take;
+    if (starting && !rt_->set_sampler(oldest_slot, r.sampling).ok()) {
+      finish(r, oldest_slot, -1, FinishReason::Error, events, &n);
+      continue;
+    }
+    if (w.n == 0) break;
+    ++count;
+    rows_left -= w.n;
   }
   if (count == 0) {
     admit();
@@ -298,26 +263,13 @@ Error Scheduler::step(Span<TokenEvent> events, size_t* n_events) {
       finish(r, w.slot, -1, w.status == Status::KvFull ? FinishReason::KvFull : FinishReason::Error, events, &n);
       continue;
     }
-    if (w.prompt) {
-      r.prompt_done += w.n;
-      last_prompt_tokens_ += w.n;
-      if (!w.prompt_end) continue;
-      r.phase = SlotPhase::Decoding;
-    }
-    const Result<int32_t> sampled = rt_->sample(w.slot);
-    if (!sampled.ok()) {
-      finish(r, w.slot, -1, FinishReason::Error, events, &n);
-      continue;
-    }
-    const int32_t token = sampled.value();
-    ++r.generated;
-    if (is_stop(rt_->tokenizer(), r.default_stops, Span<const int32_t>(r.stop_tokens, r.n_stop_tokens), token)) {
-      finish(r, w.slot, token, FinishReason::StopToken, events, &n);
-    } else if (r.generated >= r.max_new_tokens) {
-      finish(r, w.slot, token, FinishReason::MaxTokens, events, &n);
-    } else {
-      r.next_token = token;
-      if (n < events.size()) events[n++] = TokenEvent{r.id, w.slot, token, FinishReason::None};
+    if (w.prompt) last_prompt_tokens_ += w.n;
+    if (!r.seq.advance(w)) continue;
+    const SequenceToken t = r.seq.next(*rt_, w.slot);
+    if (t.finish != FinishReason::None) {
+      finish(r, w.slot, t.token, t.finish, events, &n);
+    } else if (n < events.size()) {
+      events[n++] = TokenEvent{r.id, w.slot, t.token, FinishReason::None};
     }
   }
   // Slots freed by this pass take waiting requests now: between steps a free slot means an

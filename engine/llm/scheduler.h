@@ -36,12 +36,11 @@
 #include "llm/finish.h"
 #include "llm/generate.h"
 #include "llm/runtime.h"
+#include "llm/sequence.h"
 #include "text/sampler.h"
 
 namespace keel {
 
-enum class SlotPhase : uint8_t { Free, Prefilling, Decoding };
-const char* slot_phase_name(SlotPhase p);
 
 struct SchedulerRequest {
   // Caller-owned (the engine copies nothing it does not need to keep): must stay valid and
