@@ -105,13 +105,10 @@ Result<uint64_t> Scheduler::submit(const SchedulerRequest& q) {
   *r = Record();
   r->id = next_id_++;
   r->seq.start(q.prompt, q.max_new_tokens, q.default_stops, Span<const int32_t>(q.stop_tokens, q.n_stop_tokens));
-  r->seq.phase = SlotPhase::Free;  // Prefilling once it has a slot
+  r->seq.phase = in_slot ? SlotPhase::Prefilling : SlotPhase::Free;  // Free: waiting in the queue
   r->sampling = q.sampling;
   r->group = q.group;
-  if (in_slot) {
-    r->seq.phase = SlotPhase::Prefilling;
-    r->admission = next_admission_++;
-  }
+  if (in_slot) r->admission = next_admission_++;
   return r->id;
 }
 
