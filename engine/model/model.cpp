@@ -224,13 +224,15 @@ Error Model::load(Span<const uint8_t> image, bool verify_sums) {
   // The trailer's sums are checked before a byte of the metadata is trusted, so that a flipped
   // byte anywhere is reported as a checksum mismatch naming its part, not as whatever the
   // structural checks make of it.
-  if (verify_sums && trailer_bytes(image) > 0) {
+  const bool trailer_first = verify_sums && trailer_bytes(image) > 0;
+  if (trailer_first) {
     meta_ = nullptr;
     KEEL_TRY(verify_trailer(image));
   }
   KEEL_TRY(load_structure(image));
   if (verify_sums) {
-    const Error e = verify_checksums();
+    // The trailer's parts were hashed above; hashing them again would only cost time.
+    const Error e = trailer_first ? verify_data_checksums() : verify_checksums();
     if (!e.ok()) {
       meta_ = nullptr;
       return e;
@@ -473,12 +475,16 @@ TensorView Model::tensor(TensorRole role, int layer) const {
 
 Error Model::verify_checksums() const {
   KEEL_ENSURE(meta_ != nullptr, Status::InvalidArgument, "model is not loaded");
+  if (meta_->format_version() >= kFirstTrailerVersion) KEEL_TRY(verify_trailer(image_));
+  return verify_data_checksums();
+}
+
+Error Model::verify_data_checksums() const {
   KEEL_ENSURE(has_checksums(), Status::ModelNoChecksums,
               "format version %" PRIu32 " carries no tensor checksums; expected version >= %" PRIu32
               " (convert the source again)",
               meta_->format_version(), kFirstChecksumVersion);
   const bool whole_file = meta_->format_version() >= kFirstTrailerVersion;
-  if (whole_file) KEEL_TRY(verify_trailer(image_));
   const auto* tensors = meta_->tensors();
   uint64_t prev_end = 0;
   for (uint32_t i = 0; i < tensors->size(); ++i) {

@@ -78,6 +78,9 @@ class Model {
 
  private:
   Error load_structure(Span<const uint8_t> image);
+  // The zero padding between tensors (version 3) and every tensor's CRC: verify_checksums but
+  // for the trailer, which load() checks first.
+  Error verify_data_checksums() const;
 
   Span<const uint8_t> image_;
   const fb::Model* meta_ = nullptr;
