@@ -35,8 +35,14 @@ size_t count_specials(const fb::Tokenizer* t) {
   return n;
 }
 
-// Specials are tried in this order: longer texts first, so the longest match wins.
+uint8_t first_byte(const TokenStrings* tokens, int32_t id) { return uint8_t(tokens->Get(uint32_t(id))->data()[0]); }
+
+// Specials are grouped by first byte, so that a position is compared only with the specials that
+// can start there (Gemma 3 has 92 whose text starts with a space, tab or newline among 6,500),
+// and in a group longer texts come first, so the longest match wins.
 bool special_before(const TokenStrings* tokens, int32_t a, int32_t b) {
+  const uint8_t first_a = first_byte(tokens, a), first_b = first_byte(tokens, b);
+  if (first_a != first_b) return first_a < first_b;
   const size_t la = tokens->Get(uint32_t(a))->size(), lb = tokens->Get(uint32_t(b))->size();
   return la != lb ? la > lb : a < b;
 }
@@ -211,7 +217,17 @@ bool Tokenizer::is_special(int32_t id) const { return is_special_type(token_type
 
 size_t Tokenizer::match_special(const uint8_t* s, size_t n, bool control, int32_t* id) const {
   if ((special_first_byte_[s[0] >> 5] & (1u << (s[0] & 31))) == 0) return 0;
-  for (uint32_t i = 0; i < n_specials_; ++i) {
+  // The group of specials starting with s[0]: the first whose first byte is not below it.
+  uint32_t lo = 0, hi = n_specials_;
+  while (lo < hi) {
+    const uint32_t mid = lo + (hi - lo) / 2;
+    if (first_byte(tokens_, specials_[mid]) < s[0]) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  for (uint32_t i = lo; i < n_specials_ && first_byte(tokens_, specials_[i]) == s[0]; ++i) {
     if (!control && types_->Get(uint32_t(specials_[i])) == fb::TokenType::Control) continue;
     const flatbuffers::String* t = tokens_->Get(uint32_t(specials_[i]));
     if (t->size() <= n && memcmp(t->data(), s, t->size()) == 0) {

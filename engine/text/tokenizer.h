@@ -113,7 +113,7 @@ class Tokenizer {
   VocabIndex vocab_;
   MergeTable merges_;
   int32_t* byte_token_ = nullptr;  // [256] token of each byte (alphabet char or <0xNN>), or -1
-  int32_t* specials_ = nullptr;    // [n_specials_] by decreasing text length, then id
+  int32_t* specials_ = nullptr;    // [n_specials_] by first byte, then decreasing text length, then id
   uint32_t n_specials_ = 0;
   uint32_t special_first_byte_[8] = {};  // bitmap of the first bytes of special texts
   int32_t bos_ = -1, eos_ = -1, pad_ = -1, unk_ = -1, im_start_ = -1, im_end_ = -1;
