@@ -11,7 +11,7 @@
 namespace keel {
 
 Result<DfSchedule> DataflowBackend::plan_schedule(const Model& model, const BackendPlan& plan) {
-  KEEL_ENSURE(plan.hw != nullptr, Status::UnsupportedBackend,
+  KEEL_ENSURE(plan.memory != nullptr, Status::UnsupportedBackend,
               "backend 'dataflow' needs a hardware description (--hw NAME|FILE)");
   // Gemma 3's query scale and sliding-window mask are not in the tiled attention.
   KEEL_ENSURE(model.meta()->arch()->family() != fb::ArchFamily::Gemma3, Status::UnsupportedBackend,
@@ -22,7 +22,7 @@ Result<DfSchedule> DataflowBackend::plan_schedule(const Model& model, const Back
               "backend 'dataflow' models an f16 KV cache; kv_type %s is not emulated", kv_type_name(plan.kv_type));
   DfScheduleInput in;
   in.model = df_model(model);
-  in.hw = *plan.hw;
+  in.memory = *plan.memory;
   in.kv_capacity_tokens = plan.capacity_tokens;
   in.slots = plan.slots;
   in.chunk_tokens = plan.chunk_tokens;
@@ -30,25 +30,25 @@ Result<DfSchedule> DataflowBackend::plan_schedule(const Model& model, const Back
               Status::UnsupportedArch, "heads %" PRIu32 " not a multiple of KV heads %" PRIu32, in.model.shape.n_heads,
               in.model.shape.n_kv_heads);
   DfSchedule s = df_schedule(in);
-  KEEL_ENSURE(s.fits, Status::ArenaTooSmall, "hardware '%s': %s", plan.hw->name, s.refusal);
+  KEEL_ENSURE(s.fits, Status::ArenaTooSmall, "hardware '%s': %s", plan.memory->name, s.refusal);
   return s;
 }
 
 Result<uint64_t> DataflowBackend::measure_state(const Model& model, const BackendPlan& plan, Span<uint8_t>) const {
   Result<DfSchedule> s = plan_schedule(model, plan);
   if (!s.ok()) return s.error();
-  return state_header_bytes() + plan.hw->sram_bytes;
+  return state_header_bytes() + plan.memory->sram_bytes;
 }
 
 Error DataflowBackend::create_state(const Model& model, const BackendPlan& plan, Span<uint8_t> block) {
   Result<DfSchedule> s = plan_schedule(model, plan);
   if (!s.ok()) return s.error();
-  const uint64_t need = state_header_bytes() + plan.hw->sram_bytes;
+  const uint64_t need = state_header_bytes() + plan.memory->sram_bytes;
   KEEL_ENSURE(block.size() >= need, Status::ArenaTooSmall,
               "dataflow state is %zu bytes; the schedule needs %" PRIu64 " (SRAM %" PRIu64 ")", block.size(), need,
-              plan.hw->sram_bytes);
+              plan.memory->sram_bytes);
   state_ = new (block.data()) State();
-  state_->hw = *plan.hw;
+  state_->memory = *plan.memory;
   state_->schedule = s.value();
   sram_ = block.data() + state_header_bytes();
   shape_ = model.shape();

@@ -38,14 +38,14 @@ class DataflowBackend final : public KernelBackend {
 
   // Valid after create_state.
   const DfSchedule& schedule() const { return state_->schedule; }
-  const HwDesc& hw() const { return state_->hw; }
+  const DfMemory& memory() const { return state_->memory; }
   const DfCounterSet& counters() const { return state_->counters; }
   void reset_counters() { state_->counters = DfCounterSet(); }
 
  private:
   static constexpr uint64_t kPlanAlignBytes = 64;
   struct State {
-    HwDesc hw;
+    DfMemory memory;
     DfSchedule schedule;
     DfCounterSet counters;
   };
@@ -60,7 +60,7 @@ class DataflowBackend final : public KernelBackend {
   void elementwise(const float* a, const float* b, uint32_t n, float* out, Op op);
 
   State* state_ = nullptr;
-  uint8_t* sram_ = nullptr;  // [hw.sram_bytes]
+  uint8_t* sram_ = nullptr;  // [memory.sram_bytes]
   ModelShape shape_;
   bool after_attention_ = false;
   // The norm weight MatIn holds behind the row (null once another op has used MatIn).

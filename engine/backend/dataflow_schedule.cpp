@@ -170,19 +170,6 @@ const char* df_buf_name(DfBuf b) {
   return "?";
 }
 
-const char* df_bound_name(DfBound b) {
-  switch (b) {
-    case DfBound::Compute: return "compute";
-    case DfBound::Sram: return "sram";
-    case DfBound::Tier0: return "offchip0";
-    case DfBound::Tier1: return "offchip1";
-    case DfBound::Latency: return "latency";
-    case DfBound::Cache: return "cache";
-    case DfBound::Overhead: return "overhead";
-  }
-  return "?";
-}
-
 void DfCounters::add(const DfCounters& o) {
   calls += o.calls;
   macs_int8 += o.macs_int8;
@@ -245,7 +232,7 @@ DfSchedule df_schedule(const DfScheduleInput& in) {
   s.kv_capacity_tokens = in.kv_capacity_tokens;
   s.slots = in.slots ? in.slots : 1;
   s.chunk_tokens = chunk;
-  s.sram_bytes = in.hw.sram_bytes;
+  s.sram_bytes = in.memory.sram_bytes;
   s.kv_total_bytes = uint64_t(s.slots) * sh.n_layers * 2 * kv_dim * uint64_t(in.kv_capacity_tokens) * 2;
   const Mat mats[] = {{DfOp::QkvProj, m.attn_dtype, q_dim, sh.dim},    {DfOp::QkvProj, m.attn_dtype, kv_dim, sh.dim},
                       {DfOp::QkvProj, m.attn_dtype, kv_dim, sh.dim},   {DfOp::OutProj, m.attn_dtype, sh.dim, q_dim},
@@ -297,7 +284,7 @@ DfSchedule df_schedule(const DfScheduleInput& in) {
     s.tile_panels = tile_panels;
     s.kv_tile_tokens = kv_tile;
     s.q_block = q_block;
-    return at <= in.hw.sram_bytes;
+    return at <= in.memory.sram_bytes;
   };
 
   const uint32_t min_kv_tile = in.kv_capacity_tokens < 16 ? (in.kv_capacity_tokens ? in.kv_capacity_tokens : 1) : 16;
@@ -309,7 +296,7 @@ DfSchedule df_schedule(const DfScheduleInput& in) {
     format(s.refusal, sizeof(s.refusal),
            "the smallest schedule needs %" PRIu64 " bytes of SRAM, the hardware has %" PRIu64 "; largest: %s (%" PRIu64
            " bytes: chunk %" PRIu32 ", 1 query, 1 panel, %" PRIu32 " keys of %" PRIu32 " capacity)",
-           s.peak_bytes, in.hw.sram_bytes, df_buf_name(DfBuf(worst)), s.bytes[worst], chunk, min_kv_tile,
+           s.peak_bytes, in.memory.sram_bytes, df_buf_name(DfBuf(worst)), s.bytes[worst], chunk, min_kv_tile,
            in.kv_capacity_tokens);
     s.fits = false;
     return s;
@@ -321,22 +308,22 @@ DfSchedule df_schedule(const DfScheduleInput& in) {
   s.weights_onchip = true;
   if (!layout(false, 1, min_kv_tile, 1)) s.weights_onchip = false;
   uint64_t weight_tier_bytes = s.weights_onchip ? 0 : s.weight_bytes;
-  if (in.hw.tier_count > 1 && in.hw.tiers[0].capacity_bytes < weight_tier_bytes) s.weight_tier = 1;
-  if (in.hw.tier_count > 1 && !s.kv_onchip &&
-      in.hw.tiers[0].capacity_bytes < (s.weight_tier == 0 ? weight_tier_bytes : 0) + s.kv_total_bytes)
+  if (in.memory.tier_count > 1 && in.memory.tiers[0].capacity_bytes < weight_tier_bytes) s.weight_tier = 1;
+  if (in.memory.tier_count > 1 && !s.kv_onchip &&
+      in.memory.tiers[0].capacity_bytes < (s.weight_tier == 0 ? weight_tier_bytes : 0) + s.kv_total_bytes)
     s.kv_tier = 1;
 
   // What is not on chip must fit its tier.
   uint64_t held[kHwMaxTiers] = {};
   if (!s.weights_onchip) held[s.weight_tier] += s.weight_bytes;
   if (!s.kv_onchip) held[s.kv_tier] += s.kv_total_bytes;
-  for (uint32_t t = 0; t < kHwMaxTiers && t < in.hw.tier_count; ++t) {
-    if (held[t] > in.hw.tiers[t].capacity_bytes) {
+  for (uint32_t t = 0; t < kHwMaxTiers && t < in.memory.tier_count; ++t) {
+    if (held[t] > in.memory.tiers[t].capacity_bytes) {
       format(s.refusal, sizeof(s.refusal),
              "off-chip tier '%s' would hold %" PRIu64 " bytes (weights %" PRIu64 ", KV %" PRIu64 " for %" PRIu32
              " slots); it has %" PRIu64,
-             in.hw.tiers[t].name, held[t], s.weights_onchip || s.weight_tier != t ? 0 : s.weight_bytes,
-             s.kv_onchip || s.kv_tier != t ? 0 : s.kv_total_bytes, s.slots, in.hw.tiers[t].capacity_bytes);
+             in.memory.tiers[t].name, held[t], s.weights_onchip || s.weight_tier != t ? 0 : s.weight_bytes,
+             s.kv_onchip || s.kv_tier != t ? 0 : s.kv_total_bytes, s.slots, in.memory.tiers[t].capacity_bytes);
       s.fits = false;
       return s;
     }
@@ -409,70 +396,6 @@ void df_count_snap_scoring(const DfSchedule& s, const DfModel& m, const DfSnapSc
     c.tier_bytes[s.kv_tier] += bytes;
     c.tier_transfers[s.kv_tier] += rows * calls_per_row;
   }
-}
-
-uint64_t df_pass_footprint_bytes(const DfSchedule& s, const DfModel& m, uint32_t entries) {
-  const uint64_t kv_per_entry = uint64_t(m.shape.n_layers) * 2 * m.shape.n_kv_heads * m.shape.head_dim * 2;
-  return (s.weights_onchip ? 0 : s.weight_bytes) + (s.kv_onchip ? 0 : kv_per_entry * entries);
-}
-
-double df_cached_fraction(const HwDesc& hw, uint64_t footprint_bytes) {
-  if (hw.cache_bytes == 0 || footprint_bytes == 0) return 0;
-  return hw.cache_bytes >= footprint_bytes ? 1.0 : double(hw.cache_bytes) / double(footprint_bytes);
-}
-
-double df_snap_reread_fraction(const HwDesc& hw, const DfModel& m, const DfSnapScoring& j) {
-  const uint32_t group = m.shape.n_kv_heads ? m.shape.n_heads / m.shape.n_kv_heads : 1;
-  const uint64_t rows = uint64_t(j.queries) * group;
-  const uint64_t head_keys_bytes = uint64_t(j.total) * m.shape.head_dim * 2;
-  if (rows == 0 || head_keys_bytes > hw.sram_bytes) return 0;
-  return 1.0 - 1.0 / double(rows);
-}
-
-DfCost df_cost(const DfCounters& c, const HwDesc& hw, bool double_buffered, DfOp op, const DfReuse& reuse) {
-  DfCost k;
-  auto rate = [](double r) { return r > 0 ? r : 1e-30; };
-  const double reread = op == DfOp::KvPolicy ? reuse.kv_policy_reread : 0;
-  const double first_read = 1 - reread;
-  k.compute_cycles =
-      double(c.macs_int8) / rate(hw.macs_per_cycle_int8) + double(c.macs_bf16) / rate(hw.macs_per_cycle_bf16) +
-      double(c.macs_f32) / rate(hw.macs_per_cycle_f32) + double(c.vector_elems) / rate(hw.vector_elems_per_cycle);
-  if (hw.weight_elems_per_cycle > 0) k.compute_cycles += double(c.weight_elems) / hw.weight_elems_per_cycle;
-  const double reread_bytes = double(c.tier_bytes[0] + c.tier_bytes[1]) * reread;
-  k.sram_cycles = (double(c.sram_bytes) + reread_bytes) / rate(hw.sram_bytes_per_cycle);
-  const double cached = hw.cache_bytes > 0 && hw.cache_bandwidth_bytes_per_s > 0 ? reuse.cached : 0;
-  double latency_all = 0;
-  for (uint32_t i = 0; i < hw.tier_count && i < kHwMaxTiers; ++i) {
-    const double from_tier = double(c.tier_bytes[i]) * first_read * (i == 0 ? 1 - cached : 1);
-    k.tier_cycles[i] = from_tier * hw.clock_hz / rate(hw.tiers[i].bandwidth_bytes_per_s);
-    latency_all += double(c.tier_transfers[i]) * first_read * hw.tiers[i].latency_ns * 1e-9 * hw.clock_hz /
-                   double(hw.dma_engines ? hw.dma_engines : 1);
-  }
-  if (cached > 0)
-    k.cache_cycles = double(c.tier_bytes[0]) * first_read * cached * hw.clock_hz / hw.cache_bandwidth_bytes_per_s;
-  k.overhead_cycles = double(c.calls) * hw.call_overhead_ns * 1e-9 * hw.clock_hz;
-  const double parts[] = {k.compute_cycles, k.sram_cycles, k.tier_cycles[0], k.tier_cycles[1], k.cache_cycles};
-  const DfBound part_bound[] = {DfBound::Compute, DfBound::Sram, DfBound::Tier0, DfBound::Tier1, DfBound::Cache};
-  uint32_t worst = 0;
-  for (uint32_t i = 1; i < 5; ++i)
-    if (parts[i] > parts[worst]) worst = i;
-  if (double_buffered && !hw.serial) {
-    // Transfers overlap compute and each other; a transfer's latency hides behind the previous
-    // tile's, except for the first transfer of each call on each tier.
-    for (uint32_t i = 0; i < hw.tier_count && i < kHwMaxTiers; ++i) {
-      const uint64_t exposed = op == DfOp::KvWrite ? 0 : c.tier_transfers[i] < c.calls ? c.tier_transfers[i] : c.calls;
-      k.latency_cycles += double(exposed) * hw.tiers[i].latency_ns * 1e-9 * hw.clock_hz;
-    }
-    k.total_cycles = parts[worst] + k.latency_cycles + k.overhead_cycles;
-  } else {
-    k.latency_cycles = latency_all;
-    k.total_cycles = parts[0] + parts[1] + parts[2] + parts[3] + parts[4] + latency_all + k.overhead_cycles;
-  }
-  k.bound = part_bound[worst];
-  if (k.latency_cycles > parts[worst] && k.latency_cycles >= k.overhead_cycles) k.bound = DfBound::Latency;
-  if (k.overhead_cycles > parts[worst] && k.overhead_cycles > k.latency_cycles) k.bound = DfBound::Overhead;
-  k.stall_cycles = k.total_cycles - k.compute_cycles;
-  return k;
 }
 
 }  // namespace keel

@@ -1,9 +1,11 @@
 // The dataflow backend's static schedule and its counters (docs/emulator.md). The schedule is a
-// pure function of (model shape and weight types, hardware, KV capacity, slots, chunk), made
+// pure function of (model shape and weight types, SRAM and tier capacities, KV capacity, slots,
+// chunk), made
 // once before the first token: tile shapes, the SRAM offset of every buffer, what stays on
 // chip. The counters say what one forward pass moves and computes, per op class; the backend
 // fills them from the copies it really makes, df_count_forward() from the same schedule with
-// no data (analytic mode), and the two must agree.
+// no data (analytic mode), and the two must agree. What the counters cost in cycles is the
+// tools' cost model (tools/emulate/cost_model.h).
 #pragma once
 
 #include <cstdint>
@@ -60,7 +62,7 @@ DfModel df_model(const Model& model);
 
 struct DfScheduleInput {
   DfModel model;
-  HwDesc hw;
+  DfMemory memory;
   uint32_t kv_capacity_tokens = 0;  // per slot: budget + chunk
   uint32_t slots = 1;
   uint32_t chunk_tokens = 1;
@@ -124,38 +126,5 @@ uint64_t df_weight_rows_bytes(fb::DType t, uint32_t rows, uint32_t cols);
 // f32 ones.
 uint64_t df_unpacked_elems(fb::DType t, uint32_t rows, uint32_t cols);
 uint64_t df_matmul_input_bytes(fb::DType t, uint32_t n, uint32_t cols);
-
-// The cost model (docs/emulator.md has the formulas).
-enum class DfBound : uint8_t { Compute, Sram, Tier0, Tier1, Latency, Cache, Overhead };
-const char* df_bound_name(DfBound b);
-struct DfCost {
-  double compute_cycles = 0, sram_cycles = 0, tier_cycles[kHwMaxTiers] = {}, latency_cycles = 0;
-  double cache_cycles = 0;     // tier-0 bytes served by the host's cache
-  double overhead_cycles = 0;  // calls x call_overhead_ns
-  double total_cycles = 0, stall_cycles = 0;
-  DfBound bound = DfBound::Compute;
-};
-// Where the bytes a pass reads from off-chip tiers come from on a second look.
-struct DfReuse {
-  double cached = 0;  // of the tier-0 bytes, what hw's cache serves (df_cached_fraction)
-  // Of KvPolicy's off-chip bytes, the re-reads of keys held in SRAM (df_snap_reread_fraction).
-  double kv_policy_reread = 0;
-};
-// `op` matters for KvWrite (its writes are posted, so their latency is never exposed) and
-// KvPolicy (`reuse.kv_policy_reread`). Overlap needs both a double-buffered schedule and
-// hardware that is not `serial`.
-DfCost df_cost(const DfCounters& c, const HwDesc& hw, bool double_buffered, DfOp op, const DfReuse& reuse = {});
-
-// Bytes a forward pass with `entries` cached entries (its own included) reads from tier 0 and
-// reads again the next pass: the streamed weights and the entries' keys and values.
-uint64_t df_pass_footprint_bytes(const DfSchedule& s, const DfModel& m, uint32_t entries);
-// min(1, cache / footprint): what of that footprint the host's cache holds from one pass to the
-// next (0 without a cache).
-double df_cached_fraction(const HwDesc& hw, uint64_t footprint_bytes);
-// SnapKV scoring reads one KV head's keys (total x head_dim x 2 bytes) queries x group times in a
-// row. When they fit the SRAM, a schedule keeps them there for all of that head's rows: every
-// read but the first is a re-read from SRAM. The fraction of the counted off-chip bytes that are
-// such re-reads (0 when one head's keys do not fit).
-double df_snap_reread_fraction(const HwDesc& hw, const DfModel& m, const DfSnapScoring& j);
 
 }  // namespace keel

@@ -58,8 +58,9 @@ struct PlanConfig {
   // packed copy of the F32 weights), measured by backend_state_bytes() (backend/registry.h).
   // 0 for the ref and native backends, and in firmware plans.
   uint64_t backend_bytes = 0;
-  // The accelerator the dataflow backend emulates (the caller keeps it alive); null otherwise.
-  const HwDesc* hw = nullptr;
+  // The SRAM and off-chip tiers of the accelerator the dataflow backend emulates (the caller
+  // keeps it alive; its rates are the tools' cost model's, not the plan's); null otherwise.
+  const DfMemory* dataflow_memory = nullptr;
 };
 
 constexpr uint64_t kPlanAlign = 64;
@@ -488,7 +489,7 @@ constexpr BackendPlan backend_plan(const PlanConfig& c) {
                      c.kv_budget_tokens + (c.chunk_tokens ? c.chunk_tokens : 1),
                      c.slots ? c.slots : 1,
                      c.chunk_tokens ? c.chunk_tokens : 1,
-                     c.hw,
+                     c.dataflow_memory,
                      c.kv_type};
 }
 

@@ -2,7 +2,9 @@
 # header alone, so `#include "tools/..."` or `"ports/..."` in an engine file already fails to
 # compile. This check also fails on what the include path cannot stop: a relative path that
 # climbs out of engine/ ("../../tools/...") or one that names another directory of the
-# repository (tools/, ports/, tests/, bench/, scripts/, schema/, engine/ itself).
+# repository (tools/, ports/, tests/, bench/, scripts/, schema/, engine/ itself) or a tools-side
+# library as the tools spell it (convert/, emulate/: the emulator's hardware descriptions and
+# cost model, which the engine's dataflow backend must not see).
 #
 #   cmake -DENGINE_DIR=<repo>/engine -P engine_includes.cmake
 get_filename_component(ENGINE_DIR "${ENGINE_DIR}" ABSOLUTE)
@@ -20,7 +22,7 @@ foreach(file IN LISTS files)
   get_filename_component(dir "${file}" DIRECTORY)
   foreach(line IN LISTS lines)
     set(outside FALSE)
-    if(line MATCHES "#[ \t]*include[ \t]*[\"<](\\./)*(tools|ports|tests|bench|engine|schema|scripts)/")
+    if(line MATCHES "#[ \t]*include[ \t]*[\"<](\\./)*(tools|ports|tests|bench|engine|schema|scripts|convert|emulate)/")
       set(outside TRUE)
     elseif(line MATCHES "#[ \t]*include[ \t]*\"(\\.\\.?/[^\"]*)\"")
       # relative to the including file: must stay inside engine/

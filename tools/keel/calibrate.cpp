@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "convert/hw_json.h"
+#include "emulate/hw_json.h"
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
 #include "keel/cli_util.h"

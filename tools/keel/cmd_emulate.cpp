@@ -8,7 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/dataflow_backend.h"
-#include "convert/hw_json.h"
+#include "emulate/cost_model.h"
+#include "emulate/hw_json.h"
 #include "keel/calibrate.h"
 #include "keel/cli_util.h"
 #include "keel/command.h"
@@ -211,7 +212,7 @@ uint64_t sweep_sram(EmuConfig c) {
     c.hw.sram_bytes = bytes;
     DfScheduleInput in;
     in.model = c.model;
-    in.hw = c.hw;
+    in.memory = df_memory(c.hw);
     in.kv_capacity_tokens = emu_kv_capacity(c);
     in.slots = c.slots;
     in.chunk_tokens = c.chunk;

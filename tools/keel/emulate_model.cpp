@@ -19,7 +19,7 @@ EmuResult emulate(const EmuConfig& c) {
   EmuResult r;
   DfScheduleInput in;
   in.model = c.model;
-  in.hw = c.hw;
+  in.memory = df_memory(c.hw);
   in.kv_capacity_tokens = emu_kv_capacity(c);
   in.slots = c.slots;
   in.chunk_tokens = c.chunk;

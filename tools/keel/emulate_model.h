@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "backend/dataflow_schedule.h"
+#include "emulate/cost_model.h"
 #include "llm/runtime.h"
 
 namespace keel::cli {

@@ -8,9 +8,9 @@
 #include <memory>
 #include <vector>
 
-#include "backend/dataflow_schedule.h"
+#include "emulate/cost_model.h"
 #include "backend/registry.h"
-#include "convert/hw_json.h"
+#include "emulate/hw_json.h"
 #include "keel/cli_util.h"
 #include "keel/emulate_model.h"
 #include "keel/validate_fit.h"
@@ -241,7 +241,7 @@ int run_validate(const SessionOptions& base, const std::string& start_hw, uint32
   for (uint32_t i = 0; i < points.size(); ++i) {
     DfScheduleInput in;
     in.model = dm;
-    in.hw = run.start;
+    in.memory = df_memory(run.start);
     in.kv_capacity_tokens = ps.sessions[ps.session_of[i]]->runtime().kv_cache(0).shape().capacity;
     in.chunk_tokens = kChunk;
     const DfSchedule sc = df_schedule(in);

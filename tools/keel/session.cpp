@@ -1,6 +1,6 @@
 #include "keel/session.h"
 
-#include "convert/hw_json.h"
+#include "emulate/hw_json.h"
 #include "keel/cli_util.h"
 #include "llm/run_config.h"
 #include "ports/linux/backend_plan.h"
@@ -234,8 +234,10 @@ bool Session::start(uint32_t budget, std::string& error) {
     return false;
   }
   if (!opts_.hw.empty()) {
-    if (!hw::load_hw(opts_.hw, hw_, error)) return false;
-    if (opts_.sram_bytes) hw_.sram_bytes = opts_.sram_bytes;
+    HwDesc hw;
+    if (!hw::load_hw(opts_.hw, hw, error)) return false;
+    if (opts_.sram_bytes) hw.sram_bytes = opts_.sram_bytes;
+    dataflow_memory_ = df_memory(hw);
   }
   o.kv_policy = run_policy(policy_);
   o.kv_budget_tokens = budget;
@@ -285,7 +287,7 @@ bool Session::start(uint32_t budget, std::string& error) {
     error = engine_error(e);
     return false;
   }
-  if (o.backend == BackendKind::Dataflow) cfg.plan.hw = &hw_;
+  if (o.backend == BackendKind::Dataflow) cfg.plan.dataflow_memory = &dataflow_memory_;
   if (!port::reserve_backend_bytes(model_, cfg, error)) return false;
   const MemoryPlan p = Runtime::plan(model_, cfg);
   // The arenas are touched below; a plan larger than the machine's free memory would end in the

@@ -87,7 +87,7 @@ class Session {
   double verify_seconds_ = 0.0;
   KvPolicyKind policy_ = KvPolicyKind::Full;
   std::unique_ptr<port::LinuxThreadPool> pool_;
-  HwDesc hw_;  // what the dataflow backend emulates; the plan points at it
+  DfMemory dataflow_memory_;  // the SRAM and tiers the dataflow backend emulates; the plan points at it
   port::ArenaMemory persistent_, scratch_;
   Runtime runtime_;
 };

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "convert/hw_json.h"
+#include "emulate/hw_json.h"
 #include "keel/cli_util.h"
 #include "kv/kv_policy.h"
 #include "model/weight_format.h"
@@ -100,7 +100,7 @@ bool count_tests(ValidateRun& run, const DfModel& m, std::string& error) {
   for (ValidateTest& t : run.tests) {
     DfScheduleInput in;
     in.model = m;
-    in.hw = run.start;
+    in.memory = df_memory(run.start);
     in.kv_capacity_tokens = t.capacity;
     in.chunk_tokens = kValidateChunk;
     const DfSchedule s = df_schedule(in);

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/dataflow_schedule.h"
+#include "emulate/cost_model.h"
 
 namespace keel::cli {
 

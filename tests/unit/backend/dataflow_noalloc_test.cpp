@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "backend/dataflow_backend.h"
-#include "convert/hw_json.h"
+#include "emulate/hw_json.h"
 #include "convert/keel_writer.h"
 #include "llm/runtime.h"
 #include "ports/linux/backend_plan.h"
@@ -33,12 +33,13 @@ TEST(DataflowNoAlloc, PrefillDecodeAndEvictionAllocateNothing) {
   Model model;
   ASSERT_TRUE(model.load(Span<const uint8_t>(file.data(), file.size())).ok());
 
-  HwDesc hw;
-  ASSERT_TRUE(hw::load_hw("edge-npu-2mib", hw, err)) << err;
+  HwDesc desc;
+  ASSERT_TRUE(hw::load_hw("edge-npu-2mib", desc, err)) << err;
+  DfMemory hw = df_memory(desc);
   hw.sram_bytes = 160 << 10;
   RuntimeConfig rc;
   rc.backend = BackendKind::Dataflow;
-  rc.plan.hw = &hw;
+  rc.plan.dataflow_memory = &hw;
   rc.kv.kind = KvPolicyKind::SnapStream;
   rc.plan.kv_budget_tokens = 64;
   rc.plan.chunk_tokens = 16;

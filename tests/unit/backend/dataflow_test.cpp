@@ -11,7 +11,8 @@
 #include <vector>
 
 #include "backend/dataflow_backend.h"
-#include "convert/hw_json.h"
+#include "emulate/cost_model.h"
+#include "emulate/hw_json.h"
 #include "llm/runtime.h"
 #include "ports/linux/backend_plan.h"
 #include "ports/linux/mapped_file.h"
@@ -42,14 +43,14 @@ const std::string& smollm2_keel() {
 
 using Engine = test::TestRuntime;
 
-std::unique_ptr<Engine> start(const Model& model, BackendKind kind, const HwDesc* hw, KvPolicyKind policy,
+std::unique_ptr<Engine> start(const Model& model, BackendKind kind, const DfMemory* hw, KvPolicyKind policy,
                               uint32_t budget, uint32_t chunk) {
   RuntimeConfig cfg;
   cfg.backend = kind;
   cfg.plan.kv_budget_tokens = budget;
   cfg.plan.chunk_tokens = chunk;
   cfg.plan.threads = 1;
-  cfg.plan.hw = hw;
+  cfg.plan.dataflow_memory = hw;
   cfg.kv.kind = policy;
   auto e = std::make_unique<Engine>(model, cfg);
   EXPECT_TRUE(e->error.ok()) << to_string(e->error.status()) << ": " << e->error.message();
@@ -261,8 +262,8 @@ TEST(DataflowSchedule, PeakWithinCapacityAndRefusal) {
       for (uint32_t slots : {1u, 4u, 16u}) {
         DfScheduleInput in;
         in.model = smollm2_shape(fb::DType::Q4);
-        in.hw = preset("edge-npu-2mib");
-        in.hw.sram_bytes = sram;
+        in.memory = df_memory(preset("edge-npu-2mib"));
+        in.memory.sram_bytes = sram;
         in.kv_capacity_tokens = cap;
         in.slots = slots;
         in.chunk_tokens = 64;
@@ -282,8 +283,8 @@ TEST(DataflowSchedule, PeakWithinCapacityAndRefusal) {
   }
   DfScheduleInput in;
   in.model = smollm2_shape(fb::DType::Q4);
-  in.hw = preset("edge-npu-2mib");
-  in.hw.sram_bytes = 64 << 10;
+  in.memory = df_memory(preset("edge-npu-2mib"));
+  in.memory.sram_bytes = 64 << 10;
   in.kv_capacity_tokens = 1088;
   in.chunk_tokens = 64;
   const DfSchedule s = df_schedule(in);
@@ -298,7 +299,7 @@ TEST(DataflowSchedule, OffchipBytesPerDecodeTokenAreExact) {
   for (const fb::DType t : {fb::DType::Q4, fb::DType::Q8, fb::DType::BF16}) {
     DfScheduleInput in;
     in.model = smollm2_shape(t);
-    in.hw = preset("edge-npu-2mib");
+    in.memory = df_memory(preset("edge-npu-2mib"));
     in.kv_capacity_tokens = 4096 + 16;
     in.chunk_tokens = 16;
     const DfSchedule s = df_schedule(in);
@@ -328,7 +329,7 @@ TEST(DataflowSchedule, OffchipBytesPerDecodeTokenAreExact) {
 TEST(DataflowBackend, Stories260KMatchesNative) {
   auto l = load_keel(test::stories260k_keel());
   ASSERT_NE(l, nullptr);
-  HwDesc hw = preset("edge-npu-2mib");
+  DfMemory hw = df_memory(preset("edge-npu-2mib"));
   hw.sram_bytes = 160 << 10;
   auto native = start(l->model, BackendKind::Native, nullptr, KvPolicyKind::Full, 512, 16);
   auto df = start(l->model, BackendKind::Dataflow, &hw, KvPolicyKind::Full, 512, 16);
@@ -356,7 +357,7 @@ TEST(DataflowBackend, Stories260KMatchesNative) {
 TEST(DataflowBackend, BoundedPolicySameCountersEveryToken) {
   auto l = load_keel(test::stories260k_keel());
   ASSERT_NE(l, nullptr);
-  HwDesc hw = preset("edge-npu-2mib");
+  DfMemory hw = df_memory(preset("edge-npu-2mib"));
   auto df = start(l->model, BackendKind::Dataflow, &hw, KvPolicyKind::Streaming, 64, 16);
   ASSERT_NE(df, nullptr);
   Runtime& rt = df->runtime;
@@ -380,7 +381,7 @@ TEST(DataflowBackend, BoundedPolicySameCountersEveryToken) {
 TEST(DataflowBackend, SnapScoringExecutedEqualsAnalytic) {
   auto l = load_keel(test::stories260k_keel());
   ASSERT_NE(l, nullptr);
-  HwDesc hw = preset("edge-npu-2mib");
+  DfMemory hw = df_memory(preset("edge-npu-2mib"));
   hw.sram_bytes = 160 << 10;
   const uint32_t budget = 64, chunk = 16;
   auto df = start(l->model, BackendKind::Dataflow, &hw, KvPolicyKind::SnapStream, budget, chunk);
@@ -421,7 +422,7 @@ TEST(DataflowBackend, SnapScoringExecutedEqualsAnalytic) {
 TEST(DataflowBackend, SmolLM2ExecutedEqualsAnalyticAndNative) {
   auto l = load_keel(smollm2_keel());
   ASSERT_NE(l, nullptr);
-  HwDesc hw = preset("edge-npu-2mib");
+  DfMemory hw = df_memory(preset("edge-npu-2mib"));
   hw.sram_bytes = 1280 << 10;
   auto native = start(l->model, BackendKind::Native, nullptr, KvPolicyKind::Full, 256, 32);
   auto df = start(l->model, BackendKind::Dataflow, &hw, KvPolicyKind::Full, 256, 32);
@@ -470,9 +471,9 @@ TEST(DataflowBackend, RefusesWithoutHardwareOrSram) {
   std::string err;
   EXPECT_FALSE(port::reserve_backend_bytes(l->model, cfg, err));
   EXPECT_NE(err.find("--hw"), std::string::npos) << err;
-  HwDesc hw = preset("edge-npu-2mib");
+  DfMemory hw = df_memory(preset("edge-npu-2mib"));
   hw.sram_bytes = 4096;
-  cfg.plan.hw = &hw;
+  cfg.plan.dataflow_memory = &hw;
   err.clear();
   EXPECT_FALSE(port::reserve_backend_bytes(l->model, cfg, err));
   EXPECT_NE(err.find("smallest schedule needs"), std::string::npos) << err;

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/dataflow_hw.h"
+#include "emulate/hw_desc.h"
 
 namespace keel::hw {
 

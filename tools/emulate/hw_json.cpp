@@ -1,4 +1,4 @@
-#include "hw_json.h"
+#include "emulate/hw_json.h"
 
 #include <cmath>
 #include <cstdlib>

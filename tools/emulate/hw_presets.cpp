@@ -1,5 +1,5 @@
 // The hardware presets. Each states where its numbers come from; docs/emulator.md repeats it.
-#include "hw_json.h"
+#include "emulate/hw_json.h"
 
 namespace keel::hw {
 
