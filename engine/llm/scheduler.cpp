@@ -14,7 +14,9 @@ struct Scheduler::Record {
   Sequence seq;
   text::SamplerConfig sampling;
   bool cancelled = false;  // cancel() was called; the next step finishes it
-  uint64_t admission = 0;  // order of entering a slot (prefill goes oldest first)
+  // Order of the prompt's last turn: set on entering a slot and after each chunk it runs, so
+  // prefill goes to the slot served least recently and prompts take chunks in rotation.
+  uint64_t prefill_turn = 0;
   uint64_t group = 0;
 };
 
@@ -35,7 +37,7 @@ Error Scheduler::init(Runtime& runtime) {
   work_ = reinterpret_cast<SlotWork*>(records_ + records * kRequestRecordBytes);
   for (uint32_t i = 0; i < slots_; ++i) new (work_ + i) SlotWork();
   queue_head_ = queue_count_ = 0;
-  next_id_ = next_admission_ = 1;
+  next_id_ = next_prefill_turn_ = 1;
   last_prefilling_ = 0;
   last_prompt_tokens_ = 0;
   for (uint32_t i = 0; i < slots_; ++i) KEEL_TRY(rt_->reset(i));
@@ -108,7 +110,7 @@ Result<uint64_t> Scheduler::submit(const SchedulerRequest& q) {
   r->seq.phase = in_slot ? SlotPhase::Prefilling : SlotPhase::Free;  // Free: waiting in the queue
   r->sampling = q.sampling;
   r->group = q.group;
-  if (in_slot) r->admission = next_admission_++;
+  if (in_slot) r->prefill_turn = next_prefill_turn_++;
   return r->id;
 }
 
@@ -173,7 +175,7 @@ void Scheduler::admit() {
     s = queue_record(j);
     remove_queued(j);
     s.seq.phase = SlotPhase::Prefilling;
-    s.admission = next_admission_++;
+    s.prefill_turn = next_prefill_turn_++;
   }
 }
 
@@ -215,34 +217,36 @@ Error Scheduler::step(Span<TokenEvent> events, size_t* n_events) {
     ++count;
     --rows_left;
   }
-  // Then whole prompt chunks, oldest admission first, while they fit.
+  // Then whole prompt chunks while they fit, the slot served least recently first: two long
+  // prompts take turns instead of the younger waiting for the older to finish.
   for (;;) {
-    Record* oldest = nullptr;
-    uint32_t oldest_slot = 0;
+    Record* next = nullptr;
+    uint32_t next_slot = 0;
     for (uint32_t i = 0; i < slots_; ++i) {
       Record& r = slot_record(i);
       bool queued_in_pass = false;
       for (uint32_t j = 0; j < count; ++j) queued_in_pass = queued_in_pass || work_[j].slot == i;
       if (r.seq.phase != SlotPhase::Prefilling || queued_in_pass) continue;
-      if (!oldest || r.admission < oldest->admission) {
-        oldest = &r;
-        oldest_slot = i;
+      if (!next || r.prefill_turn < next->prefill_turn) {
+        next = &r;
+        next_slot = i;
       }
     }
-    if (!oldest) break;
-    Record& r = *oldest;
+    if (!next) break;
+    Record& r = *next;
     const bool starting = !r.seq.started;
     SlotWork& w = work_[count];
-    const Error e = r.seq.plan(*rt_, oldest_slot, rows_left, w);
+    const Error e = r.seq.plan(*rt_, next_slot, rows_left, w);
     if (!e.ok()) {
-      finish(r, oldest_slot, -1, e.status() == Status::KvFull ? FinishReason::KvFull : FinishReason::Error, events, &n);
+      finish(r, next_slot, -1, e.status() == Status::KvFull ? FinishReason::KvFull : FinishReason::Error, events, &n);
       continue;
     }
-    if (starting && !rt_->set_sampler(oldest_slot, r.sampling).ok()) {
-      finish(r, oldest_slot, -1, FinishReason::Error, events, &n);
+    if (starting && !rt_->set_sampler(next_slot, r.sampling).ok()) {
+      finish(r, next_slot, -1, FinishReason::Error, events, &n);
       continue;
     }
     if (w.n == 0) break;
+    r.prefill_turn = next_prefill_turn_++;
     ++count;
     rows_left -= w.n;
   }

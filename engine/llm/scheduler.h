@@ -10,13 +10,15 @@
 //   (set_max_per_group, e.g. a server's per-client share), a request of a group that holds its
 //   share of the slots waits, and later requests of other groups pass it.
 // A step: every decoding slot contributes its one token (decode latency stays one pass); the
-//   prefilling slots, oldest admission first, each add their next whole prompt chunk
-//   (chunk_tokens, the last may be shorter) while it fits in the pass's plan_step_rows =
-//   chunk + slots - 1 rows. That bound leaves room for at least one chunk beside every other
-//   slot's decode token, so the oldest prompt always advances and a pass never exceeds one
-//   chunk plus one row per other slot: decode latency is bounded by the chunk size, which the
-//   plan fixes. A prompt runs in the same chunks as Runtime::prefill would run it alone, so its
-//   KV policy (SnapKV compression at each chunk, the lookahead) sees exactly the same cache.
+//   prefilling slots, the one served least recently first (entering a slot or running a chunk
+//   puts a slot at the back), each add their next whole prompt chunk (chunk_tokens, the last
+//   may be shorter) while it fits in the pass's plan_step_rows = chunk + slots - 1 rows. That
+//   bound leaves room for at least one chunk beside every other slot's decode token, so some
+//   prompt always advances, prompts take their chunks in rotation (one waits at most
+//   slots - 1 passes for its next chunk), and a pass never exceeds one chunk plus one row per
+//   other slot: decode latency is bounded by the chunk size, which the plan fixes. A prompt runs in the same chunks as
+//   Runtime::prefill would run it alone, so its KV policy (SnapKV compression at each chunk, the lookahead) sees
+//   exactly the same cache.
 // Tokens: a slot's first token is sampled in the step that runs its prompt's last chunk, then
 //   one per step. With greedy sampling a request's tokens are the same whether it runs alone
 //   or beside others (a row's result does not depend on the other rows of the pass).
@@ -40,7 +42,6 @@
 #include "text/sampler.h"
 
 namespace keel {
-
 
 struct SchedulerRequest {
   // Caller-owned (the engine copies nothing it does not need to keep): must stay valid and
@@ -128,7 +129,7 @@ class Scheduler {
   uint32_t queue_count_ = 0;
   uint32_t max_per_group_ = 0;
   uint64_t next_id_ = 1;
-  uint64_t next_admission_ = 1;
+  uint64_t next_prefill_turn_ = 1;
   uint32_t last_prefilling_ = 0;
   uint64_t last_prompt_tokens_ = 0;
 };
