@@ -1,5 +1,7 @@
 #include "emulate/cost_model.h"
 
+#include <cmath>
+
 namespace keel {
 
 const char* df_bound_name(DfBound b) {
@@ -22,6 +24,17 @@ uint64_t df_pass_footprint_bytes(const DfSchedule& s, const DfModel& m, uint32_t
 
 double df_cached_fraction(const HwDesc& hw, uint64_t footprint_bytes) {
   if (hw.cache_bytes == 0 || footprint_bytes == 0) return 0;
+  const uint32_t n = hw.cache_share_points < kHwCurvePoints ? hw.cache_share_points : kHwCurvePoints;
+  if (n > 0) {
+    if (footprint_bytes <= hw.cache_share_bytes[0]) return hw.cache_share[0];
+    for (uint32_t i = 1; i < n; ++i) {
+      if (footprint_bytes > hw.cache_share_bytes[i]) continue;
+      const double x0 = std::log(double(hw.cache_share_bytes[i - 1])), x1 = std::log(double(hw.cache_share_bytes[i]));
+      const double t = x1 > x0 ? (std::log(double(footprint_bytes)) - x0) / (x1 - x0) : 1.0;
+      return hw.cache_share[i - 1] + t * (hw.cache_share[i] - hw.cache_share[i - 1]);
+    }
+    return hw.cache_share[n - 1];
+  }
   return hw.cache_bytes >= footprint_bytes ? 1.0 : double(hw.cache_bytes) / double(footprint_bytes);
 }
 

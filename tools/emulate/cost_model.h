@@ -34,8 +34,9 @@ DfCost df_cost(const DfCounters& c, const HwDesc& hw, bool double_buffered, DfOp
 // Bytes a forward pass with `entries` cached entries (its own included) reads from tier 0 and
 // reads again the next pass: the streamed weights and the entries' keys and values.
 uint64_t df_pass_footprint_bytes(const DfSchedule& s, const DfModel& m, uint32_t entries);
-// min(1, cache / footprint): what of that footprint the host's cache holds from one pass to the
-// next (0 without a cache).
+// What of that footprint the host's cache holds from one pass to the next (0 without a cache):
+// the description's measured share at that footprint (interpolated in log size, the end
+// points' shares beyond them), or without one min(1, cache / footprint).
 double df_cached_fraction(const HwDesc& hw, uint64_t footprint_bytes);
 // SnapKV scoring reads one KV head's keys (total x head_dim x 2 bytes) queries x group times in a
 // row. When they fit the SRAM, a schedule keeps them there for all of that head's rows: every

@@ -9,6 +9,8 @@
 
 namespace keel {
 
+constexpr uint32_t kHwCurvePoints = 32;
+
 struct HwTier {
   char name[kHwNameBytes] = {};  // "hbm", "ddr", "lpddr"
   uint64_t capacity_bytes = 0;
@@ -43,6 +45,12 @@ struct HwDesc {
   double cache_bandwidth_bytes_per_s = 0;
   // Fixed cost of every op call (a kernel's dispatch and its loop set-up on a host); 0 = none.
   double call_overhead_ns = 0;
+  // A host's measured share of a footprint that its cache serves from one pass to the next,
+  // against the footprint (ascending sizes; `keel emulate --calibrate` derives it from the
+  // medians of repeated read probes); 0 points = none, and the share is cache_bytes / footprint.
+  uint32_t cache_share_points = 0;
+  uint64_t cache_share_bytes[kHwCurvePoints] = {};
+  double cache_share[kHwCurvePoints] = {};
 };
 
 // What the dataflow backend executes with: the name, the SRAM and the tiers' capacities.

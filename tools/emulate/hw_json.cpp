@@ -130,8 +130,26 @@ bool parse_hw_json(const std::string& text, const std::string& origin, HwDesc& o
   if (ok && j.contains("sources") && !j["sources"].is_string()) ok = r.fail("sources", "a string", &j["sources"]);
   if (ok && j.contains("cache")) {
     const json& c = j["cache"];
-    ok = r.object(c, "cache", {"bytes", "bandwidth_bytes_per_s"}) && r.count(c, "cache", "bytes", h.cache_bytes) &&
+    ok = r.object(c, "cache", {"bytes", "bandwidth_bytes_per_s", "share_curve"}) &&
+         r.count(c, "cache", "bytes", h.cache_bytes) &&
          r.positive(c, "cache", "bandwidth_bytes_per_s", h.cache_bandwidth_bytes_per_s);
+    if (ok && c.contains("share_curve")) {
+      const json& rc = c["share_curve"];
+      if (!rc.is_array() || rc.size() < 2 || rc.size() > kHwCurvePoints)
+        ok = r.fail("cache.share_curve", "an array of 2.." + std::to_string(kHwCurvePoints) + " points", &rc);
+      for (size_t i = 0; ok && i < rc.size(); ++i) {
+        const std::string at = "cache.share_curve[" + std::to_string(i) + "]";
+        ok = r.object(rc[i], at, {"bytes", "share"}) && r.count(rc[i], at, "bytes", h.cache_share_bytes[i]);
+        if (ok && i > 0 && h.cache_share_bytes[i] <= h.cache_share_bytes[i - 1])
+          ok = r.fail(at + ".bytes", "more than the previous point's " + std::to_string(h.cache_share_bytes[i - 1]),
+                      &rc[i]["bytes"]);
+        const json* f = ok ? r.member(rc[i], at, "share") : nullptr;
+        if (ok && !(f && f->is_number() && f->get<double>() >= 0 && f->get<double>() <= 1))
+          ok = r.fail(at + ".share", "a number from 0 to 1", f);
+        if (ok) h.cache_share[i] = f->get<double>();
+        h.cache_share_points = uint32_t(i + 1);
+      }
+    }
   }
   if (ok && j.contains("call_overhead_ns")) {
     const json& o = j["call_overhead_ns"];
@@ -168,8 +186,15 @@ std::string hw_to_json(const HwDesc& h, const std::string& sources) {
   }
   j["dma_engines"] = h.dma_engines;
   j["serial"] = h.serial;
-  if (h.cache_bytes > 0)
+  if (h.cache_bytes > 0) {
     j["cache"] = {{"bytes", h.cache_bytes}, {"bandwidth_bytes_per_s", h.cache_bandwidth_bytes_per_s}};
+    if (h.cache_share_points > 0) {
+      json rc = json::array();
+      for (uint32_t i = 0; i < h.cache_share_points && i < kHwCurvePoints; ++i)
+        rc.push_back({{"bytes", h.cache_share_bytes[i]}, {"share", h.cache_share[i]}});
+      j["cache"]["share_curve"] = rc;
+    }
+  }
   if (h.call_overhead_ns > 0) j["call_overhead_ns"] = h.call_overhead_ns;
   j["sources"] = sources;
   return j.dump(2) + "\n";

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -36,19 +37,28 @@ double median_time(int reps, F fn) {
   return t[t.size() / 2];
 }
 
-uint64_t last_level_cache_bytes() {
+// The largest data cache of a level (all levels: 0) cpu0 reports under /sys, 0 if none.
+uint64_t cache_bytes_of_level(int level) {
   uint64_t best = 0;
   for (int i = 0; i < 8; ++i) {
     const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
-    std::ifstream size(dir + "size"), type(dir + "type");
+    std::ifstream size(dir + "size"), type(dir + "type"), lv(dir + "level");
     std::string s, t;
-    if (!(size >> s) || !(type >> t) || t == "Instruction") continue;
+    int l = 0;
+    if (!(size >> s) || !(type >> t) || !(lv >> l) || t == "Instruction") continue;
+    if (level != 0 && l != level) continue;
     uint64_t v = std::strtoull(s.c_str(), nullptr, 10);
     if (!s.empty() && (s.back() == 'K')) v <<= 10;
     if (!s.empty() && (s.back() == 'M')) v <<= 20;
     best = std::max(best, v);
   }
   return best;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
 uint64_t memory_bytes() {
@@ -64,28 +74,76 @@ int run_calibrate(uint32_t threads_opt) {
   HwDesc h;
   snprintf(h.name, sizeof h.name, "host");
   h.clock_hz = 1e9;  // one cycle = one nanosecond
-  const uint64_t llc = last_level_cache_bytes();
+  const uint64_t llc = cache_bytes_of_level(0);
   if (llc == 0) return fail("emulate", "cannot read the cache sizes under /sys/devices/system/cpu/cpu0/cache");
-  const double dram_gbps = measure_read_bandwidth_gbps(512ull << 20, threads, 5);
-  // The on-chip memory is the largest buffer that still reads clearly faster than DRAM (1.5x):
-  // a virtual machine's reported last-level cache may be shared with other guests. The cache
-  // tier is the largest that reads faster at all (1.15x), at the rate of that size.
-  double llc_gbps = 0, cache_gbps = 0;
-  uint64_t effective = 0, cache = 0;
-  bool sram_done = false;
-  for (uint64_t bytes = 256 << 10; bytes <= llc; bytes *= 2) {
-    const double gbps = measure_read_bandwidth_gbps(bytes, threads, 11);
-    if (gbps < 1.15 * dram_gbps) break;
-    cache = bytes, cache_gbps = gbps;
-    if (sram_done || gbps < 1.5 * dram_gbps) {
-      sram_done = true;
-      continue;
-    }
-    effective = bytes;
-    if (llc_gbps == 0 || gbps < llc_gbps) llc_gbps = gbps;
+  const uint64_t private_cache = std::max<uint64_t>(cache_bytes_of_level(2), 256 << 10);
+  // Read bandwidth against size, from well within the last-level cache to well beyond it: sizes
+  // in steps of sqrt(2) from 1 MiB up to 4x the reported cache (at least 1 GiB, at most a
+  // quarter of the memory), every size timed in each of kRounds interleaved rounds, medians
+  // kept. A single timing per size classed a 92 MiB model as cache or as DRAM from one minute
+  // to the next on a shared host; the medians of the curve move a few percent.
+  constexpr unsigned kRounds = 5;
+  const uint64_t top =
+      std::min(std::max(4 * llc, uint64_t(1) << 30), std::max(memory_bytes() / 4, uint64_t(256) << 20));
+  std::vector<uint64_t> sizes;
+  for (double b = double(1 << 20); b <= double(top) * 1.0001; b *= std::sqrt(2.0))
+    if (sizes.size() < kHwCurvePoints) sizes.push_back(uint64_t(b) / 4096 * 4096);
+  const std::vector<std::vector<double>> samples = measure_read_curve_gbps(sizes, threads, kRounds);
+  std::vector<double> med(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) med[i] = median(samples[i]);
+  // DRAM: every sample of the sizes at least twice the reported cache (the largest if none is).
+  std::vector<double> beyond, within;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] >= 2 * llc) beyond.insert(beyond.end(), samples[i].begin(), samples[i].end());
+    // In cache: beyond the private cache, well within the shared one.
+    if (sizes[i] >= 2 * private_cache && sizes[i] <= 8 * private_cache && sizes[i] <= llc / 4)
+      within.insert(within.end(), samples[i].begin(), samples[i].end());
   }
-  if (effective == 0) effective = 256 << 10, llc_gbps = dram_gbps;
-  if (cache > effective) h.cache_bytes = cache, h.cache_bandwidth_bytes_per_s = cache_gbps * 1e9;
+  if (beyond.empty()) beyond = samples.back();
+  if (within.empty()) within = samples.front();
+  const double dram_gbps = median(beyond), cache_gbps = median(within);
+  // The last-level cache as this process gets it (a virtual machine's reported one may be
+  // shared with other guests): the size at which the median curve falls through the geometric
+  // mean of the in-cache and DRAM rates, interpolated in log size between the probes. A
+  // footprint (weights streamed, KV read) that fits it stays cached from one pass to the next;
+  // one that does not is streamed from DRAM every pass, whatever part of it a read loop
+  // re-reading it at once would find: the share written is 1 up to that size and 0 from the
+  // next probed size on (cache.share_curve), so a model is classed by its size against the
+  // cache's, not by one timing near the edge. The on-chip memory (what the schedule may keep
+  // resident) is half of it, at the curve's rate there.
+  const double mid_gbps = std::sqrt(cache_gbps * dram_gbps);
+  double llc_measured = 0;
+  for (size_t i = 1; i < sizes.size() && llc_measured == 0; ++i) {
+    if (sizes[i] < 2 * private_cache || med[i] >= mid_gbps || med[i - 1] < mid_gbps) continue;
+    const double t = (med[i - 1] - mid_gbps) / (med[i - 1] - med[i]);
+    llc_measured =
+        std::exp(std::log(double(sizes[i - 1])) + t * (std::log(double(sizes[i])) - std::log(double(sizes[i - 1]))));
+  }
+  auto curve_gbps = [&](double bytes) {
+    if (bytes <= double(sizes[0])) return med[0];
+    for (size_t i = 1; i < sizes.size(); ++i) {
+      if (bytes > double(sizes[i])) continue;
+      const double t = std::log(bytes / double(sizes[i - 1])) / std::log(double(sizes[i]) / double(sizes[i - 1]));
+      return med[i - 1] + t * (med[i] - med[i - 1]);
+    }
+    return med.back();
+  };
+  uint64_t effective = 256 << 10;
+  double llc_gbps = dram_gbps;
+  if (llc_measured > 0 && cache_gbps > 1.15 * dram_gbps) {
+    h.cache_bytes = uint64_t(llc_measured) / 4096 * 4096;
+    h.cache_bandwidth_bytes_per_s = cache_gbps * 1e9;
+    uint32_t points = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      h.cache_share_bytes[points] = sizes[i];
+      h.cache_share[points] = sizes[i] <= h.cache_bytes ? 1.0 : 0.0;
+      ++points;
+      if (sizes[i] > h.cache_bytes) break;
+    }
+    h.cache_share_points = points;
+    effective = std::max<uint64_t>(h.cache_bytes / 2 / 4096 * 4096, effective);
+    llc_gbps = curve_gbps(double(effective));
+  }
   h.sram_bytes = effective;
   h.sram_bytes_per_cycle = llc_gbps;  // GB/s = bytes per ns
   h.tier_count = 1;
@@ -119,20 +177,56 @@ int run_calibrate(uint32_t threads_opt) {
   h.macs_per_cycle_int8 = rate(fb::DType::Q8);
   h.macs_per_cycle_bf16 = rate(fb::DType::F16);
   h.macs_per_cycle_f32 = rate(fb::DType::F32);
+  // A 4-bit matmul of one token (decode) unpacks every weight for one multiply-add: the time of
+  // that call beyond its MACs at the int8 rate is the unpacking, per weight element (Q4M, the
+  // 4-bit format with minimums GGUF's Q4_1 converts to).
+  {
+    std::vector<uint8_t> w(tensor_bytes(fb::DType::Q4M, rows, cols) + 64, 0);
+    const WeightView wv{fb::DType::Q4M, rows, cols, w.data()};
+    const double one = median_time(31, [&] { mk.matmul(wv, xq.data(), 1, y.data(), rows, 0, panel_count(rows)); });
+    const double elems = double(rows) * cols;
+    const double unpack = one - elems / (h.macs_per_cycle_int8 / threads * 1e9);
+    h.weight_elems_per_cycle = elems / (std::max(unpack, one * 0.05) * 1e9) * threads;
+  }
+  // What a one-token 4-bit matmul pays per byte beyond its compute when its weights come from
+  // DRAM (a matrix of twice the reported cache or more): the bandwidth a serial core adds to its
+  // compute, which is not a read loop's (the kernel's loads overlap part of its arithmetic).
+  // Measured on one thread only; with more, the read loop's rate stays.
+  double kernel_dram_gbps = 0;
+  if (threads == 1) {
+    const double per_elem = 1 / (h.macs_per_cycle_int8 * 1e9) + 1 / (h.weight_elems_per_cycle * 1e9);
+    auto gbps = [&](uint64_t bytes, int reps) {
+      const uint32_t kcols = 1024;
+      const uint64_t panel = tensor_bytes(fb::DType::Q4M, kPanelRows, kcols);
+      const uint32_t krows = uint32_t(std::max<uint64_t>(bytes / panel, 1)) * kPanelRows;
+      std::vector<uint8_t> w(tensor_bytes(fb::DType::Q4M, krows, kcols) + 64, 0x11);
+      std::vector<float> yk(krows);
+      const WeightView wv{fb::DType::Q4M, krows, kcols, w.data()};
+      const double t = median_time(reps, [&] { mk.matmul(wv, xq.data(), 1, yk.data(), krows, 0, panel_count(krows)); });
+      const double beyond = t - double(krows) * kcols * per_elem;
+      return beyond > 0 ? double(tensor_bytes(fb::DType::Q4M, krows, kcols)) / beyond / 1e9 : 0.0;
+    };
+    kernel_dram_gbps = gbps(std::min(std::max(2 * llc, uint64_t(256) << 20), top), 5);
+    if (kernel_dram_gbps > 0) h.tiers[0].bandwidth_bytes_per_s = kernel_dram_gbps * 1e9;
+  }
   const VectorKernels& vk = vector_kernels_best();
   std::vector<float> v(1 << 16, 0.25f), g(1 << 16, 1.0f);
   const double vs = median_time(21, [&] { vk.rmsnorm(v.data(), g.data(), uint32_t(v.size()), 1e-5f, v.data()); });
   h.vector_elems_per_cycle = double(v.size()) / (vs * 1e9) * threads;
 
-  char sources[640];
+  char sources[1100];
   snprintf(sources, sizeof sources,
-           "keel emulate --calibrate with %u threads: DRAM read %.2f GB/s (512 MiB buffer); cache reported %llu "
-           "bytes, of which %llu read at >= 1.5x DRAM speed (%.2f GB/s, the slowest of those sizes) and %llu at >= "
-           "1.15x (%.2f GB/s at that size: the cache tier); native "
-           "kernels '%s' MAC rates on one thread times %u; latency 100 ns assumed; serial (compute plus transfer); "
-           "one cycle = 1 ns",
-           threads, dram_gbps, (unsigned long long)llc, (unsigned long long)effective, llc_gbps,
-           (unsigned long long)cache, cache_gbps, mk.name, threads);
+           "keel emulate --calibrate with %u threads: read bandwidth of %zu sizes from 1 MiB to %llu bytes, %u "
+           "interleaved rounds, medians: DRAM %.2f GB/s (sizes >= 2x the reported cache of %llu bytes), in cache "
+           "%.2f GB/s (sizes 2-8x the private cache of %llu bytes); last-level cache as measured %llu bytes (where "
+           "the curve falls through %.2f GB/s): a footprint within it is cached, one beyond it streams from DRAM "
+           "(cache.share_curve); SRAM half of it, %llu bytes, at %.2f GB/s; a one-token Q4M matmul streams beyond "
+           "its compute at %.2f GB/s from DRAM (the tier's bandwidth; 0 = not measured, the read rate kept); "
+           "native kernels '%s' MAC rates on one thread times %u, 4-bit unpacking from a one-token Q4M matmul; "
+           "latency 100 ns assumed; serial (compute plus transfer); one cycle = 1 ns",
+           threads, sizes.size(), (unsigned long long)sizes.back(), kRounds, dram_gbps, (unsigned long long)llc,
+           cache_gbps, (unsigned long long)private_cache, (unsigned long long)h.cache_bytes, mid_gbps,
+           (unsigned long long)effective, llc_gbps, kernel_dram_gbps, mk.name, threads);
   const std::string path = hw::host_hw_path();
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
@@ -140,8 +234,12 @@ int run_calibrate(uint32_t threads_opt) {
   f << hw::hw_to_json(h, sources);
   if (!f) return fail("emulate", "cannot write " + path);
   printf("wrote %s\n%s\n", path.c_str(), sources);
-  printf("MACs/ns: int8 %.1f, f16 %.1f, f32 %.1f; vector %.1f elements/ns\n", h.macs_per_cycle_int8,
-         h.macs_per_cycle_bf16, h.macs_per_cycle_f32, h.vector_elems_per_cycle);
+  printf("MACs/ns: int8 %.1f, f16 %.1f, f32 %.1f; vector %.1f elements/ns; 4-bit weights unpacked %.1f/ns\n",
+         h.macs_per_cycle_int8, h.macs_per_cycle_bf16, h.macs_per_cycle_f32, h.vector_elems_per_cycle,
+         h.weight_elems_per_cycle);
+  printf("read GB/s by size:");
+  for (size_t i = 0; i < sizes.size(); ++i) printf(" %s %.1f", human_bytes(sizes[i]).c_str(), med[i]);
+  printf("\n");
   return 0;
 }
 

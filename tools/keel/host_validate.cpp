@@ -214,6 +214,9 @@ int run_validate(const SessionOptions& base, const std::string& start_hw, uint32
   ValidateRun run;
   std::string error;
   if (!hw::load_hw(start_hw, run.start, error)) return fail("emulate", error);
+  // The fit moves the cache's capacity and bandwidth in the cache / footprint model; a measured
+  // share curve (--calibrate's) would make its capacity inert.
+  run.start.cache_share_points = 0;
   if (run.start.tier_count != 1) return fail("emulate", "--validate fits a one-tier description (the host's)");
   if (base.sram_bytes) run.start.sram_bytes = base.sram_bytes;
   run.start_name = start_hw;

@@ -54,7 +54,55 @@ uint64_t read_range(const uint8_t* p, uint64_t n) {
 }
 #endif
 
+// GB/s of one timing: each of `threads` reads its part of buf[0, bytes) `passes` times.
+double timed_read(const uint8_t* buf, uint64_t bytes, unsigned threads, uint64_t passes) {
+  std::vector<uint64_t> partial(threads);
+  const uint64_t per = bytes / threads / 128 * 128;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      uint64_t x = 0;
+      for (uint64_t k = 0; k < passes; ++k) {
+        x ^= read_range(buf + t * per, per);
+        asm volatile("" ::: "memory");
+      }
+      partial[t] = x;
+    });
+  }
+  for (auto& th : pool) th.join();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  volatile uint64_t sink = 0;
+  for (uint64_t v : partial) sink = sink ^ v;
+  return double(per) * threads * double(passes) / s / 1e9;
+}
+
 }  // namespace
+
+std::vector<std::vector<double>> measure_read_curve_gbps(const std::vector<uint64_t>& sizes, unsigned threads,
+                                                         unsigned rounds) {
+  std::vector<std::vector<double>> out(sizes.size());
+  uint64_t largest = 0;
+  for (uint64_t b : sizes) largest = std::max(largest, b / 4096 * 4096);
+  if (largest == 0) return out;
+  uint8_t* buf = static_cast<uint8_t*>(aligned_alloc(4096, largest));
+  if (!buf) return out;
+  memset(buf, 1, largest);
+  if (threads == 0) threads = 1;
+  for (unsigned r = 0; r < rounds; ++r) {
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const uint64_t bytes = sizes[i] / 4096 * 4096;
+      // A size that fits a cache is read once untimed first: the previous size, read last, may
+      // have evicted it. Each timing moves at least 64 MiB (a cached buffer reads in less time
+      // than starting the threads takes).
+      const uint64_t passes = bytes >= (64ull << 20) ? 1 : ((64ull << 20) + bytes - 1) / bytes;
+      if (bytes < (256ull << 20)) timed_read(buf, bytes, threads, 1);
+      out[i].push_back(timed_read(buf, bytes, threads, passes));
+    }
+  }
+  free(buf);
+  return out;
+}
 
 double measure_read_bandwidth_gbps(uint64_t bytes, unsigned threads, unsigned reps) {
   bytes = bytes / 4096 * 4096;

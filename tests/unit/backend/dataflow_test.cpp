@@ -249,6 +249,47 @@ TEST(DataflowCost, HostCacheAndCallOverhead) {
   EXPECT_NE(err.find("x.json: cache.bandwidth_bytes_per_s: expected a positive number"), std::string::npos) << err;
 }
 
+// A measured share curve decides the cached fraction in place of cache / footprint: 1 up to the
+// measured cache (64 units), 0 from the next probe on (128), interpolated in log size between
+// (96 is 0.585 of the way from 64 to 128), the end points' shares beyond the ends; it reads
+// back from JSON, and a curve out of order or a share above 1 is refused naming the point.
+TEST(DataflowCost, CacheShareCurveClassesAFootprintBySize) {
+  HwDesc hw = hand_checked_hw();
+  std::snprintf(hw.name, sizeof hw.name, "host");
+  std::snprintf(hw.tiers[0].name, sizeof hw.tiers[0].name, "dram");
+  hw.tiers[0].capacity_bytes = 1 << 30;
+  hw.sram_bytes = 1 << 20;
+  hw.cache_bytes = 100, hw.cache_bandwidth_bytes_per_s = 4e10;
+  EXPECT_DOUBLE_EQ(df_cached_fraction(hw, 400), 0.25);
+  hw.cache_share_points = 3;
+  hw.cache_share_bytes[0] = 32, hw.cache_share_bytes[1] = 64, hw.cache_share_bytes[2] = 128;
+  hw.cache_share[0] = 1, hw.cache_share[1] = 1, hw.cache_share[2] = 0;
+  EXPECT_DOUBLE_EQ(df_cached_fraction(hw, 8), 1.0);
+  EXPECT_DOUBLE_EQ(df_cached_fraction(hw, 64), 1.0);
+  EXPECT_NEAR(df_cached_fraction(hw, 96), 1.0 - std::log(1.5) / std::log(2.0), 1e-12);
+  EXPECT_DOUBLE_EQ(df_cached_fraction(hw, 128), 0.0);
+  EXPECT_DOUBLE_EQ(df_cached_fraction(hw, 400), 0.0);
+  HwDesc back;
+  std::string err;
+  const std::string text = hw::hw_to_json(hw, "test");
+  ASSERT_TRUE(hw::parse_hw_json(text, "x.json", back, err)) << err;
+  ASSERT_EQ(back.cache_share_points, 3u);
+  EXPECT_EQ(back.cache_share_bytes[2], 128u);
+  EXPECT_DOUBLE_EQ(back.cache_share[1], 1.0);
+  EXPECT_DOUBLE_EQ(df_cached_fraction(back, 96), df_cached_fraction(hw, 96));
+  std::string bad = text;
+  const std::string second = "\"bytes\": 64";
+  ASSERT_NE(bad.find(second), std::string::npos) << bad;
+  bad.replace(bad.find(second), second.size(), "\"bytes\": 16");
+  EXPECT_FALSE(hw::parse_hw_json(bad, "x.json", back, err));
+  EXPECT_NE(err.find("x.json: cache.share_curve[1].bytes: expected more than the previous point's 32"),
+            std::string::npos)
+      << err;
+  hw.cache_share[0] = 1.5;
+  EXPECT_FALSE(hw::parse_hw_json(hw::hw_to_json(hw, "test"), "x.json", back, err));
+  EXPECT_NE(err.find("x.json: cache.share_curve[0].share: expected a number from 0 to 1"), std::string::npos) << err;
+}
+
 DfModel smollm2_shape(fb::DType t) {
   DfModel m;
   m.shape = ModelShape{49152, 576, 30, 9, 3, 64, 1536, 8192};
