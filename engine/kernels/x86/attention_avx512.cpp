@@ -29,6 +29,7 @@
 #include "kernels/attention.h"
 #include "kernels/unrolled.h"
 #include "kernels/x86/avx512_intrin.h"
+#include "kernels/x86/f16_group_kernels.h"
 #include "kernels/x86/f16_lane_sums.h"
 #include "kernels/x86/query_q8.h"
 
@@ -457,91 +458,23 @@ void weighted_sum_q4_avx512(const float* p, const uint16_t* v, uint32_t n, uint3
 // ---- f16 rows, the queries of one KV head together ----
 //
 // The AVX2 f16 kernels take one query and convert every key and value number from f16 for it;
-// with grouped-query attention (SmolLM2: 9 query heads over 3 KV heads) the same rows were
-// converted once per query. These take up to kGroupBlock queries at a time and convert a row once
-// for all of them. Per query, every operation is the AVX2 kernel's, on 256-bit vectors, in the
-// same order (the same 8-lane FMA chains over the head, the same shuffle tree per eight keys, the
-// same FMA chain per output lane over the rows), so the results are its bits; AVX-512VL's 32
-// vector registers hold the accumulators of three queries.
-constexpr uint32_t kGroupBlock = 3;
-
-// scores_avx2's path for head_dim a multiple of 8 above 16.
-template <uint32_t G>
-void scores_f16_block(const float* q, const uint16_t* k, uint32_t n, uint32_t hd, float scale, float* s,
-                      uint64_t s_stride) {
-  const __m256 sc = _mm256_set1_ps(scale);
-  uint32_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    const uint16_t* kj = k + uint64_t(j) * hd;
-    __m256 acc[G][8];
-    for (uint32_t g = 0; g < G; ++g)
-      for (uint32_t r = 0; r < 8; ++r) acc[g][r] = _mm256_setzero_ps();
-    for (uint32_t i = 0; i < hd; i += 8) {
-      __m256 qv[G];
-      for (uint32_t g = 0; g < G; ++g) qv[g] = _mm256_loadu_ps(q + uint64_t(g) * hd + i);
-      for (uint32_t r = 0; r < 8; ++r) {
-        const __m256 kv = load_half8(kj + uint64_t(r) * hd + i);
-        for (uint32_t g = 0; g < G; ++g) acc[g][r] = _mm256_fmadd_ps(qv[g], kv, acc[g][r]);
-      }
-    }
-    for (uint32_t g = 0; g < G; ++g) _mm256_storeu_ps(s + g * s_stride + j, _mm256_mul_ps(hsum8_in_order(acc[g]), sc));
-  }
-  for (; j < n; ++j) {
-    const uint16_t* kj = k + uint64_t(j) * hd;
-    __m256 acc[G];
-    for (uint32_t g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
-    for (uint32_t i = 0; i < hd; i += 8) {
-      const __m256 kv = load_half8(kj + i);
-      for (uint32_t g = 0; g < G; ++g) acc[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + uint64_t(g) * hd + i), kv, acc[g]);
-    }
-    for (uint32_t g = 0; g < G; ++g) s[g * s_stride + j] = hsum(acc[g]) * scale;
-  }
-}
+// with grouped-query attention (SmolLM2: 9 query heads over 3 KV heads; Gemma 3: 4 over 1) the
+// same rows would be converted and read once per query. f16_group_kernels.h's kernels convert a
+// row once for up to four queries: AVX-512VL's 32 vector registers hold four queries'
+// accumulators, so Gemma 3's group reads each row once (three, on AVX2, would read it twice).
+// Per query every operation is the AVX2 kernel's, on 256-bit vectors, in the same order, so the
+// results are its bits.
+constexpr uint32_t kF16GroupBlock = 4;
 
 void scores_f16_group(const float* q, uint32_t g, const uint16_t* k, uint32_t n, uint32_t hd, float scale, float* s,
                       uint64_t s_stride) {
-  if (hd % 8 != 0 || hd <= 16) {
-    const KvScoresFn one = attention_kernels_x86_avx2_table()->scores;
-    for (uint32_t i = 0; i < g; ++i) one(q + uint64_t(i) * hd, k, n, hd, scale, s + i * s_stride);
-    return;
-  }
-  for_query_blocks<kGroupBlock>(g, [&](uint32_t i, auto size) {
-    scores_f16_block<size>(q + uint64_t(i) * hd, k, n, hd, scale, s + i * s_stride, s_stride);
-  });
-}
-
-// weighted_sum_avx2's paths for head_dim a multiple of 8 other than 8: one FMA chain per output
-// lane over the rows in order, from zero. Here 64 lanes of G queries at a time.
-template <uint32_t G>
-void weighted_sum_f16_block(const float* p, uint64_t p_stride, const uint16_t* v, uint32_t n, uint32_t hd, float* out) {
-  for (uint32_t c = 0; c < hd; c += 64) {
-    __m256 acc[G][8];
-    for (uint32_t g = 0; g < G; ++g)
-      for (uint32_t b = 0; b < 8; ++b) acc[g][b] = _mm256_setzero_ps();
-    for (uint32_t j = 0; j < n; ++j) {
-      __m256 pj[G];
-      for (uint32_t g = 0; g < G; ++g) pj[g] = _mm256_set1_ps(p[g * p_stride + j]);
-      const uint16_t* vj = v + uint64_t(j) * hd + c;
-      for (uint32_t b = 0; b < 8; ++b) {
-        const __m256 vv = load_half8(vj + 8 * b);
-        for (uint32_t g = 0; g < G; ++g) acc[g][b] = _mm256_fmadd_ps(pj[g], vv, acc[g][b]);
-      }
-    }
-    for (uint32_t g = 0; g < G; ++g)
-      for (uint32_t b = 0; b < 8; ++b) _mm256_storeu_ps(out + uint64_t(g) * hd + c + 8 * b, acc[g][b]);
-  }
+  scores_f16_group_of<kF16GroupBlock>(q, g, k, n, hd, scale, s, s_stride, attention_kernels_x86_avx2_table()->scores);
 }
 
 void weighted_sum_f16_group(const float* p, uint64_t p_stride, uint32_t g, const uint16_t* v, uint32_t n, uint32_t hd,
                             float* out) {
-  if (hd % 64 != 0) {
-    const KvWeightedSumFn one = attention_kernels_x86_avx2_table()->weighted_sum;
-    for (uint32_t i = 0; i < g; ++i) one(p + i * p_stride, v, n, hd, out + uint64_t(i) * hd);
-    return;
-  }
-  for_query_blocks<kGroupBlock>(g, [&](uint32_t i, auto size) {
-    weighted_sum_f16_block<size>(p + i * p_stride, p_stride, v, n, hd, out + uint64_t(i) * hd);
-  });
+  weighted_sum_f16_group_of<kF16GroupBlock>(p, p_stride, g, v, n, hd, out,
+                                            attention_kernels_x86_avx2_table()->weighted_sum);
 }
 
 }  // namespace
