@@ -104,13 +104,14 @@ int run_calibrate(uint32_t threads_opt) {
   const double dram_gbps = median(beyond), cache_gbps = median(within);
   // The last-level cache as this process gets it (a virtual machine's reported one may be
   // shared with other guests): the size at which the median curve falls through the geometric
-  // mean of the in-cache and DRAM rates, interpolated in log size between the probes. A
-  // footprint (weights streamed, KV read) that fits it stays cached from one pass to the next;
-  // one that does not is streamed from DRAM every pass, whatever part of it a read loop
-  // re-reading it at once would find: the share written is 1 up to that size and 0 from the
-  // next probed size on (cache.share_curve), so a model is classed by its size against the
-  // cache's, not by one timing near the edge. The on-chip memory (what the schedule may keep
-  // resident) is half of it, at the curve's rate there.
+  // mean of the in-cache and DRAM rates, interpolated in log size between the probes. On a
+  // shared host it moves with the neighbours' load (50-106 MiB in one afternoon here), and a
+  // forward pass, which touches more than its weights between two reads of them, keeps less
+  // than a read loop re-reading one buffer at once: a footprint is costed as cached only when
+  // well within it (up to half), as streamed from DRAM every pass from the measured size on,
+  // and in between by its log size (cache.share_curve: share 1 at half, 0 at the size). So a
+  // model is classed by its size against the measured cache, not by one timing near the edge.
+  // The on-chip memory (what the schedule may keep resident) is that half, at the curve's rate.
   const double mid_gbps = std::sqrt(cache_gbps * dram_gbps);
   double llc_measured = 0;
   for (size_t i = 1; i < sizes.size() && llc_measured == 0; ++i) {
@@ -133,14 +134,9 @@ int run_calibrate(uint32_t threads_opt) {
   if (llc_measured > 0 && cache_gbps > 1.15 * dram_gbps) {
     h.cache_bytes = uint64_t(llc_measured) / 4096 * 4096;
     h.cache_bandwidth_bytes_per_s = cache_gbps * 1e9;
-    uint32_t points = 0;
-    for (size_t i = 0; i < sizes.size(); ++i) {
-      h.cache_share_bytes[points] = sizes[i];
-      h.cache_share[points] = sizes[i] <= h.cache_bytes ? 1.0 : 0.0;
-      ++points;
-      if (sizes[i] > h.cache_bytes) break;
-    }
-    h.cache_share_points = points;
+    h.cache_share_points = 2;
+    h.cache_share_bytes[0] = h.cache_bytes / 2, h.cache_share[0] = 1;
+    h.cache_share_bytes[1] = h.cache_bytes, h.cache_share[1] = 0;
     effective = std::max<uint64_t>(h.cache_bytes / 2 / 4096 * 4096, effective);
     llc_gbps = curve_gbps(double(effective));
   }
@@ -219,8 +215,9 @@ int run_calibrate(uint32_t threads_opt) {
            "keel emulate --calibrate with %u threads: read bandwidth of %zu sizes from 1 MiB to %llu bytes, %u "
            "interleaved rounds, medians: DRAM %.2f GB/s (sizes >= 2x the reported cache of %llu bytes), in cache "
            "%.2f GB/s (sizes 2-8x the private cache of %llu bytes); last-level cache as measured %llu bytes (where "
-           "the curve falls through %.2f GB/s): a footprint within it is cached, one beyond it streams from DRAM "
-           "(cache.share_curve); SRAM half of it, %llu bytes, at %.2f GB/s; a one-token Q4M matmul streams beyond "
+           "the curve falls through %.2f GB/s): a footprint up to half of it is cached, one beyond it streams "
+           "from DRAM, by log size between (cache.share_curve); SRAM half of it, %llu bytes, at %.2f GB/s; a one-token "
+           "Q4M matmul streams beyond "
            "its compute at %.2f GB/s from DRAM (the tier's bandwidth; 0 = not measured, the read rate kept); "
            "native kernels '%s' MAC rates on one thread times %u, 4-bit unpacking from a one-token Q4M matmul; "
            "latency 100 ns assumed; serial (compute plus transfer); one cycle = 1 ns",
