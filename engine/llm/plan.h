@@ -14,6 +14,7 @@
 #include "core/kv_type.h"
 #include "kv/kv_policy.h"
 #include "kv/rocketkv_split.h"
+#include "text/sampler_size.h"
 
 namespace keel {
 
@@ -343,7 +344,7 @@ constexpr uint64_t region_elements(Region r, const PlanShape& s, const PlanConfi
                  : 0;
     case Region::LogitRows: return logit_rows * s.vocab_size;
     case Region::StepSegments: return slots * kStepEntryBytes;
-    case Region::Sampler: return uint64_t(s.vocab_size) * 8 + (uint64_t(s.vocab_size) + 31) / 32 * 4 + 16;
+    case Region::Sampler: return text::sampler_scratch_bytes(s.vocab_size);
     case Region::Text: return kTextScratchBytes;
     case Region::kCount: break;
   }

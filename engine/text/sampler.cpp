@@ -28,13 +28,11 @@ void sift_down(C* a, size_t i, size_t n) {
   }
 }
 
-size_t bitmap_words(uint32_t vocab) { return (size_t(vocab) + 31) / 32; }
-
 }  // namespace
 
 size_t Sampler::arena_bytes(uint32_t vocab) {
-  return size_t(vocab) * sizeof(Candidate) + alignof(Candidate) + bitmap_words(vocab) * sizeof(uint32_t) +
-         alignof(uint32_t);
+  static_assert(sizeof(Candidate) == 8 && alignof(Candidate) == 4, "text/sampler_size.h counts 8-byte candidates");
+  return size_t(sampler_scratch_bytes(vocab));
 }
 
 Error Sampler::check(const SamplerConfig& config) {
@@ -53,10 +51,10 @@ Error Sampler::init(const SamplerConfig& config, uint32_t vocab, Arena& arena) {
   KEEL_ENSURE(vocab > 0, Status::InvalidArgument, "sampler: vocab must be > 0");
   KEEL_TRY(check(config));
   candidates_ = arena.allocate_array<Candidate>(vocab, alignof(Candidate));
-  seen_ = arena.allocate_array<uint32_t>(bitmap_words(vocab), alignof(uint32_t));
+  seen_ = arena.allocate_array<uint32_t>(size_t(sampler_bitmap_words(vocab)), alignof(uint32_t));
   KEEL_ENSURE(candidates_ && seen_, Status::ArenaTooSmall, "sampler arena too small: needs %zu bytes",
               arena_bytes(vocab));
-  for (size_t i = 0; i < bitmap_words(vocab); ++i) seen_[i] = 0;
+  for (size_t i = 0; i < size_t(sampler_bitmap_words(vocab)); ++i) seen_[i] = 0;
   config_ = config;
   vocab_ = vocab;
   rng_.reseed(config.seed);

@@ -22,6 +22,7 @@
 #include "core/span.h"
 #include "core/status.h"
 #include "text/pcg32.h"
+#include "text/sampler_size.h"
 
 namespace keel::text {
 
@@ -37,6 +38,7 @@ struct SamplerConfig {
 
 class Sampler {
  public:
+  // sampler_scratch_bytes (text/sampler_size.h), which the memory plan sizes its region by.
   static size_t arena_bytes(uint32_t vocab);
 
   // InvalidArgument for a config out of range (negative or NaN values, penalty <= 0).
