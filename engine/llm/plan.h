@@ -98,6 +98,7 @@ enum class RegionGroup : uint8_t {
   Backend,
   Kv,
   Logits,
+  Records,  // the runtime's slot records and the scheduler's request records and step entries
   Activations,
   Attention,
   LogitRows,
@@ -176,8 +177,8 @@ inline constexpr RegionInfo kRegions[kRegionCount] = {
      "[tokenizer_bytes] tables"},
     {Region::RopeInvFreq, "rope_inv_freq", PlanArena::Persistent, RegionGroup::Rope, false, 8, "[2][head_dim/2] f64"},
     {Region::BackendState, "backend_state", PlanArena::Persistent, RegionGroup::Backend, false, 1, "[backend_bytes]"},
-    {Region::SlotRecords, "slot_records", PlanArena::Persistent, RegionGroup::Logits, false, 1, "[slots][1024]"},
-    {Region::Requests, "requests", PlanArena::Persistent, RegionGroup::Logits, false, 1,
+    {Region::SlotRecords, "slot_records", PlanArena::Persistent, RegionGroup::Records, false, 1, "[slots][1024]"},
+    {Region::Requests, "requests", PlanArena::Persistent, RegionGroup::Records, false, 1,
      "[slots + queue][256] request records, [slots][64] step entries"},
     {Region::KvKeysValues, "kv_keys_values", PlanArena::Persistent, RegionGroup::Kv, true, 2,
      "[K,V][global layers][kv_heads][capacity][row] f16 rows, or q8/q4 rows with scales (core/kv_type.h)"},
@@ -371,9 +372,9 @@ struct MemoryPlan {
   SparseSplit sparse;           // sparse decode attention's split (budget 0: off)
   uint64_t persistent_bytes = 0;
   uint64_t scratch_bytes = 0;
-  // Sums by RegionGroup. Persistent: KV caches of all slots; logits and slot records;
-  // tokenizer tables; RoPE frequencies; backend state.
-  uint64_t kv_bytes = 0, logits_bytes = 0, tokenizer_bytes = 0, rope_bytes = 0, backend_bytes = 0;
+  // Sums by RegionGroup. Persistent: KV caches of all slots; logits of all slots; slot and
+  // request records; tokenizer tables; RoPE frequencies; backend state.
+  uint64_t kv_bytes = 0, logits_bytes = 0, records_bytes = 0, tokenizer_bytes = 0, rope_bytes = 0, backend_bytes = 0;
   // Of kv_bytes, the local layers' rings (the rest is the global layers').
   uint64_t kv_local_bytes = 0;
   // Scratch: one chunk's activations; attention rows (and SnapKV's); logit rows; sampler; text.
@@ -437,6 +438,7 @@ constexpr MemoryPlan plan_memory(const PlanShape& s, const PlanConfig& c, const 
       case RegionGroup::Backend: p.backend_bytes += b; break;
       case RegionGroup::Kv: p.kv_bytes += b; break;
       case RegionGroup::Logits: p.logits_bytes += b; break;
+      case RegionGroup::Records: p.records_bytes += b; break;
       case RegionGroup::Activations: p.activation_bytes += b; break;
       case RegionGroup::Attention: p.attention_bytes += b; break;
       case RegionGroup::LogitRows: p.logit_rows_bytes += b; break;

@@ -60,7 +60,11 @@ void check_plan(const MemoryPlan& p, const std::string& what) {
     EXPECT_EQ(covered, total);
   }
   // Groups are sums of regions.
-  EXPECT_EQ(p.kv_bytes + p.logits_bytes + p.tokenizer_bytes + p.rope_bytes + p.backend_bytes, p.persistent_bytes);
+  EXPECT_EQ(p.kv_bytes + p.logits_bytes + p.records_bytes + p.tokenizer_bytes + p.rope_bytes + p.backend_bytes,
+            p.persistent_bytes);
+  // Logits are the per-slot [vocab] rows alone; the records are a group of their own.
+  EXPECT_EQ(p.logits_bytes, p.region_bytes(Region::Logits));
+  EXPECT_EQ(p.records_bytes, p.region_bytes(Region::SlotRecords) + p.region_bytes(Region::Requests));
   EXPECT_EQ(p.activation_bytes + p.attention_bytes + p.logit_rows_bytes + p.sampler_bytes + p.text_bytes,
             p.scratch_bytes);
 }
