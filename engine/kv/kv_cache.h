@@ -20,6 +20,7 @@
 
 #include "core/kv_type.h"
 #include "core/result.h"
+#include "kv/kv_cache_size.h"
 #include "kv/kv_policy.h"
 
 namespace keel {
@@ -114,7 +115,7 @@ class KvCache {
                     uint32_t staged, void (*rotate)(void* ctx, uint16_t* key, int64_t from, int64_t to),
                     void* rotate_ctx, void* scratch, HoldMode hold = HoldMode::None);
   void finish_compact(uint32_t n_keep, uint32_t n_ring, uint32_t staged, HoldMode hold = HoldMode::None);
-  uint64_t compact_scratch_bytes() const { return uint64_t(shape_.capacity) * (uint64_t(row_halves_) * 4 + 4); }
+  uint64_t compact_scratch_bytes() const { return kv_compact_scratch_bytes(shape_.capacity, row_halves_); }
   // The rotation position of the key at logical index `logical` (below index_rotated(): its
   // index; others: their original position).
   int64_t rotation_of(uint32_t layer, uint32_t head, uint32_t logical) const;

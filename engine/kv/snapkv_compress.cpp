@@ -56,7 +56,8 @@ void KvManager::snap_head(const SnapJob& j, uint32_t worker, uint32_t l, uint32_
   float* pooled = snap_.pooled + worker * stride;
   uint32_t* order = snap_.order + worker * stride;
   uint32_t* keep = snap_.keep + worker * stride;
-  void* compact = snap_.compact + worker * cap * (uint64_t(hd) * 4 + 4);
+  // Each worker's slice fits the widest row (f16), as the plan sizes it.
+  void* compact = snap_.compact + worker * kv_compact_scratch_bytes(cap, kv_row_halves(KvType::F16, hd));
   const uint16_t* keys = kv.keys(l, h);
   const int32_t* pos = kv.positions(l, h);
   const uint32_t held = j.held;

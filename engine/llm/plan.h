@@ -12,6 +12,7 @@
 
 #include "backend/backend_plan.h"
 #include "core/kv_type.h"
+#include "kv/kv_cache_size.h"
 #include "kv/kv_policy.h"
 #include "kv/rocketkv_split.h"
 #include "text/sampler_size.h"
@@ -334,7 +335,8 @@ constexpr uint64_t region_elements(Region r, const PlanShape& s, const PlanConfi
     case Region::SnapOrder:
     case Region::SnapKeep:
     case Region::SnapCandidates: return snap * threads * (cap + hold);
-    case Region::SnapCompact: return snap * threads * cap * (uint64_t(s.head_dim) * 4 + 4);
+    case Region::SnapCompact:  // per worker, for rows of the widest kv_type (f16)
+      return snap * threads * kv_compact_scratch_bytes(cap, kv_row_halves(KvType::F16, s.head_dim));
     case Region::SnapRope: return uint64_t(obs_window) * 2 * 4 * pairs;
     case Region::SparseGather:
       return sparse.budget ? 2 * uint64_t(s.n_kv_heads) * sparse.gather_rows * kv_row_halves(c.kv_type, s.head_dim) : 0;
