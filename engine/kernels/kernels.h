@@ -13,21 +13,14 @@
 
 #include <cstdint>
 
+#include "kernels/act_block.h"
 #include "model/weight_format.h"
 
 namespace keel {
 
-// One block of 32 quantized activations: x[i] ~= d * q[i], q in [-127, 127].
-// Columns past the logical length are q = 0, so they contribute nothing to any dot product.
-struct ActBlock {
-  float d;
-  int32_t sum;  // sum of q[0..31]
-  int8_t q[kQuantBlock];
-};
-static_assert(sizeof(ActBlock) == 40, "ActBlock is packed as the planner assumes");
+// ActBlock and act_blocks are in kernels/act_block.h; a block pairs with one weight block.
+static_assert(kActBlockValues == kQuantBlock, "an activation block covers one weight quantization block");
 
-// Activation blocks of one token: x has `cols` floats, quantized into act_blocks(cols) blocks.
-constexpr uint32_t act_blocks(uint32_t cols) { return (cols + kQuantBlock - 1) / kQuantBlock; }
 // Bytes of the quantized activations of `n_tokens` tokens (what the planner reserves).
 constexpr uint64_t act_bytes(uint32_t cols, uint32_t n_tokens = 1) {
   return uint64_t(act_blocks(cols)) * sizeof(ActBlock) * n_tokens;

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "backend/backend_plan.h"
+#include "kernels/act_block.h"
 #include "core/kv_type.h"
 #include "kv/kv_cache_size.h"
 #include "kv/kv_policy.h"
@@ -67,8 +68,6 @@ struct PlanConfig {
 
 constexpr uint64_t kPlanAlign = 64;
 constexpr uint64_t plan_align(uint64_t n) { return (n + kPlanAlign - 1) / kPlanAlign * kPlanAlign; }
-constexpr uint64_t kActBlockBytes = 40;  // keel::ActBlock: f32 scale, i32 sum, 32 x i8
-constexpr uint64_t act_block_count(uint64_t cols) { return (cols + 31) / 32; }
 constexpr uint64_t kSlotStateBytes = 1024;  // slot record: cache view, sampler state, recent tokens
 // Scheduler records (llm/scheduler.h): one per slot and per queue place, and one step entry
 // (Runtime::SlotWork) per slot.
@@ -212,7 +211,7 @@ inline constexpr RegionInfo kRegions[kRegionCount] = {
     {Region::Att, "att", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[rows][n_heads*head_dim] f32"},
     {Region::Hb, "hb", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[rows][ffn_dim] f32"},
     {Region::Hb2, "hb2", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[rows][ffn_dim] f32"},
-    {Region::Xq, "xq", PlanArena::Scratch, RegionGroup::Activations, false, 40,
+    {Region::Xq, "xq", PlanArena::Scratch, RegionGroup::Activations, false, uint32_t(sizeof(ActBlock)),
      "[rows][blocks of the widest matmul input] ActBlock"},
     {Region::RopeCos, "rope_cos", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[rows][head_dim/2] f32"},
     {Region::RopeSin, "rope_sin", PlanArena::Scratch, RegionGroup::Activations, false, 4, "[rows][head_dim/2] f32"},
@@ -322,7 +321,7 @@ constexpr uint64_t region_elements(Region r, const PlanShape& s, const PlanConfi
     case Region::V: return rows * kv_dim;
     case Region::Hb:
     case Region::Hb2: return rows * s.ffn_dim;
-    case Region::Xq: return rows * act_block_count(max_u64(max_u64(s.dim, q_dim), s.ffn_dim));
+    case Region::Xq: return rows * act_blocks(uint32_t(max_u64(max_u64(s.dim, q_dim), s.ffn_dim)));
     case Region::RopeCos:
     case Region::RopeSin: return rows * pairs;
     case Region::AttRows: return threads * plan_query_rows(s.n_heads, s.n_kv_heads) * max_u64(cap, local_cap);
