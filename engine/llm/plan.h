@@ -74,6 +74,11 @@ constexpr uint64_t kSlotStateBytes = 1024;  // slot record: cache view, sampler 
 constexpr uint64_t kRequestRecordBytes = 256;
 constexpr uint64_t kStepEntryBytes = 64;
 
+// A prompt chunk's tokens (at least one), and the entries a global-layer cache holds per layer
+// and KV head: the budget plus one chunk staged before the policy settles it.
+constexpr uint32_t plan_chunk(const PlanConfig& c) { return c.chunk_tokens ? c.chunk_tokens : 1; }
+constexpr uint64_t plan_kv_capacity(const PlanConfig& c) { return uint64_t(c.kv_budget_tokens) + plan_chunk(c); }
+
 // Rows of one forward pass: one prompt chunk plus the decode token of every other slot
 // (the scheduler fills a step with at most this many; one slot alone runs chunks of `chunk`).
 constexpr uint64_t plan_step_rows(uint32_t chunk_tokens, uint32_t slots) {
@@ -281,7 +286,7 @@ constexpr uint32_t plan_hold(const PlanConfig& c, const KvPolicyConfig& kv) {
 // sparse decode attention split (budget 0: off); `hold`: plan_hold.
 constexpr uint64_t region_elements(Region r, const PlanShape& s, const PlanConfig& c, uint32_t obs_window,
                                    uint32_t local_budget, const SparseSplit& sparse = {}, uint32_t hold = 0) {
-  const uint64_t chunk = c.chunk_tokens ? c.chunk_tokens : 1;
+  const uint64_t chunk = plan_chunk(c);
   const uint64_t threads = c.threads ? c.threads : 1;
   const uint64_t slots = c.slots ? c.slots : 1;
   const uint64_t logit_rows = max_u64(c.logit_rows ? c.logit_rows : 1, slots);
@@ -291,7 +296,7 @@ constexpr uint64_t region_elements(Region r, const PlanShape& s, const PlanConfi
   const uint64_t global_layers = uint64_t(s.n_layers) - s.local_layers;
   const uint64_t heads = global_layers * s.n_kv_heads;
   const uint64_t local_heads = uint64_t(s.local_layers) * s.n_kv_heads;
-  const uint64_t cap = uint64_t(c.kv_budget_tokens) + chunk;  // budget + one chunk of staging
+  const uint64_t cap = plan_kv_capacity(c);
   const uint64_t local_cap = s.local_layers > 0 ? uint64_t(local_budget) + chunk : 0;
   const uint64_t pairs = s.head_dim / 2;
   const uint64_t snap = obs_window > 0 ? 1 : 0;  // SnapKV's buffers exist only for its policies
@@ -400,10 +405,9 @@ constexpr MemoryPlan plan_memory(const PlanShape& s, const PlanConfig& c, const 
   p.obs_window = obs;
   p.kv_hold_tokens = plan_hold(c, kv);
   p.sparse = sparse_split(kv, c.kv_budget_tokens, s.head_dim, 2 * kv_row_halves(c.kv_type, s.head_dim));
-  p.kv_capacity_tokens = uint64_t(c.kv_budget_tokens) + (c.chunk_tokens ? c.chunk_tokens : 1);
+  p.kv_capacity_tokens = plan_kv_capacity(c);
   p.kv_local_budget_tokens = plan_local_budget(s, c, kv);
-  p.kv_local_capacity_tokens =
-      s.local_layers > 0 ? p.kv_local_budget_tokens + (c.chunk_tokens ? c.chunk_tokens : 1) : 0;
+  p.kv_local_capacity_tokens = s.local_layers > 0 ? uint64_t(p.kv_local_budget_tokens) + plan_chunk(c) : 0;
   for (const RegionInfo& r : kRegions) {
     RegionPlan& rp = p.regions[uint32_t(r.id)];
     rp.elements = region_elements(r.id, s, c, obs, p.kv_local_budget_tokens, p.sparse, p.kv_hold_tokens);
@@ -490,9 +494,9 @@ class RegionMap {
 // What the backend's per-model state may depend on.
 constexpr BackendPlan backend_plan(const PlanConfig& c) {
   return BackendPlan{c.threads ? c.threads : 1,
-                     c.kv_budget_tokens + (c.chunk_tokens ? c.chunk_tokens : 1),
+                     uint32_t(plan_kv_capacity(c)),
                      c.slots ? c.slots : 1,
-                     c.chunk_tokens ? c.chunk_tokens : 1,
+                     plan_chunk(c),
                      c.dataflow_memory,
                      c.kv_type};
 }
