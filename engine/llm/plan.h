@@ -16,7 +16,7 @@
 #include "kv/kv_cache_size.h"
 #include "kv/kv_policy.h"
 #include "kv/rocketkv_split.h"
-#include "text/sampler_size.h"
+#include "text/text_sizes.h"
 
 namespace keel {
 
@@ -91,8 +91,6 @@ constexpr uint32_t plan_query_rows(uint32_t n_heads, uint32_t n_kv_heads) {
   const uint32_t group = n_kv_heads ? n_heads / n_kv_heads : 1;
   return group < 1 ? 1 : group > kMaxQueryRows ? kMaxQueryRows : group;
 }
-// Scratch one tokenizer encode() call may take (text::Tokenizer::scratch_bytes() fits in it).
-constexpr uint64_t kTextScratchBytes = 64 * 1024;
 
 enum class PlanArena : uint8_t { Persistent, Scratch };
 
@@ -352,7 +350,7 @@ constexpr uint64_t region_elements(Region r, const PlanShape& s, const PlanConfi
     case Region::LogitRows: return logit_rows * s.vocab_size;
     case Region::StepSegments: return slots * kStepEntryBytes;
     case Region::Sampler: return text::sampler_scratch_bytes(s.vocab_size);
-    case Region::Text: return kTextScratchBytes;
+    case Region::Text: return text::kTokenizerScratchBytes;
     case Region::kCount: break;
   }
   return 0;

@@ -44,9 +44,6 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
   Arena tokenizer_arena(regions.get<uint8_t>(Region::Tokenizer), regions.bytes(Region::Tokenizer));
   KEEL_TRY(tokenizer_.init(model.meta()->tokenizer(), tokenizer_arena));
   tokenizer_used_bytes_ = tokenizer_arena.used();
-  KEEL_ENSURE(text::Tokenizer::scratch_bytes() <= kTextScratchBytes, Status::Internal,
-              "tokenizer scratch %zu exceeds the planned %llu", text::Tokenizer::scratch_bytes(),
-              (unsigned long long)kTextScratchBytes);
   KEEL_TRY(backend_->create_state(
       model, backend_plan(pc),
       Span<uint8_t>(regions.get<uint8_t>(Region::BackendState), regions.bytes(Region::BackendState))));

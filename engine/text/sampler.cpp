@@ -31,7 +31,7 @@ void sift_down(C* a, size_t i, size_t n) {
 }  // namespace
 
 size_t Sampler::arena_bytes(uint32_t vocab) {
-  static_assert(sizeof(Candidate) == 8 && alignof(Candidate) == 4, "text/sampler_size.h counts 8-byte candidates");
+  static_assert(sizeof(Candidate) == 8 && alignof(Candidate) == 4, "text/text_sizes.h counts 8-byte candidates");
   return size_t(sampler_scratch_bytes(vocab));
 }
 

@@ -22,7 +22,7 @@
 #include "core/span.h"
 #include "core/status.h"
 #include "text/pcg32.h"
-#include "text/sampler_size.h"
+#include "text/text_sizes.h"
 
 namespace keel::text {
 
@@ -38,7 +38,7 @@ struct SamplerConfig {
 
 class Sampler {
  public:
-  // sampler_scratch_bytes (text/sampler_size.h), which the memory plan sizes its region by.
+  // sampler_scratch_bytes (text/text_sizes.h), which the memory plan sizes its region by.
   static size_t arena_bytes(uint32_t vocab);
 
   // InvalidArgument for a config out of range (negative or NaN values, penalty <= 0).

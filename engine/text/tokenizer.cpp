@@ -6,6 +6,7 @@
 #include "core/check.h"
 #include "text/bpe.h"
 #include "text/pretokenize.h"
+#include "text/text_sizes.h"
 #include "text/word_cut.h"
 
 namespace keel::text {
@@ -104,7 +105,10 @@ size_t Tokenizer::arena_bytes(const fb::Tokenizer* t) {
 }
 
 size_t Tokenizer::scratch_bytes() {
-  return kMaxWordBytes * sizeof(Symbol) + kMaxHeapPairs * sizeof(uint64_t) + kMaxWordBytes + 3 * kScratchAlign;
+  constexpr size_t bytes =
+      kMaxWordBytes * sizeof(Symbol) + kMaxHeapPairs * sizeof(uint64_t) + kMaxWordBytes + 3 * kScratchAlign;
+  static_assert(bytes <= kTokenizerScratchBytes, "encode's work buffers exceed the text scratch the plan reserves");
+  return bytes;
 }
 
 Error Tokenizer::init(const fb::Tokenizer* t, Arena& arena) {

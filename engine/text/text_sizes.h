@@ -1,5 +1,6 @@
-// The sampler's scratch bytes, alone in a header that includes nothing, so that llm/plan.h (a
-// header firmware compiles alone) sizes the `sampler` region by the sampler's own formula.
+// The text scratch the memory plan reserves, alone in a header that includes nothing, so that
+// llm/plan.h (a header firmware compiles alone) sizes the `sampler` and `text` regions by the
+// sampler's own formula and the tokenizer's own bound.
 #pragma once
 
 #include <cstdint>
@@ -15,5 +16,9 @@ constexpr uint64_t sampler_bitmap_words(uint32_t vocab) { return (uint64_t(vocab
 constexpr uint64_t sampler_scratch_bytes(uint32_t vocab) {
   return uint64_t(vocab) * 8 + 4 + sampler_bitmap_words(vocab) * 4 + 4;
 }
+
+// Scratch one Tokenizer::encode() call may take; tokenizer.cpp checks at compile time that its
+// work buffers fit.
+constexpr uint64_t kTokenizerScratchBytes = 64 * 1024;
 
 }  // namespace keel::text
