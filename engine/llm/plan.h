@@ -491,12 +491,14 @@ class RegionMap {
 
 // What the backend's per-model state may depend on.
 constexpr BackendPlan backend_plan(const PlanConfig& c) {
-  return BackendPlan{c.threads ? c.threads : 1,
-                     uint32_t(plan_kv_capacity(c)),
-                     c.slots ? c.slots : 1,
-                     plan_chunk(c),
-                     c.dataflow_memory,
-                     c.kv_type};
+  BackendPlan b;
+  b.threads = c.threads ? c.threads : 1;
+  b.capacity_tokens = uint32_t(plan_kv_capacity(c));
+  b.slots = c.slots ? c.slots : 1;
+  b.chunk_tokens = plan_chunk(c);
+  b.memory = c.dataflow_memory;
+  b.kv_type = c.kv_type;
+  return b;
 }
 
 }  // namespace keel
