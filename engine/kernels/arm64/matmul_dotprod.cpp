@@ -7,7 +7,8 @@
 //    int32 accumulator at -8 * sum_a, Q4M's min as a second f32 step.
 // Per block, row quads are done one after the other: only T int32 accumulators are live, and a
 // quad's f32 step follows it. With several tokens (prefill) each weight load feeds up to
-// 4 tokens; the block's 512 (256) bytes stay in L1 across the quads.
+// 4 tokens; the block's 512 (256) bytes stay in L1 across the quads. Q8 with one token (decode)
+// walks a block group by group instead (q8_panel1).
 #include "kernels/arm64/arm64_tables.h"
 #include "kernels/arm64/neon_util.h"
 #include "kernels/kquant_kernels.h"
@@ -73,6 +74,49 @@ void q8_panel(const PanelView& qp, const ActBlock* x, float* y, uint32_t y_strid
   for (int t = 0; t < T; ++t) store_panel_rows(y + uint64_t(t) * y_stride, accf[t], qp.n_rows);
 }
 
+// Q8, one token: groups outer, row quads inner. A group's 64 bytes are the 4 quads' registers,
+// so each SDOT feeds one of 4 independent per-quad chains (one SDOT's latency hidden behind three
+// others), and only the 4 registers of one group are live: the accumulators stay in registers.
+// The int32 sums and the f32 steps are those of q8_panel, so the bits are too.
+void q8_panel1(const PanelView& qp, const ActBlock* x, float* y) {
+  const int8x16_t bias = vdupq_n_s8(int8_t(0x80));
+  const uint8_t* const quants = qp.quants;
+  const uint8_t* const header = qp.header;
+  const uint32_t nb = qp.nb;
+  float32x4_t f0 = vdupq_n_f32(0.0f), f1 = f0, f2 = f0, f3 = f0;
+  for (uint32_t b = 0; b < nb; ++b) {
+    // Quads 0, 2 from q02 and 1, 3 from q13 = q02 + 16, which the compiler cannot see through:
+    // no two loads of one base are 16 bytes apart, so none pair into an LDP Q (three micro-ops
+    // on the Cortex-A76 model, six cycles on the A55's, against one for each of two LDR Q).
+    const uint8_t* q02 = quants + uint64_t(b) * 512;
+    const uint8_t* q13 = q02 + 16;
+    __asm__("" : "+r"(q13));
+    const int8x16_t a0 = vld1q_s8(x[b].q), a1 = vld1q_s8(x[b].q + 16);
+    int32x4_t c0 = vdupq_n_s32(0), c1 = c0, c2 = c0, c3 = c0;
+    unrolled<8>([&](auto g) {
+      const int8x16_t ag = g < 4 ? a0 : a1;
+      const int8x16_t w0 = veorq_s8(load_s8x16(q02 + g * 64), bias);
+      const int8x16_t w1 = veorq_s8(load_s8x16(q13 + g * 64), bias);
+      const int8x16_t w2 = veorq_s8(load_s8x16(q02 + g * 64 + 32), bias);
+      const int8x16_t w3 = veorq_s8(load_s8x16(q13 + g * 64 + 32), bias);
+      c0 = vdotq_laneq_s32(c0, w0, ag, g % 4);
+      c1 = vdotq_laneq_s32(c1, w1, ag, g % 4);
+      c2 = vdotq_laneq_s32(c2, w2, ag, g % 4);
+      c3 = vdotq_laneq_s32(c3, w3, ag, g % 4);
+      // A compiler-only fence between groups: without it GCC's first scheduling pass hoists all
+      // 32 loads of a block to its top, and the f32 accumulators go through the stack.
+      __asm__ volatile("" ::: "memory");
+    });
+    const float da = x[b].d;
+    f0 = block_step(f0, load_f16x4(header + b * 32 + 0), da, c0);
+    f1 = block_step(f1, load_f16x4(header + b * 32 + 8), da, c1);
+    f2 = block_step(f2, load_f16x4(header + b * 32 + 16), da, c2);
+    f3 = block_step(f3, load_f16x4(header + b * 32 + 24), da, c3);
+  }
+  const float32x4_t out[4] = {f0, f1, f2, f3};
+  store_panel_rows(y, out, qp.n_rows);
+}
+
 // Q4 (kMin = false: value d * (u - 8)) or Q4M (kMin = true: value d * u + m).
 template <int T, bool kMin>
 void q4_panel(const PanelView& qp, const ActBlock* x, float* y, uint32_t y_stride) {
@@ -131,7 +175,9 @@ struct DotprodQuant {
   static constexpr int tile(fb::DType) { return 4; }
   template <fb::DType DT, int T>
   static void panel(const PanelView& pv, const ActBlock* x, float* y, uint32_t y_stride) {
-    if constexpr (DT == fb::DType::Q8) {
+    if constexpr (DT == fb::DType::Q8 && T == 1) {
+      q8_panel1(pv, x, y);
+    } else if constexpr (DT == fb::DType::Q8) {
       q8_panel<T>(pv, x, y, y_stride);
     } else {
       q4_panel<T, DT == fb::DType::Q4M>(pv, x, y, y_stride);
