@@ -9,6 +9,7 @@
 #include "core/kv_type.h"
 #include "kernels/dequant.h"
 #include "kernels/rope.h"
+#include "llm/layer_ops.h"
 
 namespace keel {
 
@@ -67,10 +68,13 @@ Error Transformer::init(const Model& model, Backend& backend, const PlanConfig& 
   rope_dim_ = h->rope_dim() ? h->rope_dim() : shape_.head_dim;
   rope_halves_ = h->rope_style() == fb::RopeStyle::Halves;
   qkv_bias_ = model.meta()->arch()->qkv_bias();
-  gemma3_ = model.meta()->arch()->family() == fb::ArchFamily::Gemma3;
-  query_scale_ = gemma3_ ? h->query_scale() : 0.0f;
-  sliding_window_ = gemma3_ ? h->sliding_window() : 0;
-  sliding_window_pattern_ = gemma3_ ? h->sliding_window_pattern() : 0;
+  arch_ = find_architecture(model.meta()->arch()->family());
+  KEEL_ENSURE(arch_ != nullptr, Status::UnsupportedArch, "architecture family %u has no forward pass",
+              unsigned(model.meta()->arch()->family()));
+  const AttentionTraits traits = arch_->attention(model);
+  query_scale_ = traits.query_scale;
+  sliding_window_ = traits.sliding_window;
+  sliding_window_pattern_ = traits.sliding_window_pattern;
   local_layers_ = local_layer_count(shape_.n_layers, sliding_window_pattern_);
   token_embd_ = model.tensor(TensorRole::TokenEmbedding);
   output_norm_ = model.tensor(TensorRole::OutputNorm);
@@ -102,7 +106,7 @@ Error Transformer::init(const Model& model, Backend& backend, const PlanConfig& 
               Status::Internal, "the plan lacks a buffer of the forward pass");
   inv_freq_local_ = inv_freq_ + rope_dim_ / 2;
   rope_inverse_frequencies(model, rope_dim_, inv_freq_);
-  if (gemma3_) rope_inverse_frequencies(model, rope_dim_, inv_freq_local_, true);
+  if (local_layers_ > 0) rope_inverse_frequencies(model, rope_dim_, inv_freq_local_, true);
   return Error();
 }
 
@@ -266,12 +270,14 @@ Error Transformer::check_segments(const ForwardSegment* segs, uint32_t count, ui
 Error Transformer::forward(const ForwardSegment* segs, uint32_t count) {
   uint32_t rows = 0;  // R: the pass's rows, segment after segment
   KEEL_TRY(check_segments(segs, count, &rows));
-  Backend& be = *backend_;
-  const uint32_t dim = shape_.dim, hd = shape_.head_dim, ffn = shape_.ffn_dim, pairs = rope_dim_ / 2;
-  const uint32_t q_dim = shape_.n_heads * hd, kv_dim = shape_.n_kv_heads * hd;
+  const uint32_t pairs = rope_dim_ / 2;
+  pass_segments_ = segs;
+  pass_count_ = count;
+  pass_rows_ = rows;
 
-  // x [R][dim] embeddings; cos_, sin_ [R][pairs] at each row's own position; shift_cos_,
-  // shift_sin_ [segment][pairs] (cache index minus position, the same for a segment's rows).
+  // x [R][dim] embeddings; cos_, sin_ [R][pairs] at each row's own position (global layers');
+  // shift_cos_, shift_sin_ [segment][pairs] (cache index minus position, the same for a
+  // segment's rows).
   for (uint32_t i = 0, row0 = 0; i < count; row0 += segs[i].n, ++i) {
     const ForwardSegment& g = segs[i];
     const int64_t pos0 = g.kv->next_position();
@@ -282,125 +288,133 @@ Error Transformer::forward(const ForwardSegment* segs, uint32_t count) {
                         shift_sin_ + uint64_t(i) * pairs);
     }
   }
-  if (gemma3_) {
-    // Gemma 3: the embedding is scaled by sqrt(dim) (in f32, as llama.cpp does).
-    const float embed_scale = std::sqrt(float(dim));
-    for (uint64_t i = 0; i < uint64_t(rows) * dim; ++i) x_[i] *= embed_scale;
-  }
-  bool tables_local = false;  // cos_/sin_ hold the global layers' angles
-  for (uint32_t l = 0; l < shape_.n_layers; ++l) {
-    const LayerWeights w = layer_weights(*model_, l);
-    const bool local = layer_is_local(l);
-    if (local != tables_local) {
-      tables_local = local;
-      segment_rope_tables(segs, count, local);  // Gemma 3: local layers have their own RoPE base
-    }
-    const float* attn_norm = reinterpret_cast<const float*>(w.attn_norm.data);
-    for (uint32_t t = 0; t < rows; ++t)
-      be.rmsnorm(x_ + uint64_t(t) * dim, attn_norm, dim, norm_eps_, xb_ + uint64_t(t) * dim);  // xb [R][dim]
-    // q, k and v read the same normalized input: quantize it once. q [R][q_dim], k, v [R][kv_dim].
-    const bool shared_q = is_quantized(w.wq.dtype) && is_quantized(w.wk.dtype) && is_quantized(w.wv.dtype);
-    if (shared_q) be.quantize_rows(xb_, rows, dim, dim, xq_);
-    be.matmul(w.wq, xb_, dim, xq_, shared_q, rows, q_, q_dim);
-    be.matmul(w.wk, xb_, dim, xq_, shared_q, rows, k_, kv_dim);
-    be.matmul(w.wv, xb_, dim, xq_, shared_q, rows, v_, kv_dim);
-    if (qkv_bias_) {
-      for (uint32_t t = 0; t < rows; ++t) {
-        be.add(q_ + uint64_t(t) * q_dim, reinterpret_cast<const float*>(w.bq.data), q_dim, q_ + uint64_t(t) * q_dim);
-        be.add(k_ + uint64_t(t) * kv_dim, reinterpret_cast<const float*>(w.bk.data), kv_dim, k_ + uint64_t(t) * kv_dim);
-        be.add(v_ + uint64_t(t) * kv_dim, reinterpret_cast<const float*>(w.bv.data), kv_dim, v_ + uint64_t(t) * kv_dim);
-      }
-    }
-    if (gemma3_) {
-      // Gemma 3: each query and key head is RMS-normalized before RoPE.
-      norm_heads(q_, rows, shape_.n_heads, q_dim, w.q_norm);
-      norm_heads(k_, rows, shape_.n_kv_heads, kv_dim, w.k_norm);
-    }
-    // SnapKV scores a slot's cache with its last queries, kept unrotated (global layers only:
-    // the local ring has no observation window).
-    const uint32_t cl = cache_layer(l);
-    for (uint32_t i = 0, row0 = 0; i < count; row0 += segs[i].n, ++i) {
-      KvCache& kv = layer_cache(segs[i], l);
-      const uint32_t n = segs[i].n, obs_window = kv.shape().obs_window;
-      for (uint32_t t = (n > obs_window ? n - obs_window : 0); obs_window > 0 && t < n; ++t) {
-        memcpy(kv.observation(cl, kv.next_position() + t), q_ + uint64_t(row0 + t) * q_dim, uint64_t(q_dim) * 4);
-      }
-    }
-    apply_rope(q_, rows, shape_.n_heads, q_dim);
-    apply_rope(k_, rows, shape_.n_kv_heads, kv_dim);
-    // Each segment's keys and values (rows of the cache's type) and positions go behind its
-    // cache's visible entries; then its rows attend to its cache (segments never share one).
-    uint32_t pending = 0;
-    for (uint32_t i = 0, row0 = 0; i < count; row0 += segs[i].n, ++i) {
-      KvCache& kv = layer_cache(segs[i], l);
-      const uint32_t n = segs[i].n, size_before = kv.visible();
-      const int64_t pos0 = kv.next_position();
-      for (uint32_t h = 0; h < shape_.n_kv_heads; ++h) {
-        uint16_t* kc = kv.keys(cl, h);
-        uint16_t* vc = kv.values(cl, h);
-        int32_t* pc = kv.positions(cl, h);
-        for (uint32_t t = 0; t < n; ++t) {
-          const uint64_t at = uint64_t(size_before + t) * kv.row_halves();
-          const uint64_t row = uint64_t(row0 + t) * kv_dim + uint64_t(h) * hd;
-          if (config_.kv_type == KvType::F16) {
-            be.to_half(k_ + row, hd, kc + at);
-            be.to_half(v_ + row, hd, vc + at);
-          } else {
-            kv_quantize_row(config_.kv_type, k_ + row, hd, kc + at);
-            kv_quantize_row(config_.kv_type, v_ + row, hd, vc + at);
-          }
-          pc[size_before + t] = int32_t(pos0 + t);
-        }
-      }
-      if (attention(kv, cl, row0, n, i, local, attention_batch_[pending])) ++pending;  // att [R][q_dim]
-      if (pending == kAttentionBatch || (i + 1 == count && pending > 0)) {
-        be.attention_many(attention_batch_, pending);
-        pending = 0;
-      }
-    }
-    be.matmul(w.wo, att_, q_dim, xq_, false, rows, xb_, dim);
-    if (gemma3_) {
-      // Gemma 3: the attention output is normalized before the residual add.
-      const float* post = reinterpret_cast<const float*>(w.post_attn_norm.data);
-      for (uint32_t t = 0; t < rows; ++t)
-        be.rmsnorm(xb_ + uint64_t(t) * dim, post, dim, norm_eps_, xb_ + uint64_t(t) * dim);
-    }
-    for (uint32_t t = 0; t < rows; ++t)
-      be.add(x_ + uint64_t(t) * dim, xb_ + uint64_t(t) * dim, dim, x_ + uint64_t(t) * dim);
-
-    const float* ffn_norm = reinterpret_cast<const float*>(w.ffn_norm.data);
-    for (uint32_t t = 0; t < rows; ++t)
-      be.rmsnorm(x_ + uint64_t(t) * dim, ffn_norm, dim, norm_eps_, xb_ + uint64_t(t) * dim);
-    // hb, hb2 [R][ffn]
-    const bool shared_f = is_quantized(w.gate.dtype) && is_quantized(w.up.dtype);
-    if (shared_f) be.quantize_rows(xb_, rows, dim, dim, xq_);
-    be.matmul(w.gate, xb_, dim, xq_, shared_f, rows, hb_, ffn);
-    be.matmul(w.up, xb_, dim, xq_, shared_f, rows, hb2_, ffn);
-    for (uint32_t t = 0; t < rows; ++t) {
-      float* g = hb_ + uint64_t(t) * ffn;
-      const float* u = hb2_ + uint64_t(t) * ffn;
-      if (gemma3_) {
-        be.gelu_mul(g, u, ffn, g);  // Gemma 3: GELU(tanh)-gated
-      } else {
-        be.silu_mul(g, u, ffn, g);
-      }
-    }
-    be.matmul(w.down, hb_, ffn, xq_, false, rows, xb_, dim);
-    if (gemma3_) {
-      // Gemma 3: the FFN output is normalized before the residual add.
-      const float* post = reinterpret_cast<const float*>(w.post_ffn_norm.data);
-      for (uint32_t t = 0; t < rows; ++t)
-        be.rmsnorm(xb_ + uint64_t(t) * dim, post, dim, norm_eps_, xb_ + uint64_t(t) * dim);
-    }
-    for (uint32_t t = 0; t < rows; ++t)
-      be.add(x_ + uint64_t(t) * dim, xb_ + uint64_t(t) * dim, dim, x_ + uint64_t(t) * dim);
-  }
+  tables_local_ = false;
+  LayerOps ops(*this);
+  arch_->forward(ops);
   for (uint32_t i = 0; i < count; ++i) {
     segs[i].kv->advance(segs[i].n);
     if (local_layers_ > 0) segs[i].local_kv->advance(segs[i].n);
   }
   logits(segs, count);
   return Error();
+}
+
+void Transformer::rmsnorm_rows(const float* in, const TensorView& weight, float* out) {
+  const uint32_t dim = shape_.dim;
+  const float* w = reinterpret_cast<const float*>(weight.data);
+  for (uint32_t t = 0; t < pass_rows_; ++t)
+    backend_->rmsnorm(in + uint64_t(t) * dim, w, dim, norm_eps_, out + uint64_t(t) * dim);
+}
+
+void Transformer::scale_rows(float* rows, float s) {
+  for (uint64_t i = 0; i < uint64_t(pass_rows_) * shape_.dim; ++i) rows[i] *= s;
+}
+
+void Transformer::project_qkv(const LayerWeights& w) {
+  Backend& be = *backend_;
+  const uint32_t dim = shape_.dim, rows = pass_rows_;
+  const uint32_t q_dim = shape_.n_heads * shape_.head_dim, kv_dim = shape_.n_kv_heads * shape_.head_dim;
+  // q, k and v read the same normalized input: quantize it once.
+  const bool shared_q = is_quantized(w.wq.dtype) && is_quantized(w.wk.dtype) && is_quantized(w.wv.dtype);
+  if (shared_q) be.quantize_rows(xb_, rows, dim, dim, xq_);
+  be.matmul(w.wq, xb_, dim, xq_, shared_q, rows, q_, q_dim);
+  be.matmul(w.wk, xb_, dim, xq_, shared_q, rows, k_, kv_dim);
+  be.matmul(w.wv, xb_, dim, xq_, shared_q, rows, v_, kv_dim);
+  if (!qkv_bias_) return;
+  for (uint32_t t = 0; t < rows; ++t) {
+    be.add(q_ + uint64_t(t) * q_dim, reinterpret_cast<const float*>(w.bq.data), q_dim, q_ + uint64_t(t) * q_dim);
+    be.add(k_ + uint64_t(t) * kv_dim, reinterpret_cast<const float*>(w.bk.data), kv_dim, k_ + uint64_t(t) * kv_dim);
+    be.add(v_ + uint64_t(t) * kv_dim, reinterpret_cast<const float*>(w.bv.data), kv_dim, v_ + uint64_t(t) * kv_dim);
+  }
+}
+
+void Transformer::norm_qk_heads(const LayerWeights& w) {
+  const uint32_t q_dim = shape_.n_heads * shape_.head_dim, kv_dim = shape_.n_kv_heads * shape_.head_dim;
+  norm_heads(q_, pass_rows_, shape_.n_heads, q_dim, w.q_norm);
+  norm_heads(k_, pass_rows_, shape_.n_kv_heads, kv_dim, w.k_norm);
+}
+
+void Transformer::attend(uint32_t l) {
+  const ForwardSegment* segs = pass_segments_;
+  const uint32_t count = pass_count_, rows = pass_rows_, hd = shape_.head_dim;
+  const uint32_t q_dim = shape_.n_heads * hd, kv_dim = shape_.n_kv_heads * hd;
+  Backend& be = *backend_;
+  const bool local = layer_is_local(l);
+  if (local != tables_local_) {
+    tables_local_ = local;
+    segment_rope_tables(segs, count, local);
+  }
+  // SnapKV scores a slot's cache with its last queries, kept unrotated (global layers only:
+  // the local ring has no observation window).
+  const uint32_t cl = cache_layer(l);
+  for (uint32_t i = 0, row0 = 0; i < count; row0 += segs[i].n, ++i) {
+    KvCache& kv = layer_cache(segs[i], l);
+    const uint32_t n = segs[i].n, obs_window = kv.shape().obs_window;
+    for (uint32_t t = (n > obs_window ? n - obs_window : 0); obs_window > 0 && t < n; ++t) {
+      memcpy(kv.observation(cl, kv.next_position() + t), q_ + uint64_t(row0 + t) * q_dim, uint64_t(q_dim) * 4);
+    }
+  }
+  apply_rope(q_, rows, shape_.n_heads, q_dim);
+  apply_rope(k_, rows, shape_.n_kv_heads, kv_dim);
+  // Each segment's keys and values (rows of the cache's type) and positions go behind its
+  // cache's visible entries; then its rows attend to its cache (segments never share one).
+  uint32_t pending = 0;
+  for (uint32_t i = 0, row0 = 0; i < count; row0 += segs[i].n, ++i) {
+    KvCache& kv = layer_cache(segs[i], l);
+    const uint32_t n = segs[i].n, size_before = kv.visible();
+    const int64_t pos0 = kv.next_position();
+    for (uint32_t h = 0; h < shape_.n_kv_heads; ++h) {
+      uint16_t* kc = kv.keys(cl, h);
+      uint16_t* vc = kv.values(cl, h);
+      int32_t* pc = kv.positions(cl, h);
+      for (uint32_t t = 0; t < n; ++t) {
+        const uint64_t at = uint64_t(size_before + t) * kv.row_halves();
+        const uint64_t row = uint64_t(row0 + t) * kv_dim + uint64_t(h) * hd;
+        if (config_.kv_type == KvType::F16) {
+          be.to_half(k_ + row, hd, kc + at);
+          be.to_half(v_ + row, hd, vc + at);
+        } else {
+          kv_quantize_row(config_.kv_type, k_ + row, hd, kc + at);
+          kv_quantize_row(config_.kv_type, v_ + row, hd, vc + at);
+        }
+        pc[size_before + t] = int32_t(pos0 + t);
+      }
+    }
+    if (attention(kv, cl, row0, n, i, local, attention_batch_[pending])) ++pending;  // att [R][q_dim]
+    if (pending == kAttentionBatch || (i + 1 == count && pending > 0)) {
+      be.attention_many(attention_batch_, pending);
+      pending = 0;
+    }
+  }
+}
+
+void Transformer::project(const TensorView& w, const float* in, float* out) {
+  backend_->matmul(w, in, w.cols, xq_, false, pass_rows_, out, w.rows);
+}
+
+void Transformer::residual(const float* delta) {
+  const uint32_t dim = shape_.dim;
+  for (uint32_t t = 0; t < pass_rows_; ++t)
+    backend_->add(x_ + uint64_t(t) * dim, delta + uint64_t(t) * dim, dim, x_ + uint64_t(t) * dim);
+}
+
+void Transformer::gated_ffn(const LayerWeights& w, bool gelu) {
+  Backend& be = *backend_;
+  const uint32_t dim = shape_.dim, ffn = shape_.ffn_dim, rows = pass_rows_;
+  const bool shared_f = is_quantized(w.gate.dtype) && is_quantized(w.up.dtype);
+  if (shared_f) be.quantize_rows(xb_, rows, dim, dim, xq_);
+  be.matmul(w.gate, xb_, dim, xq_, shared_f, rows, hb_, ffn);
+  be.matmul(w.up, xb_, dim, xq_, shared_f, rows, hb2_, ffn);
+  for (uint32_t t = 0; t < rows; ++t) {
+    float* g = hb_ + uint64_t(t) * ffn;
+    const float* u = hb2_ + uint64_t(t) * ffn;
+    if (gelu) {
+      be.gelu_mul(g, u, ffn, g);
+    } else {
+      be.silu_mul(g, u, ffn, g);
+    }
+  }
+  be.matmul(w.down, hb_, ffn, xq_, false, rows, xb_, dim);
 }
 
 void Transformer::logits(const ForwardSegment* segs, uint32_t count) {

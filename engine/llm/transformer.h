@@ -1,15 +1,12 @@
-// The llama-family forward pass over a static plan: token embedding, per layer RMSNorm ->
-// q/k/v (+bias) -> RoPE -> grouped-query attention over the KV cache -> output projection ->
-// residual -> RMSNorm -> SwiGLU FFN -> residual, then the final norm and the LM head. One pass
-// runs the rows of one or more segments, each a run of tokens of one slot: a prompt chunk of up
-// to `chunk_tokens` tokens or a single decode token. Every matmul takes all rows at once (the
-// weights are read once per pass); RoPE and attention run per row at its own slot's position
-// and against its own slot's cache. Every buffer is a region of the plan (llm/plan.h); matmuls,
-// attention and the row ops go to the backend (the embedding lookup and RoPE rotation run here).
-// Gemma 3 adds its own steps, each marked in forward(): the embedding scaled by sqrt(dim),
-// per-head q/k RMSNorm before RoPE, a second RMSNorm on the attention and FFN outputs before each
-// residual add, GELU(tanh) instead of SiLU, its query scale, and local layers with their own RoPE
-// base that see only the last `sliding_window` positions.
+// The forward pass over a static plan, the same machinery for every architecture: one pass runs
+// the rows of one or more segments, each a run of tokens of one slot (a prompt chunk of up to
+// `chunk_tokens` tokens or a single decode token). It embeds the tokens, hands the rows to the
+// model family's blocks (llm/architecture.h: one file per family in llm/models/, written in the
+// layer operations of llm/layer_ops.h), then takes the final norm and the LM head. Every matmul
+// takes all rows at once (the weights are read once per pass); RoPE and attention run per row at
+// its own slot's position and against its own slot's cache. Every buffer is a region of the plan
+// (llm/plan.h); matmuls, attention and the row ops go to the backend (the embedding lookup and
+// RoPE rotation run here).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +18,7 @@
 #include "kv/kv_cache.h"
 #include "kv/kv_hooks.h"
 #include "kv/rocketkv_split.h"
+#include "llm/architecture.h"
 #include "llm/plan.h"
 #include "model/model.h"
 
@@ -84,7 +82,18 @@ class Transformer final : public KvModelHooks {
     return layer_is_local(layer) ? *g.local_kv : *g.kv;
   }
   uint32_t cache_layer(uint32_t layer) const { return layer_index_in_kind(layer, sliding_window_pattern_); }
-  // Gemma 3: RMSNorm of each of `n_heads` heads of every row, in place.
+  // The layer operations, over the pass's rows; LayerOps (llm/layer_ops.h) documents them.
+  friend class LayerOps;
+  void rmsnorm_rows(const float* in, const TensorView& weight, float* out);
+  void scale_rows(float* rows, float s);
+  void project_qkv(const LayerWeights& w);
+  void norm_qk_heads(const LayerWeights& w);
+  void attend(uint32_t layer);
+  void project(const TensorView& w, const float* in, float* out);
+  void residual(const float* delta);
+  void gated_ffn(const LayerWeights& w, bool gelu);
+
+  // RMSNorm of each of `n_heads` heads of every row, in place.
   void norm_heads(float* rows, uint32_t n, uint32_t n_heads, uint32_t row_stride, const TensorView& w);
   void apply_rope(float* rows, uint32_t n, uint32_t n_heads, uint32_t row_stride);
   // Segment `seg`'s rows [row0, row0 + n) against its cache: the backend's arguments for it in
@@ -109,18 +118,23 @@ class Transformer final : public KvModelHooks {
   uint32_t rope_dim_ = 0;
   bool rope_halves_ = false;
   bool qkv_bias_ = false;
-  bool gemma3_ = false;
+  const Architecture* arch_ = nullptr;
   float query_scale_ = 0.0f;  // 0 = 1/sqrt(head_dim)
   uint32_t sliding_window_ = 0, sliding_window_pattern_ = 0;
   uint32_t local_layers_ = 0;  // layers whose keys go to a segment's local_kv
+
+  // The pass under way: its segments and rows, and which layers' angles cos_/sin_ hold.
+  const ForwardSegment* pass_segments_ = nullptr;
+  uint32_t pass_count_ = 0, pass_rows_ = 0;
+  bool tables_local_ = false;
   TensorView token_embd_, output_norm_, output_;
   const Model* model_ = nullptr;
   uint32_t capacity_ = 0;    // entries of one score row
   uint32_t query_rows_ = 1;  // score rows (re-rotated queries) per worker: plan_query_rows
   uint32_t step_rows_ = 0;   // rows of one pass (plan_step_rows)
 
-  double* inv_freq_ = nullptr;        // [rope_dim / 2] global layers' (every layer's but Gemma 3's local)
-  double* inv_freq_local_ = nullptr;  // [rope_dim / 2] Gemma 3's local layers'
+  double* inv_freq_ = nullptr;        // [rope_dim / 2] global layers' (every layer's but the local ones)
+  double* inv_freq_local_ = nullptr;  // [rope_dim / 2] local layers' (their own base)
   float *x_ = nullptr, *xb_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *att_ = nullptr, *hb_ = nullptr,
         *hb2_ = nullptr;
   ActBlock* xq_ = nullptr;

@@ -1,0 +1,32 @@
+// The llama family: Llama 2 and 3, SmolLM2, Qwen2 (biases on q, k and v), llama2.c's stories.
+// Pre-norm blocks over RMSNorm; rotary positions on q and k; a SwiGLU FFN.
+//   x += Wo . attention(RoPE(q), RoPE(k), v),  q, k, v = Wq, Wk, Wv . RMSNorm(x) (+ b)
+//   x += Wdown . (silu(Wgate . h) * (Wup . h)), h = RMSNorm(x)
+#include "llm/architecture.h"
+#include "llm/layer_ops.h"
+
+namespace keel {
+namespace {
+
+AttentionTraits llama_attention(const Model&) { return AttentionTraits{}; }
+
+void llama_forward(LayerOps& op) {
+  for (uint32_t l = 0; l < op.layers(); ++l) {
+    const LayerWeights w = op.weights(l);
+    op.rmsnorm(op.x(), w.attn_norm, op.xb());
+    op.project_qkv(w);
+    op.attend(l);
+    op.project(w.wo, op.att(), op.xb());
+    op.residual(op.xb());
+
+    op.rmsnorm(op.x(), w.ffn_norm, op.xb());
+    op.gated_ffn(w, FfnGate::Silu);
+    op.residual(op.xb());
+  }
+}
+
+}  // namespace
+
+const Architecture kLlamaArchitecture{"llama", fb::ArchFamily::Llama, llama_attention, llama_forward};
+
+}  // namespace keel
