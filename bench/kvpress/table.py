@@ -97,6 +97,38 @@ def markdown():
     return "\n".join(out)
 
 
+def variants():
+    """Rows for the run directories outside the main grid (a --tag'd Keel variant, kvpress on
+    every layer), each against the full cache and its untagged policy on the same prompts."""
+    main = {f"{engine}_{method}" for engine, method, _ in FULL + BOUNDED}
+    out = []
+    for d in sorted(glob.glob(os.path.join(common.RUNS, "*"))):
+        name = os.path.basename(d)
+        base, _, budget = name.rpartition("_")
+        if not budget.isdigit():
+            base, budget = name, ""
+        if base in main:
+            continue
+        engine, _, method = base.partition("_")
+        plain = method.split("-")[0]
+        for path in sorted(glob.glob(os.path.join(d, "*.jsonl"))):
+            task, length = os.path.basename(path)[:-6].rsplit("_", 1)
+            mine = load(engine, method, budget, task, length)
+            full = load("keel", "full", None, task, length)
+            base_recs = load(engine, plain, budget, task, length)
+            ids = sorted(set(mine) & set(full) & set(base_recs))
+            if not ids:
+                continue
+            out.append(f"| {name} | {task} | {int(length) // 1024}k | {len(ids)} | "
+                       f"{stats(mine, ids)[0]:.0f} | {plain} {stats(base_recs, ids)[0]:.0f} | "
+                       f"{stats(full, ids)[0]:.0f} |")
+    if not out:
+        return ""
+    return "\n".join(["Variants (score in percent on the same prompts):", "",
+                      "| run | task | length | n | score | untagged | Keel full |",
+                      "|---|---|---|---:|---:|---:|---:|"] + out + [""])
+
+
 def claims(commit, host, date):
     result = []
     for length in lengths_run():
@@ -129,6 +161,7 @@ def main():
     ap.add_argument("--date", default="not recorded")
     args = ap.parse_args()
     print(markdown())
+    print(variants())
     if args.json:
         data = {"topic": "Long-context accuracy against kvpress (Gemma 3 270M, RULER-style tasks)",
                 "order": 11, "note": "docs/notes/kvpress.md",
