@@ -87,7 +87,7 @@ int cmd_batch(int argc, char** argv) {
   so.queue_capacity = EngineLoop::plan_queue_capacity(slots, slots);
   if (!session.load(so, error)) return fail("batch", error);
   if (!session.resolve_policy(nullptr, error)) return usage_error("batch", error);
-  const uint32_t budget = so.kv_budget ? so.kv_budget : session.default_budget();
+  const uint32_t budget = uint32_t(session.kv_budget(Session::kNeedUnknown));
   if (!session.start(budget, error)) return fail("batch", error);
   HostTokenizer tok;
   if (!tok.init(session.model(), error)) return fail("batch", error);

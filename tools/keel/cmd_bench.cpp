@@ -311,8 +311,9 @@ bool parse_grid(const std::string (&given)[kOptCount], Grid& g, std::string& err
     return false;
   }
   for (const std::string& b : g.backends) {
-    if (b != "auto" && b != "ref" && b != "native" && b != "xnnpack" && b != "dataflow") {
-      error = "--backend expects auto, ref, native, xnnpack or dataflow, got '" + b + "'";
+    BackendKind kind;
+    if (!backend_from_name(b, kind)) {
+      error = "--backend expects " + backend_name_list() + ", got '" + b + "'";
       return false;
     }
   }
@@ -493,7 +494,7 @@ int cmd_bench(int argc, char** argv) {
             if (!session->load(o, error)) return fail("bench", error);
             if (!session->resolve_policy("full", error)) return usage_error("bench", error);
             const bool full = session->policy() == KvPolicyKind::Full;
-            const uint32_t budget = budget_given ? budget_given : full ? g.need : session->default_budget();
+            const uint32_t budget = uint32_t(session->kv_budget(g.need));
             if (full && budget < g.need) {
               return fail("bench", "depth + test tokens = " + std::to_string(g.need) + " exceed --kv-budget " +
                                        std::to_string(budget));

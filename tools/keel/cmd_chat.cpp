@@ -90,7 +90,7 @@ int cmd_chat(int argc, char** argv) {
   if (!has_system) system = default_system_message(model);
   if (!session.resolve_policy(nullptr, error)) return usage_error("chat", error);
   const bool full = session.policy() == KvPolicyKind::Full;
-  const uint32_t budget = so.kv_budget ? so.kv_budget : session.default_budget();
+  const uint32_t budget = uint32_t(session.kv_budget(Session::kNeedUnknown));
   if (!session.start(budget, error)) return fail("chat", error);
   Runtime& rt = session.runtime();
   Error e = rt.set_sampler(0, sc);

@@ -233,7 +233,7 @@ int cmd_memcheck(int argc, char** argv) {
   if (!session.resolve_policy(nullptr, error)) return usage_error("memcheck", error);
   const bool full = session.policy() == KvPolicyKind::Full;
   const uint64_t sequence = prompt_n + tokens;
-  uint64_t budget = so.kv_budget ? so.kv_budget : full ? sequence : session.default_budget();
+  const uint64_t budget = session.kv_budget(sequence);
   if (full && budget < sequence) {
     return fail("memcheck",
                 "policy full keeps every token, so the KV budget must hold the prompt and the "

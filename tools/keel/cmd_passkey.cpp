@@ -115,7 +115,7 @@ int cmd_passkey(int argc, char** argv) {
   if (!session.resolve_policy(nullptr, error)) return usage_error("passkey", error);
   const bool full = session.policy() == KvPolicyKind::Full;
   const uint32_t longest = *std::max_element(lengths.begin(), lengths.end());
-  const uint32_t budget = so.kv_budget ? so.kv_budget : full ? longest + 64 : session.default_budget();
+  const uint32_t budget = uint32_t(session.kv_budget(uint64_t(longest) + 64));
   if (longest > hay.size()) {
     return fail("passkey", "the haystack has " + std::to_string(hay.size()) + " tokens; the longest length asks for " +
                                std::to_string(longest));

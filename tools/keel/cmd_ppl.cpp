@@ -95,7 +95,7 @@ int cmd_ppl(int argc, char** argv) {
   if (ctx && ids.size() > ctx) ids.resize(ctx);
   if (ids.size() < 2)
     return fail("ppl", "the text has " + std::to_string(ids.size()) + " tokens; at least 2 are needed");
-  const uint32_t budget = so.kv_budget ? so.kv_budget : full ? uint32_t(ids.size()) : session.default_budget();
+  const uint32_t budget = uint32_t(session.kv_budget(ids.size()));
   if (full && budget < ids.size()) {
     return fail("ppl",
                 std::to_string(ids.size()) + " tokens exceed --kv-budget " + std::to_string(budget) + " (policy full)");

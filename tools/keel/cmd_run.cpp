@@ -67,7 +67,7 @@ int cmd_run(int argc, char** argv) {
   const uint32_t ctx = session.model().shape().context_length;
   uint64_t need = ids.size() + uint64_t(n_predict);
   const bool full = session.policy() == KvPolicyKind::Full;
-  uint32_t budget = so.kv_budget ? so.kv_budget : full ? uint32_t(need < ctx ? need : ctx) : session.default_budget();
+  const uint32_t budget = uint32_t(session.kv_budget(need < ctx ? need : ctx));
   if (full && ids.size() > budget) {
     return fail("run", "prompt of " + std::to_string(ids.size()) + " tokens exceeds the KV budget of " +
                            std::to_string(budget) + " tokens (policy full); raise --kv-budget");

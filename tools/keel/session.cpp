@@ -209,20 +209,47 @@ bool Session::resolve_policy(const char* fallback, std::string& error) {
 
 uint32_t Session::default_budget() const { return model_run_defaults(model_).kv_budget_tokens; }
 
+uint64_t Session::kv_budget(uint64_t need) const {
+  if (opts_.kv_budget) return opts_.kv_budget;
+  if (policy_ == KvPolicyKind::Full && need != kNeedUnknown) return need;
+  return default_budget();
+}
+
+const std::vector<BackendEntry>& backend_registry() {
+  static const std::vector<BackendEntry> table = {
+      {BackendKind::Auto, "the best this CPU and build support"},
+      {BackendKind::Ref, "portable reference kernels, the oracle"},
+      {BackendKind::Native, "x86 AVX2+FMA+F16C or arm64 NEON kernels"},
+      {BackendKind::Xnnpack, "XNNPACK matmuls (builds with it)"},
+      {BackendKind::Dataflow, "the dataflow accelerator emulation (needs --hw)"},
+  };
+  return table;
+}
+
+bool backend_from_name(const std::string& name, BackendKind& out) {
+  for (const BackendEntry& e : backend_registry()) {
+    if (name == backend_name(e.kind)) {
+      out = e.kind;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string backend_name_list() {
+  const auto& table = backend_registry();
+  std::string s;
+  for (size_t i = 0; i < table.size(); ++i) {
+    if (i) s += i + 1 == table.size() ? " or " : ", ";
+    s += backend_name(table[i].kind);
+  }
+  return s;
+}
+
 bool Session::start(uint32_t budget, std::string& error) {
   RunOverrides o;
-  if (opts_.backend == "auto")
-    o.backend = BackendKind::Auto;
-  else if (opts_.backend == "ref")
-    o.backend = BackendKind::Ref;
-  else if (opts_.backend == "native")
-    o.backend = BackendKind::Native;
-  else if (opts_.backend == "xnnpack")
-    o.backend = BackendKind::Xnnpack;
-  else if (opts_.backend == "dataflow")
-    o.backend = BackendKind::Dataflow;
-  else {
-    error = "--backend expects auto, ref, native, xnnpack or dataflow, got '" + opts_.backend + "'";
+  if (!backend_from_name(opts_.backend, o.backend)) {
+    error = "--backend expects " + backend_name_list() + ", got '" + opts_.backend + "'";
     return false;
   }
   if ((o.backend == BackendKind::Dataflow) != !opts_.hw.empty()) {

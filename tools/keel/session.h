@@ -68,6 +68,14 @@ class Session {
   KvPolicyKind policy() const { return policy_; }
   // The model's default budget (from the file), the engine's if it has none.
   uint32_t default_budget() const;
+  // The KV budget a command plans, one rule for every command: --kv-budget when given; else,
+  // under policy full, `need`, the tokens the command will hold (run: prompt + generation capped
+  // at the trained context, ppl: the text, passkey: the longest prompt + 64, bench: depth + test,
+  // memcheck: prompt + generation), because full drops nothing and a smaller budget cannot serve;
+  // else the model's default. need = kNeedUnknown: the command cannot know its length up front
+  // and restarts (chat) or refuses (serve, batch) when the budget fills, so it takes the default.
+  static constexpr uint64_t kNeedUnknown = 0;
+  uint64_t kv_budget(uint64_t need) const;
   // Plans options().slots sequences of `budget` tokens each and initializes the runtime.
   bool start(uint32_t budget, std::string& error);
 
@@ -91,6 +99,17 @@ class Session {
   port::ArenaMemory persistent_, scratch_;
   Runtime runtime_;
 };
+
+// The backends --backend names, in one table: the lookup every command uses and its --help.
+struct BackendEntry {
+  BackendKind kind;
+  const char* description;
+};
+const std::vector<BackendEntry>& backend_registry();
+// Finds a backend by its name (backend_name(kind)); false for a name not in the registry.
+bool backend_from_name(const std::string& name, BackendKind& out);
+// "auto, ref, native, xnnpack or dataflow", for errors naming what --backend expects.
+std::string backend_name_list();
 
 // Current time in seconds (monotonic).
 double now_seconds();
