@@ -49,6 +49,7 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
       Span<uint8_t>(regions.get<uint8_t>(Region::BackendState), regions.bytes(Region::BackendState))));
   KEEL_TRY(transformer_.init(model, *backend_, pc, regions));
   KEEL_TRY(transformer_.enable_sparse(p.sparse, regions, pool));
+  kv_hooks_.init(transformer_.kv_hooks_config());
   SnapScratch snap;
   snap.rows = regions.get<float>(Region::SnapRows);
   snap.sums = regions.get<float>(Region::SnapSums);
@@ -60,7 +61,7 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
   snap.compact = regions.get<uint8_t>(Region::SnapCompact);
   snap.rope = regions.get<float>(Region::SnapRope);
   KEEL_TRY(kv_.init(config.kv, pc.kv_budget_tokens, pc.chunk_tokens, uint32_t(p.kv_capacity_tokens), snap, pool,
-                    &transformer_));
+                    &kv_hooks_));
   KEEL_ENSURE(text::Sampler::arena_bytes(model.shape().vocab_size) <= p.sampler_bytes, Status::Internal,
               "sampler needs %zu bytes, planned %llu", text::Sampler::arena_bytes(model.shape().vocab_size),
               (unsigned long long)p.sampler_bytes);

@@ -14,6 +14,7 @@
 #include "kv/kv_manager.h"
 #include "kv/kv_policy.h"
 #include "llm/plan.h"
+#include "llm/model_kv_hooks.h"
 #include "llm/transformer.h"
 #include "model/model.h"
 #include "text/sampler.h"
@@ -150,6 +151,7 @@ class Runtime {
   Backend* backend_ = nullptr;
   text::Tokenizer tokenizer_;
   Transformer transformer_;
+  ModelKvHooks kv_hooks_;  // the model as the KV policy sees it
   KvManager kv_;
   uint64_t tokenizer_used_bytes_ = 0;
   uint64_t persistent_used_bytes_ = 0;  // reach of the buffers init placed (RegionMap)

@@ -184,44 +184,9 @@ bool Transformer::attention(KvCache& kv, uint32_t layer, uint32_t row0, uint32_t
   return true;
 }
 
-void Transformer::rope_angles(int64_t position, float* cos, float* sin) const {
-  keel::rope_angles(double(position), inv_freq_, rope_dim_ / 2, cos, sin);
-}
-
-void Transformer::rotate_key(uint16_t* key, int64_t from, int64_t to) const {
-  float tmp[kMaxHeadDim], cs[kMaxHeadDim / 2], sn[kMaxHeadDim / 2];
-  const uint32_t hd = shape_.head_dim, pairs = rope_dim_ / 2;
-  kv_dequantize_row(config_.kv_type, key, hd, tmp);
-  keel::rope_angles(double(to - from), inv_freq_, pairs, cs, sn);
-  rope_rotate(tmp, pairs, rope_halves_, cs, sn);
-  kv_quantize_row(config_.kv_type, tmp, hd, key);
-}
-
-void Transformer::attention_row(uint32_t worker, const float* q, const float* angles_t, const float* angles_c,
-                                const uint16_t* keys, const int32_t* positions, uint32_t prefix, uint32_t total,
-                                const uint16_t* extra_keys, const int32_t* extra_positions, uint32_t extra, int64_t t,
-                                float* row) {
-  float qt[kMaxHeadDim], qc[kMaxHeadDim];
-  const uint32_t hd = shape_.head_dim, pairs = rope_dim_ / 2;
-  const float scale = query_scale_ > 0.0f ? query_scale_ : 1.0f / std::sqrt(float(hd));
-  memcpy(qt, q, hd * sizeof(float));
-  memcpy(qc, q, hd * sizeof(float));
-  rope_rotate(qt, pairs, rope_halves_, angles_t, angles_t + pairs);
-  rope_rotate(qc, pairs, rope_halves_, angles_c, angles_c + pairs);
-  const KvType type = config_.kv_type;
-  if (prefix > 0) backend_->scores(type, qc, keys, prefix, hd, scale, row);
-  backend_->scores(type, qt, keys + uint64_t(prefix) * kv_row_halves(type, hd), total - prefix, hd, scale,
-                   row + prefix);
-  for (uint32_t p = prefix; p < total; ++p) {
-    if (positions[p] > t) row[p] = -INFINITY;
-  }
-  if (extra > 0) {
-    backend_->scores(type, qt, extra_keys, extra, hd, scale, row + total);
-    for (uint32_t p = 0; p < extra; ++p) {
-      if (extra_positions[p] > t) row[total + p] = -INFINITY;
-    }
-  }
-  backend_->softmax(worker, row, total + extra);
+ModelKvHooksConfig Transformer::kv_hooks_config() const {
+  return ModelKvHooksConfig{backend_,        inv_freq_,    rope_dim_,      rope_halves_,
+                            shape_.head_dim, query_scale_, config_.kv_type};
 }
 
 Error Transformer::check_segments(const ForwardSegment* segs, uint32_t count, uint32_t* rows) const {

@@ -16,9 +16,9 @@
 #include "core/threads.h"
 #include "kernels/kernels.h"
 #include "kv/kv_cache.h"
-#include "kv/kv_hooks.h"
 #include "kv/rocketkv_split.h"
 #include "llm/architecture.h"
+#include "llm/model_kv_hooks.h"
 #include "llm/plan.h"
 #include "model/model.h"
 
@@ -40,7 +40,7 @@ struct ForwardSegment {
   KvCache* local_kv = nullptr;
 };
 
-class Transformer final : public KvModelHooks {
+class Transformer final {
  public:
   // Takes its buffers from the plan's regions; `backend` must outlive it.
   Error init(const Model& model, Backend& backend, const PlanConfig& config, const RegionMap& regions);
@@ -51,14 +51,9 @@ class Transformer final : public KvModelHooks {
   // for one each. A row's result does not depend on the other rows of the pass.
   Error forward(const ForwardSegment* segments, uint32_t count);
 
-  // KvModelHooks: what the KV policy asks of the model.
-  uint32_t rope_pairs() const override { return rope_dim_ / 2; }
-  void rope_angles(int64_t position, float* cos, float* sin) const override;
-  void rotate_key(uint16_t* key, int64_t from, int64_t to) const override;
-  void attention_row(uint32_t worker, const float* q, const float* angles_t, const float* angles_c,
-                     const uint16_t* keys, const int32_t* positions, uint32_t prefix, uint32_t total,
-                     const uint16_t* extra_keys, const int32_t* extra_positions, uint32_t extra, int64_t t,
-                     float* row) override;
+  // What the KV policy's view of the model (llm/model_kv_hooks.h) shares with the pass: the
+  // backend, the global layers' RoPE and the attention scale.
+  ModelKvHooksConfig kv_hooks_config() const;
 
   // Sparse decode attention (llm/sparse_attention.cpp, docs/kv.md): from now on a decode row of a
   // global layer attends to the top-k pages of its cache when the cache holds more than k

@@ -1,0 +1,52 @@
+#include "llm/model_kv_hooks.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "core/check.h"
+#include "kernels/rope.h"
+#include "model/model.h"
+
+namespace keel {
+
+void ModelKvHooks::rope_angles(int64_t position, float* cos, float* sin) const {
+  keel::rope_angles(double(position), c_.inv_freq, c_.rope_dim / 2, cos, sin);
+}
+
+void ModelKvHooks::rotate_key(uint16_t* key, int64_t from, int64_t to) const {
+  float tmp[kMaxHeadDim], cs[kMaxHeadDim / 2], sn[kMaxHeadDim / 2];
+  const uint32_t hd = c_.head_dim, pairs = c_.rope_dim / 2;
+  kv_dequantize_row(c_.kv_type, key, hd, tmp);
+  keel::rope_angles(double(to - from), c_.inv_freq, pairs, cs, sn);
+  rope_rotate(tmp, pairs, c_.rope_halves, cs, sn);
+  kv_quantize_row(c_.kv_type, tmp, hd, key);
+}
+
+void ModelKvHooks::attention_row(uint32_t worker, const float* q, const float* angles_t, const float* angles_c,
+                                const uint16_t* keys, const int32_t* positions, uint32_t prefix, uint32_t total,
+                                const uint16_t* extra_keys, const int32_t* extra_positions, uint32_t extra, int64_t t,
+                                float* row) {
+  float qt[kMaxHeadDim], qc[kMaxHeadDim];
+  const uint32_t hd = c_.head_dim, pairs = c_.rope_dim / 2;
+  const float scale = c_.query_scale > 0.0f ? c_.query_scale : 1.0f / std::sqrt(float(hd));
+  memcpy(qt, q, hd * sizeof(float));
+  memcpy(qc, q, hd * sizeof(float));
+  rope_rotate(qt, pairs, c_.rope_halves, angles_t, angles_t + pairs);
+  rope_rotate(qc, pairs, c_.rope_halves, angles_c, angles_c + pairs);
+  const KvType type = c_.kv_type;
+  if (prefix > 0) c_.backend->scores(type, qc, keys, prefix, hd, scale, row);
+  c_.backend->scores(type, qt, keys + uint64_t(prefix) * kv_row_halves(type, hd), total - prefix, hd, scale,
+                   row + prefix);
+  for (uint32_t p = prefix; p < total; ++p) {
+    if (positions[p] > t) row[p] = -INFINITY;
+  }
+  if (extra > 0) {
+    c_.backend->scores(type, qt, extra_keys, extra, hd, scale, row + total);
+    for (uint32_t p = 0; p < extra; ++p) {
+      if (extra_positions[p] > t) row[total + p] = -INFINITY;
+    }
+  }
+  c_.backend->softmax(worker, row, total + extra);
+}
+
+}  // namespace keel
