@@ -23,9 +23,9 @@ void ModelKvHooks::rotate_key(uint16_t* key, int64_t from, int64_t to) const {
 }
 
 void ModelKvHooks::attention_row(uint32_t worker, const float* q, const float* angles_t, const float* angles_c,
-                                const uint16_t* keys, const int32_t* positions, uint32_t prefix, uint32_t total,
-                                const uint16_t* extra_keys, const int32_t* extra_positions, uint32_t extra, int64_t t,
-                                float* row) {
+                                 const uint16_t* keys, const int32_t* positions, uint32_t prefix, uint32_t total,
+                                 const uint16_t* extra_keys, const int32_t* extra_positions, uint32_t extra, int64_t t,
+                                 float* row) {
   float qt[kMaxHeadDim], qc[kMaxHeadDim];
   const uint32_t hd = c_.head_dim, pairs = c_.rope_dim / 2;
   const float scale = c_.query_scale > 0.0f ? c_.query_scale : 1.0f / std::sqrt(float(hd));
@@ -36,7 +36,7 @@ void ModelKvHooks::attention_row(uint32_t worker, const float* q, const float* a
   const KvType type = c_.kv_type;
   if (prefix > 0) c_.backend->scores(type, qc, keys, prefix, hd, scale, row);
   c_.backend->scores(type, qt, keys + uint64_t(prefix) * kv_row_halves(type, hd), total - prefix, hd, scale,
-                   row + prefix);
+                     row + prefix);
   for (uint32_t p = prefix; p < total; ++p) {
     if (positions[p] > t) row[p] = -INFINITY;
   }
