@@ -11,9 +11,21 @@ typedef struct pthreadpool* pthreadpool_t;
 
 namespace keel::port {
 
+// How idle workers wait for the next parallel call. Spinning answers a decode step's calls
+// within microseconds on cores nobody else wants; sleeping (a futex wait) gives the core back,
+// which a host running more runnable threads than cores needs: there a spinning worker holds
+// the core the thread it waits for should run on, and every call costs a scheduler time slice
+// (stories260K decode: 3.3 s alone, 40 s as one of three 2-thread processes on 2 cores under
+// qemu-aarch64; 13.5 s sleeping).
+enum class WorkerWait {
+  Auto,  // KEEL_THREAD_WAIT=spin|sleep when set, else spin unless threads > online cores
+  Spin,
+  Sleep,
+};
+
 class LinuxThreadPool {
  public:
-  explicit LinuxThreadPool(size_t threads);
+  explicit LinuxThreadPool(size_t threads, WorkerWait wait = WorkerWait::Auto);
   ~LinuxThreadPool();
   LinuxThreadPool(const LinuxThreadPool&) = delete;
   LinuxThreadPool& operator=(const LinuxThreadPool&) = delete;

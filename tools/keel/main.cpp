@@ -31,6 +31,11 @@ void usage(FILE* f) {
   fprintf(f, "usage: keel <command> [options]\n\ncommands:\n");
   for (const Command& c : kCommands) fprintf(f, "  %-10s %s\n", c.name, c.summary);
   fprintf(f, "\n'keel <command> --help' describes a command.\n");
+  fprintf(f,
+          "\nenvironment:\n"
+          "  KEEL_CACHE_DIR     where emulate --calibrate keeps hw/host.json (default ~/.cache/keel)\n"
+          "  KEEL_THREAD_WAIT   spin|sleep: how idle worker threads wait between calls (default:\n"
+          "                     spin, sleep with more threads than cores; sleep on busy hosts)\n");
 }
 
 }  // namespace
