@@ -1,5 +1,6 @@
 #include "backend/registry.h"
 
+#include <cstring>
 #include <new>
 
 #if !defined(KEEL_FREESTANDING)
@@ -27,13 +28,31 @@ const AttentionKernels& best_attention() {
 
 }  // namespace
 
+constexpr BackendInfo kBackends[] = {
+    {BackendKind::Auto, "auto", "the best this CPU and build support"},
+    {BackendKind::Ref, "ref", "portable reference kernels, the oracle"},
+    {BackendKind::Native, "native", "x86 AVX2+FMA+F16C or arm64 NEON kernels"},
+    {BackendKind::Xnnpack, "xnnpack", "XNNPACK matmuls (builds with it)"},
+    {BackendKind::Dataflow, "dataflow", "the dataflow accelerator emulation (needs --hw)"},
+};
+
+Span<const BackendInfo> backend_infos() {
+  return Span<const BackendInfo>(kBackends, sizeof kBackends / sizeof kBackends[0]);
+}
+
+bool backend_from_name(const char* name, BackendKind* out) {
+  for (const BackendInfo& b : kBackends) {
+    if (strcmp(name, b.name) == 0) {
+      *out = b.kind;
+      return true;
+    }
+  }
+  return false;
+}
+
 const char* backend_name(BackendKind k) {
-  switch (k) {
-    case BackendKind::Auto: return "auto";
-    case BackendKind::Ref: return "ref";
-    case BackendKind::Native: return "native";
-    case BackendKind::Xnnpack: return "xnnpack";
-    case BackendKind::Dataflow: return "dataflow";
+  for (const BackendInfo& b : kBackends) {
+    if (b.kind == k) return b.name;
   }
   return "?";
 }

@@ -12,6 +12,17 @@ struct BackendStorage {
   alignas(16) unsigned char bytes[192];
 };
 
+// Every backend kind with its name (backend_name) and the line a command's help gives it, in
+// the order help lists them.
+struct BackendInfo {
+  BackendKind kind;
+  const char* name;
+  const char* description;
+};
+Span<const BackendInfo> backend_infos();
+// The kind named `name` (a backend_name); false for a name no backend has.
+bool backend_from_name(const char* name, BackendKind* out);
+
 // Ok when this CPU and build can run `kind`; UnsupportedBackend saying what is missing otherwise.
 Error backend_supported(BackendKind kind);
 // Constructs the backend of `kind` in `storage`; it runs its parallel ops on `pool` (may be null).

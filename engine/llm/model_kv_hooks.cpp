@@ -3,7 +3,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "core/check.h"
 #include "kernels/rope.h"
 #include "model/model.h"
 

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/registry.h"
 #include "keel/cli_util.h"
 #include "keel/command.h"
 #include "keel/commands.h"
@@ -312,7 +313,7 @@ bool parse_grid(const std::string (&given)[kOptCount], Grid& g, std::string& err
   }
   for (const std::string& b : g.backends) {
     BackendKind kind;
-    if (!backend_from_name(b, kind)) {
+    if (!backend_from_name(b.c_str(), &kind)) {
       error = "--backend expects " + backend_name_list() + ", got '" + b + "'";
       return false;
     }

@@ -1,5 +1,6 @@
 #include "keel/session.h"
 
+#include "backend/registry.h"
 #include "emulate/hw_json.h"
 #include "keel/cli_util.h"
 #include "llm/run_config.h"
@@ -215,40 +216,19 @@ uint64_t Session::kv_budget(uint64_t need) const {
   return default_budget();
 }
 
-const std::vector<BackendEntry>& backend_registry() {
-  static const std::vector<BackendEntry> table = {
-      {BackendKind::Auto, "the best this CPU and build support"},
-      {BackendKind::Ref, "portable reference kernels, the oracle"},
-      {BackendKind::Native, "x86 AVX2+FMA+F16C or arm64 NEON kernels"},
-      {BackendKind::Xnnpack, "XNNPACK matmuls (builds with it)"},
-      {BackendKind::Dataflow, "the dataflow accelerator emulation (needs --hw)"},
-  };
-  return table;
-}
-
-bool backend_from_name(const std::string& name, BackendKind& out) {
-  for (const BackendEntry& e : backend_registry()) {
-    if (name == backend_name(e.kind)) {
-      out = e.kind;
-      return true;
-    }
-  }
-  return false;
-}
-
 std::string backend_name_list() {
-  const auto& table = backend_registry();
+  const Span<const BackendInfo> table = backend_infos();
   std::string s;
   for (size_t i = 0; i < table.size(); ++i) {
     if (i) s += i + 1 == table.size() ? " or " : ", ";
-    s += backend_name(table[i].kind);
+    s += table[i].name;
   }
   return s;
 }
 
 bool Session::start(uint32_t budget, std::string& error) {
   RunOverrides o;
-  if (!backend_from_name(opts_.backend, o.backend)) {
+  if (!backend_from_name(opts_.backend.c_str(), &o.backend)) {
     error = "--backend expects " + backend_name_list() + ", got '" + opts_.backend + "'";
     return false;
   }

@@ -100,14 +100,6 @@ class Session {
   Runtime runtime_;
 };
 
-// The backends --backend names, in one table: the lookup every command uses and its --help.
-struct BackendEntry {
-  BackendKind kind;
-  const char* description;
-};
-const std::vector<BackendEntry>& backend_registry();
-// Finds a backend by its name (backend_name(kind)); false for a name not in the registry.
-bool backend_from_name(const std::string& name, BackendKind& out);
 // "auto, ref, native, xnnpack or dataflow", for errors naming what --backend expects.
 std::string backend_name_list();
 
