@@ -60,7 +60,7 @@ typedef enum keel_kv_positions {
 
 /* How sparse decode attention ranks pages (docs/kv.md, "Sparse decode attention"). */
 typedef enum keel_rocket_select {
-  KEEL_ROCKET_SELECT_DEFAULT = 0, /* group */
+  KEEL_ROCKET_SELECT_DEFAULT = 0, /* the model architecture's: head for Gemma 3, group otherwise */
   KEEL_ROCKET_SELECT_GROUP = 1,   /* RocketKV's: dimensions by |q|, the group's summed bound */
   KEEL_ROCKET_SELECT_HEAD = 2     /* dimensions weighed by the keys' spread, each head's own estimate */
 } keel_rocket_select;
@@ -90,7 +90,7 @@ typedef struct keel_config {
   uint32_t sparse_budget;  /* tokens a decode step attends to (docs/kv.md, "Sparse decode
                               attention"); 0 = all (rocketkv: budget / 4) */
   uint32_t kv_positions;   /* a keel_kv_positions; 0 = cache */
-  uint32_t rocket_select;  /* a keel_rocket_select; 0 = group */
+  uint32_t rocket_select;  /* a keel_rocket_select; 0 = the model's */
 } keel_config;
 
 typedef struct keel_plan_info {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "kv/kv_policy.h"
 #include "model/model.h"
 
 namespace keel {
@@ -31,6 +32,9 @@ struct Architecture {
   // The blocks of one pass: from the token embeddings in x to the last block's residual stream
   // in x (the final norm and the LM head follow, the same for every family).
   void (*forward)(LayerOps& op);
+  // How sparse decode attention ranks pages when the caller does not say (--rocket-select):
+  // the ranking that finds this family's keys (docs/notes/rocketkv.md, measured per family).
+  RocketSelect sparse_ranking;
 };
 
 extern const Architecture kLlamaArchitecture;   // llm/models/llama.cpp

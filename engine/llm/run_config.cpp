@@ -3,6 +3,7 @@
 #include <cinttypes>
 
 #include "core/check.h"
+#include "llm/architecture.h"
 
 namespace keel {
 
@@ -32,6 +33,9 @@ RunDefaults model_run_defaults(const Model& model) {
     }
   }
   if (const fb::MemoryPlan* mp = m->memory_plan(); mp && mp->chunk_tokens()) d.chunk_tokens = mp->chunk_tokens();
+  if (m->arch()) {
+    if (const Architecture* a = find_architecture(m->arch()->family())) d.rocket_select = a->sparse_ranking;
+  }
   return d;
 }
 
@@ -47,7 +51,7 @@ Error make_runtime_config(const Model& model, const RunOverrides& o, RuntimeConf
               "kv_type %s cannot store this model's heads of %" PRIu32 " numbers", kv_type_name(KvType(o.kv_type)),
               model.shape().head_dim);
   KEEL_ENSURE(o.rocket_select <= 2, Status::InvalidArgument,
-              "rocket_select %" PRIu32 "; expected 0 (the default), 1 (group) or 2 (head)", o.rocket_select);
+              "rocket_select %" PRIu32 "; expected 0 (the model's), 1 (group) or 2 (head)", o.rocket_select);
   KEEL_ENSURE(o.kv_positions <= 2, Status::InvalidArgument,
               "kv_positions %" PRIu32 "; expected 0 (the default), 1 (cache) or 2 (original)", o.kv_positions);
   const int backend = int(o.backend);

@@ -30,6 +30,7 @@ struct RunDefaults {
   // with its own default kernel.
   uint32_t snap_kernel = kSnapKernelPolicyDefault;
   uint32_t chunk_tokens = kDefaultChunkTokens;
+  RocketSelect rocket_select = RocketSelect::Group;  // the model's architecture's (Architecture::sparse_ranking)
 };
 
 // The caller's choices. Every field's zero means "the default", as in keel_config.
@@ -53,7 +54,7 @@ struct RunOverrides {
   uint32_t rocket_page = 0;
   uint32_t rocket_topk = 0;
   uint32_t rocket_r = 0;
-  uint32_t rocket_select = 0;  // 0 = the default (group), 1 = group, 2 = head (RocketSelect)
+  uint32_t rocket_select = 0;  // 0 = the model's (RunDefaults), 1 = group, 2 = head (RocketSelect)
   uint32_t kv_positions = 0;   // 0 = the default (cache), 1 = cache, 2 = original (KvPositions)
   // snapstream, rocketkv: the hold's entries (docs/kv.md); 0 = the policy's (snapstream: its
   // recent ring W; rocketkv: none), -1 = none.
@@ -64,7 +65,8 @@ constexpr uint32_t kRunPolicyMax = uint32_t(KvPolicyKind::RocketKV) + 1;
 constexpr uint32_t run_policy(KvPolicyKind k) { return uint32_t(k) + 1; }
 
 // The file's kv_defaults (policy, budget, sinks, window, obs_window, snap_kernel) and
-// memory_plan (chunk) where present, else RunDefaults' values.
+// memory_plan (chunk) where present, else RunDefaults' values; the sparse page ranking of the
+// model's architecture.
 RunDefaults model_run_defaults(const Model& model);
 
 // Defaults + overrides. The kernel comes out resolved (never kSnapKernelPolicyDefault) and the
@@ -86,7 +88,9 @@ constexpr RuntimeConfig resolve_runtime_config(const RunDefaults& d, const RunOv
   kv.rocket_page = o.rocket_page;
   kv.rocket_topk = o.rocket_topk;
   kv.rocket_r = o.rocket_r;
-  kv.rocket_select = o.rocket_select == 2 ? RocketSelect::Head : RocketSelect::Group;
+  kv.rocket_select = o.rocket_select == 2   ? RocketSelect::Head
+                     : o.rocket_select == 1 ? RocketSelect::Group
+                                            : d.rocket_select;
   kv.positions = o.kv_positions == 2 ? KvPositions::Original : KvPositions::Cache;
   PlanConfig& pc = rc.plan;
   pc.kv_budget_tokens = o.kv_budget_tokens ? o.kv_budget_tokens : d.kv_budget_tokens;

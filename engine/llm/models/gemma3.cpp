@@ -38,6 +38,11 @@ void gemma3_forward(LayerOps& op) {
 
 }  // namespace
 
-const Architecture kGemma3Architecture{"gemma3", fb::ArchFamily::Gemma3, gemma3_attention, gemma3_forward};
+// Page ranking by each head's own estimate on spread-weighted dimensions: Gemma 3's normalized
+// keys carry near-constant dimensions that |q| alone picks, and its one KV head serves query
+// heads that look for different tokens (RULER-style 4k prompts at capacity 1024: 8 of 10
+// needles against 0 of 10 with the group's summed bound).
+const Architecture kGemma3Architecture{"gemma3", fb::ArchFamily::Gemma3, gemma3_attention, gemma3_forward,
+                                       RocketSelect::Head};
 
 }  // namespace keel

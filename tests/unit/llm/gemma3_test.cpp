@@ -181,6 +181,26 @@ TEST(Gemma3, PlanGivesLocalLayersWindowRings) {
   EXPECT_EQ(snap.region_bytes(Region::AttRows), plan_align(4 * (512 + chunk) * 4));
 }
 
+// rocketkv on Gemma 3 ranks pages per head unless told otherwise (Architecture::sparse_ranking;
+// the group's summed bound finds none of its 4k needles), and the plan holds the keys' spread
+// that ranking reads; an explicit choice wins.
+TEST(Gemma3, RocketKvRanksPagesPerHeadByDefault) {
+  std::unique_ptr<Engine> e = make_engine(KvPolicyKind::Full, 256);
+  ASSERT_NE(e, nullptr);
+  RunOverrides o;
+  o.kv_policy = run_policy(KvPolicyKind::RocketKV);
+  o.kv_budget_tokens = 1024;
+  RuntimeConfig rc;
+  ASSERT_TRUE(make_runtime_config(e->model, o, &rc).ok());
+  EXPECT_EQ(rc.kv.rocket_select, RocketSelect::Head);
+  EXPECT_EQ(rc.kv.snap_kernel, kSnapKernelSnapStream);
+  EXPECT_GT(Runtime::plan(e->model, rc).region_bytes(Region::KvKeyMoments), 0u);
+  o.rocket_select = 1;
+  ASSERT_TRUE(make_runtime_config(e->model, o, &rc).ok());
+  EXPECT_EQ(rc.kv.rocket_select, RocketSelect::Group);
+  EXPECT_EQ(Runtime::plan(e->model, rc).region_bytes(Region::KvKeyMoments), 0u);
+}
+
 // Logits of one slot, copied.
 std::vector<float> logits_of(const Runtime& rt) {
   const Span<const float> l = rt.logits(0);
