@@ -20,9 +20,7 @@ const char* kv_policy_name(KvPolicyKind k) {
 }
 
 bool parse_kv_policy(const char* name, KvPolicyKind& out) {
-  const KvPolicyKind all[] = {KvPolicyKind::Full,   KvPolicyKind::Window,     KvPolicyKind::Streaming,
-                              KvPolicyKind::SnapKV, KvPolicyKind::SnapStream, KvPolicyKind::RocketKV};
-  for (KvPolicyKind k : all) {
+  for (KvPolicyKind k : kKvPolicies) {
     if (strcmp(name, kv_policy_name(k)) == 0) {
       out = k;
       return true;

@@ -69,8 +69,12 @@ constexpr uint32_t snap_kernel_of(KvPolicyKind kind, uint32_t snap_kernel) {
 }
 constexpr uint32_t snap_kernel_of(const KvPolicyConfig& c) { return snap_kernel_of(c.kind, c.snap_kernel); }
 
+// Every policy, in the order names are listed to users.
+inline constexpr KvPolicyKind kKvPolicies[] = {KvPolicyKind::Full,   KvPolicyKind::Window,     KvPolicyKind::Streaming,
+                                               KvPolicyKind::SnapKV, KvPolicyKind::SnapStream, KvPolicyKind::RocketKV};
+
 const char* kv_policy_name(KvPolicyKind k);
-// Parses "full", "window", "streaming", "snapkv", "snapstream", "rocketkv".
+// The kind whose kv_policy_name is `name`; false for none.
 bool parse_kv_policy(const char* name, KvPolicyKind& out);
 constexpr bool kv_policy_uses_snapkv(KvPolicyKind k) {
   return k == KvPolicyKind::SnapKV || k == KvPolicyKind::SnapStream || k == KvPolicyKind::RocketKV;

@@ -102,6 +102,19 @@ bool parse_kv_policy(const std::string& s, fb::KvPolicy& out) {
 
 const char* kv_policy_name(fb::KvPolicy p) { return kv_policy_name(KvPolicyKind(p)); }
 
+std::string kv_policy_choices(bool with_rocketkv) {
+  std::vector<const char*> names;
+  for (KvPolicyKind k : kKvPolicies) {
+    if (with_rocketkv || unsigned(k) <= unsigned(fb::KvPolicy::MAX)) names.push_back(kv_policy_name(k));
+  }
+  std::string s;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i) s += i + 1 == names.size() ? " or " : ", ";
+    s += names[i];
+  }
+  return s;
+}
+
 void ProgressBar::update(size_t done, size_t total, uint64_t bytes) {
   if (!enabled_ || total == 0) return;
   constexpr int kWidth = 30;

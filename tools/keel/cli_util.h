@@ -41,6 +41,9 @@ bool parse_list(const std::string& s, std::vector<T>& out) {
 }
 
 bool parse_kv_policy(const std::string& s, fb::KvPolicy& out);
+// "full, window, streaming, snapkv, snapstream or rocketkv" (without rocketkv: the policies a
+// model file can name as its default), for errors naming what --kv-policy expects.
+std::string kv_policy_choices(bool with_rocketkv = true);
 const char* kv_policy_name(fb::KvPolicy p);
 
 // Redraws one line on stderr when enabled (a terminal); silent otherwise.

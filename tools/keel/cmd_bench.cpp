@@ -321,7 +321,7 @@ bool parse_grid(const std::string (&given)[kOptCount], Grid& g, std::string& err
   for (const std::string& p : g.policies) {
     KvPolicyKind kind;
     if (!keel::parse_kv_policy(p.c_str(), kind)) {
-      error = "--kv-policy expects full, window, streaming, snapkv, snapstream or rocketkv, got '" + p + "'";
+      error = "--kv-policy expects " + kv_policy_choices() + ", got '" + p + "'";
       return false;
     }
   }

@@ -125,10 +125,9 @@ int cmd_convert(int argc, char** argv) {
   else
     return usage_error("convert", "--quant expects keep, f32, f16, q8 or q4, got '" + quant + "'");
   if (!parse_kv_policy(policy, opts.kv.policy)) {
-    return usage_error("convert",
-                       "--kv-policy expects full, window, streaming, snapkv or snapstream (the file's default; "
-                       "rocketkv is chosen when a run starts), got '" +
-                           policy + "'");
+    return usage_error("convert", "--kv-policy expects " + kv_policy_choices(false) +
+                                      " (the file's default; rocketkv is chosen when a run starts), got '" + policy +
+                                      "'");
   }
   if (opts.slots == 0 || opts.chunk_tokens == 0 || opts.kv.budget_tokens == 0) {
     return usage_error("convert", "--slots, --chunk and --kv-budget must be at least 1");

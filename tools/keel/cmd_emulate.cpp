@@ -323,7 +323,7 @@ int cmd_emulate(int argc, char** argv) {
   KvPolicyKind policy = KvPolicyKind::Full;
   const std::string policy_name = so.kv_policy.empty() ? "full" : so.kv_policy;
   if (!parse_kv_policy(policy_name.c_str(), policy))
-    return usage("--kv-policy expects full, window, streaming, snapkv or snapstream, got '" + policy_name + "'");
+    return usage("--kv-policy expects " + kv_policy_choices() + ", got '" + policy_name + "'");
   c.bounded = policy != KvPolicyKind::Full;
   c.budget = so.kv_budget ? so.kv_budget : 1024;
   c.chunk = so.chunk ? so.chunk : 64;

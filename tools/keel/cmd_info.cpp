@@ -33,8 +33,8 @@ const char kHelp[] =
     "avx512vnni; arm64: neon, neon-dotprod, neon-i8mm).\n"
     "\n"
     "options:\n"
-    "  --kv-policy P   full | window | streaming | snapkv | snapstream: the policy planned for\n"
-    "                  (default: the run default)\n"
+    "  --kv-policy P   full | window | streaming | snapkv | snapstream | rocketkv: the policy\n"
+    "                  planned for (default: the run default)\n"
     "  --kv-budget N   KV budget in tokens for the plan (default: the run default)\n"
     "  --kv-type T     f16 | q8 | q4: how the plan's KV cache stores keys and values (default f16)\n"
     "  --slots N       concurrent sequences (default: the file's plan, usually 1)\n"
@@ -84,8 +84,7 @@ int cmd_info(int argc, char** argv) {
 
   KvPolicyKind policy_kind = KvPolicyKind::Full;
   if (has_policy && !parse_kv_policy(policy_arg.c_str(), policy_kind)) {
-    return usage_error("info",
-                       "--kv-policy expects full, window, streaming, snapkv or snapstream, got '" + policy_arg + "'");
+    return usage_error("info", "--kv-policy expects " + kv_policy_choices() + ", got '" + policy_arg + "'");
   }
 
   port::MappedFile file;

@@ -203,7 +203,7 @@ bool Session::resolve_policy(const char* fallback, std::string& error) {
   if (name.empty() && fallback) name = fallback;
   if (name.empty()) name = kv_policy_name(model_run_defaults(model_).policy);
   if (!parse_kv_policy(name.c_str(), policy_)) {
-    error = "--kv-policy expects full, window, streaming, snapkv, snapstream or rocketkv, got '" + name + "'";
+    error = "--kv-policy expects " + kv_policy_choices() + ", got '" + name + "'";
     return false;
   }
   return true;
