@@ -85,7 +85,7 @@ const char kHelpTail[] =
 // The session options' help without the ones bench takes as lists (an entry is a line starting
 // "  -" and the more deeply indented lines after it).
 std::string session_help_without_lists() {
-  const std::string all = kSessionHelp;
+  const std::string& all = session_help();
   std::string out;
   bool skipping = false;
   for (size_t begin = 0; begin < all.size();) {

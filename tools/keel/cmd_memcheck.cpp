@@ -23,7 +23,8 @@
 namespace keel::cli {
 namespace {
 
-const char kHelp[] =
+// Up to the sampler options, whose lines are the sampler table's (sampler_help()).
+const char kHelpHead[] =
     "usage: keel memcheck -m MODEL.keel [-n N] [-p P] [--text PATH] [--max-rss BYTES] [--json] [options]\n"
     "\n"
     "Checks that memory stays bounded on a long run. P tokens of text are tokenized and the engine\n"
@@ -55,13 +56,8 @@ const char kHelp[] =
     "  --json                 print {ok, failures, allocations_after_init, frees_after_init,\n"
     "                         rss_start_bytes, rss_at_warmup_bytes, rss_end_bytes, rss_max_bytes,\n"
     "                         drift_bytes, tolerance_bytes, planned_bytes, used_bytes, tokens,\n"
-    "                         tokens_per_second, ...} (docs/memcheck.md lists every field)\n"
-    "  --temp T               temperature, 0 = greedy (default 0.8)\n"
-    "  --top-k K              keep the K most likely tokens, 0 = off (default 40)\n"
-    "  --top-p P              nucleus sampling, 1 = off (default 0.95)\n"
-    "  --min-p P              drop tokens below P x the best probability (default 0.05)\n"
-    "  --repeat-penalty R     repetition penalty over the last 64 tokens, 1 = off (default 1)\n"
-    "  --seed S               sampler seed (default 42)\n"
+    "                         tokens_per_second, ...} (docs/memcheck.md lists every field)\n";
+const char kHelpTail[] =
     "%s"
     "\n"
     "BYTES is a number with an optional K, M or G suffix (also KiB, MiB, GiB: powers of 1024).\n"
@@ -175,7 +171,8 @@ std::string error_text(const Error& e) { return std::string(to_string(e.status()
 
 int cmd_memcheck(int argc, char** argv) {
   SessionOptions so;
-  CommandLine cl("memcheck", argc, argv, kHelp, &so);
+  const std::string help = kHelpHead + sampler_help() + kHelpTail;
+  CommandLine cl("memcheck", argc, argv, help.c_str(), &so);
   if (cl.help_shown()) return 0;
   Args& args = cl.args;
   uint64_t tokens = 100000, prompt_n = 1000, rss_every = 1000, inject_at = 0;

@@ -13,7 +13,8 @@
 namespace keel::cli {
 namespace {
 
-const char kHelp[] =
+// Up to the sampler options, whose lines are the sampler table's (sampler_help()).
+const char kHelpHead[] =
     "usage: keel run -m MODEL.keel (-p TEXT | -f FILE) [options]\n"
     "\n"
     "Generates a continuation of the prompt and streams it to stdout.\n"
@@ -21,13 +22,8 @@ const char kHelp[] =
     "options:\n"
     "  -p, --prompt TEXT      the prompt (special tokens such as <|im_start|> are recognized)\n"
     "  -f, --file FILE        read the prompt from FILE\n"
-    "  -n, --n-predict N      tokens to generate (default 128); stops early at end of sequence\n"
-    "  --temp T               temperature, 0 = greedy (default 0.8)\n"
-    "  --top-k K              keep the K most likely tokens, 0 = off (default 40)\n"
-    "  --top-p P              nucleus sampling, 1 = off (default 0.95)\n"
-    "  --min-p P              drop tokens below P x the best probability (default 0.05)\n"
-    "  --repeat-penalty R     repetition penalty over the last 64 tokens, 1 = off (default 1)\n"
-    "  --seed S               sampler seed (default 42)\n"
+    "  -n, --n-predict N      tokens to generate (default 128); stops early at end of sequence\n";
+const char kHelpTail[] =
     "  --json                 print {text, tokens, prefill_tps, decode_tps, memory} instead\n"
     "%s"
     "\n"
@@ -39,7 +35,8 @@ const char kHelp[] =
 
 int cmd_run(int argc, char** argv) {
   SessionOptions so;
-  CommandLine cl("run", argc, argv, kHelp, &so);
+  const std::string help = kHelpHead + sampler_help() + kHelpTail;
+  CommandLine cl("run", argc, argv, help.c_str(), &so);
   if (cl.help_shown()) return 0;
   Args& args = cl.args;
   std::string prompt, prompt_file;

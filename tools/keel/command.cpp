@@ -12,7 +12,7 @@ CommandLine::CommandLine(const char* name, int argc, char** argv, const char* he
   if (!args.flag("--help", "-h")) return;
   help_shown_ = true;
   if (session)
-    printf(help, session_help);
+    printf(help, session_help ? session_help : cli::session_help().c_str());
   else
     fputs(help, stdout);
 }

@@ -14,12 +14,13 @@ namespace keel::cli {
 
 class CommandLine {
  public:
-  // `help` is printed for --help / -h: as a printf format whose one %s is `session_help` when
-  // `session` is given, as it is otherwise. `session` receives -m, -t, --backend, --kv-policy ...
-  // in finish(), after the command's own options (a command may take some of them itself
-  // first, as bench takes lists, and then describes the rest with its own `session_help`).
+  // `help` is printed for --help / -h: as a printf format whose one %s is `session_help` (null:
+  // the session table's, session_help()) when `session` is given, as it is otherwise. `session`
+  // receives -m, -t, --backend, --kv-policy ... in finish(), after the command's own options (a
+  // command may take some of them itself first, as bench takes lists, and then describes the
+  // rest with its own `session_help`).
   CommandLine(const char* name, int argc, char** argv, const char* help, SessionOptions* session = nullptr,
-              const char* session_help = kSessionHelp);
+              const char* session_help = nullptr);
 
   // True when --help was given: the help is printed and the command returns 0.
   bool help_shown() const { return help_shown_; }

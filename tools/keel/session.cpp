@@ -15,111 +15,208 @@
 
 namespace keel::cli {
 
-const char kSessionHelp[] =
-    "  -m, --model FILE       the .keel model (required)\n"
-    "  -t, --threads N        worker threads (default: all cores)\n"
-    "  --backend B            auto | ref | native | xnnpack | dataflow (default auto)\n"
-    "  --hw NAME|FILE         hardware the dataflow backend emulates: a preset (keel emulate\n"
-    "                         --list-hw), host, or a JSON file (docs/emulator.md)\n"
-    "  --sram-bytes N         override the hardware's on-chip SRAM capacity\n"
-    "  --kv-policy P          full | window | streaming | snapkv | snapstream | rocketkv (docs/kv.md)\n"
-    "  --kv-budget N          KV cache budget in tokens per sequence\n"
-    "  --kv-type T            f16 | q8 | q4: how the KV cache stores keys and values (default f16;\n"
-    "                         q8 and q4 read about 1/2 and 1/3 of the bytes per cached token)\n"
-    "  --sinks N              attention sinks kept by streaming and snapstream (default 4)\n"
-    "  --window N             snapstream's recent window for generated tokens (default budget/4)\n"
-    "  --obs-window N         SnapKV observation window (default 32)\n"
-    "  --snap-kernel N        SnapKV max-pool kernel, odd; 0 = adaptive (default: 7 for snapkv,\n"
-    "                         31 for snapstream)\n"
-    "  --snap-hold N          snapstream, rocketkv: keep up to N entries per layer and KV head that\n"
-    "                         the lookahead evicted, for the prompt's question to judge again\n"
-    "                         (planned memory; 0 = none; default: the recent window for\n"
-    "                         snapstream, 0 for rocketkv; docs/kv.md, \"The hold\")\n"
-    "  --sparse-attention M   none | topk: each decode step attends to the top-k cached tokens by\n"
-    "                         an upper bound of q.k (docs/kv.md; rocketkv always does)\n"
-    "  --sparse-budget B      tokens one decode step reads (k = B/2 exactly, the rest on the\n"
-    "                         bound; default for rocketkv: budget/4)\n"
-    "  --rocket-page P        tokens per page of key summaries (default: from the budget split)\n"
-    "  --rocket-topk K        tokens attended exactly (default B/2)\n"
-    "  --rocket-r R           query dimensions the bound reads (default: from the budget split)\n"
-    "  --rocket-select S      group | head: how pages are ranked; group is RocketKV's summed\n"
-    "                         bound over |q|'s dimensions, head weighs dimensions by the keys'\n"
-    "                         spread and ranks by each head's own estimate (default: the model's,\n"
-    "                         head for Gemma 3, group for the llama family; docs/kv.md)\n"
-    "  --kv-positions M       cache | original: where the compressed prefix's keys sit for RoPE;\n"
-    "                         cache (default) is StreamingLLM's, at their index in the cache, so\n"
-    "                         distances never exceed the budget; original keeps their positions\n"
-    "                         in the text, as one-shot SnapKV does (streaming, snapkv, snapstream,\n"
-    "                         rocketkv; docs/kv.md, \"Positions\")\n"
-    "  --chunk N              prefill chunk in tokens (default 64)\n"
-    "  --no-verify            skip the check of every checksum the file carries (its metadata,\n"
-    "                         tokenizer and every tensor), which loading does by default and which\n"
-    "                         reads the whole file once (SmolLM2-135M: tens of ms)\n"
-    "  Defaults are the model's where its file names them (keel info: run defaults).\n";
+namespace {
+
+bool store_kv_type(const std::string& v, SessionOptions& o) { return parse_kv_type(v.c_str(), o.kv_type); }
+
+// The mode is two fields (sparse_topk, sparse_none); neither is set for a value it does not take.
+bool store_sparse_attention(const std::string& v, SessionOptions& o) {
+  o.sparse_topk = v == "topk";
+  o.sparse_none = v == "none";
+  return o.sparse_topk || o.sparse_none;
+}
+
+// In --help's order. Kinds, as RunOverrides takes them: 0 there means "the model's default", so an
+// option the engine cannot take as 0 is U32AtLeastOne; --snap-hold and --snap-kernel's 0 (no hold,
+// adaptive kernel) is -1 (ZeroIsNone); the two-valued options are numbered 1 and 2 (0: not given).
+const OptionSpec<SessionOptions> kSessionOptions[] = {
+    {.long_name = "--model",
+     .short_name = "-m",
+     .metavar = "FILE",
+     .help = "the .keel model (required)",
+     .kind = OptionKind::Text,
+     .field = &SessionOptions::model_path},
+    {.long_name = "--threads",
+     .short_name = "-t",
+     .metavar = "N",
+     .help = "worker threads (default: all cores)",
+     .kind = OptionKind::U32,
+     .field = &SessionOptions::threads},
+    {.long_name = "--backend",
+     .metavar = "B",
+     .help = "auto | ref | native | xnnpack | dataflow (default auto)",
+     .kind = OptionKind::Text,
+     .field = &SessionOptions::backend},
+    {.long_name = "--hw",
+     .metavar = "NAME|FILE",
+     .help = "hardware the dataflow backend emulates: a preset (keel emulate\n"
+             "--list-hw), host, or a JSON file (docs/emulator.md)",
+     .kind = OptionKind::Text,
+     .field = &SessionOptions::hw},
+    {.long_name = "--sram-bytes",
+     .metavar = "N",
+     .help = "override the hardware's on-chip SRAM capacity",
+     .kind = OptionKind::U64,
+     .field = &SessionOptions::sram_bytes},
+    {.long_name = "--kv-policy",
+     .metavar = "P",
+     .help = "full | window | streaming | snapkv | snapstream | rocketkv (docs/kv.md)",
+     .kind = OptionKind::Text,
+     .field = &SessionOptions::kv_policy},
+    {.long_name = "--kv-budget",
+     .metavar = "N",
+     .help = "KV cache budget in tokens per sequence",
+     .kind = OptionKind::U32,
+     .field = &SessionOptions::kv_budget},
+    {.long_name = "--kv-type",
+     .metavar = "T",
+     .help = "f16 | q8 | q4: how the KV cache stores keys and values (default f16;\n"
+             "q8 and q4 read about 1/2 and 1/3 of the bytes per cached token)",
+     .kind = OptionKind::Custom,
+     .store = store_kv_type,
+     .expects = "f16, q8 or q4"},
+    {.long_name = "--sinks",
+     .metavar = "N",
+     .help = "attention sinks kept by streaming and snapstream (default 4)",
+     .kind = OptionKind::U32AtLeastOne,
+     .field = &SessionOptions::sinks},
+    {.long_name = "--window",
+     .metavar = "N",
+     .help = "snapstream's recent window for generated tokens (default budget/4)",
+     .kind = OptionKind::U32,
+     .field = &SessionOptions::window},
+    {.long_name = "--obs-window",
+     .metavar = "N",
+     .help = "SnapKV observation window (default 32)",
+     .kind = OptionKind::U32AtLeastOne,
+     .field = &SessionOptions::obs_window},
+    {.long_name = "--snap-kernel",
+     .metavar = "N",
+     .help = "SnapKV max-pool kernel, odd; 0 = adaptive (default: 7 for snapkv,\n"
+             "31 for snapstream)",
+     .kind = OptionKind::ZeroIsNone,
+     .field = &SessionOptions::snap_kernel},
+    {.long_name = "--snap-hold",
+     .metavar = "N",
+     .help = "snapstream, rocketkv: keep up to N entries per layer and KV head that\n"
+             "the lookahead evicted, for the prompt's question to judge again\n"
+             "(planned memory; 0 = none; default: the recent window for\n"
+             "snapstream, 0 for rocketkv; docs/kv.md, \"The hold\")",
+     .kind = OptionKind::ZeroIsNone,
+     .field = &SessionOptions::snap_hold},
+    {.long_name = "--sparse-attention",
+     .metavar = "M",
+     .help = "none | topk: each decode step attends to the top-k cached tokens by\n"
+             "an upper bound of q.k (docs/kv.md; rocketkv always does)",
+     .kind = OptionKind::Custom,
+     .store = store_sparse_attention,
+     .expects = "none or topk"},
+    {.long_name = "--sparse-budget",
+     .metavar = "B",
+     .help = "tokens one decode step reads (k = B/2 exactly, the rest on the\n"
+             "bound; default for rocketkv: budget/4)",
+     .kind = OptionKind::U32AtLeastOne,
+     .field = &SessionOptions::sparse_budget},
+    {.long_name = "--rocket-page",
+     .metavar = "P",
+     .help = "tokens per page of key summaries (default: from the budget split)",
+     .kind = OptionKind::U32AtLeastOne,
+     .field = &SessionOptions::rocket_page},
+    {.long_name = "--rocket-topk",
+     .metavar = "K",
+     .help = "tokens attended exactly (default B/2)",
+     .kind = OptionKind::U32AtLeastOne,
+     .field = &SessionOptions::rocket_topk},
+    {.long_name = "--rocket-r",
+     .metavar = "R",
+     .help = "query dimensions the bound reads (default: from the budget split)",
+     .kind = OptionKind::U32AtLeastOne,
+     .field = &SessionOptions::rocket_r},
+    {.long_name = "--rocket-select",
+     .metavar = "S",
+     .help = "group | head: how pages are ranked; group is RocketKV's summed\n"
+             "bound over |q|'s dimensions, head weighs dimensions by the keys'\n"
+             "spread and ranks by each head's own estimate (default: the model's,\n"
+             "head for Gemma 3, group for the llama family; docs/kv.md)",
+     .kind = OptionKind::OneOf,
+     .field = &SessionOptions::rocket_select,
+     .choices = {"group", "head"}},
+    {.long_name = "--kv-positions",
+     .metavar = "M",
+     .help = "cache | original: where the compressed prefix's keys sit for RoPE;\n"
+             "cache (default) is StreamingLLM's, at their index in the cache, so\n"
+             "distances never exceed the budget; original keeps their positions\n"
+             "in the text, as one-shot SnapKV does (streaming, snapkv, snapstream,\n"
+             "rocketkv; docs/kv.md, \"Positions\")",
+     .kind = OptionKind::OneOf,
+     .field = &SessionOptions::kv_positions,
+     .choices = {"cache", "original"}},
+    {.long_name = "--chunk",
+     .metavar = "N",
+     .help = "prefill chunk in tokens (default 64)",
+     .kind = OptionKind::U32AtLeastOne,
+     .field = &SessionOptions::chunk},
+    {.long_name = "--no-verify",
+     .help = "skip the check of every checksum the file carries (its metadata,\n"
+             "tokenizer and every tensor), which loading does by default and which\n"
+             "reads the whole file once (SmolLM2-135M: tens of ms)",
+     .kind = OptionKind::NegatedFlag,
+     .field = &SessionOptions::verify},
+};
+
+const OptionSpec<text::SamplerConfig> kSamplerOptions[] = {
+    {.long_name = "--temp",
+     .metavar = "T",
+     .help = "temperature, 0 = greedy (default 0.8)",
+     .kind = OptionKind::F32,
+     .field = &text::SamplerConfig::temperature},
+    {.long_name = "--top-k",
+     .metavar = "K",
+     .help = "keep the K most likely tokens, 0 = off (default 40)",
+     .kind = OptionKind::U32,
+     .field = &text::SamplerConfig::top_k},
+    {.long_name = "--top-p",
+     .metavar = "P",
+     .help = "nucleus sampling, 1 = off (default 0.95)",
+     .kind = OptionKind::F32,
+     .field = &text::SamplerConfig::top_p},
+    {.long_name = "--min-p",
+     .metavar = "P",
+     .help = "drop tokens below P x the best probability (default 0.05)",
+     .kind = OptionKind::F32,
+     .field = &text::SamplerConfig::min_p},
+    {.long_name = "--repeat-penalty",
+     .metavar = "R",
+     .help = "repetition penalty over the last 64 tokens, 1 = off (default 1)",
+     .kind = OptionKind::F32,
+     .field = &text::SamplerConfig::repetition_penalty},
+    {.long_name = "--seed",
+     .metavar = "S",
+     .help = "sampler seed (default 42)",
+     .kind = OptionKind::U64,
+     .field = &text::SamplerConfig::seed},
+};
+
+}  // namespace
+
+std::span<const OptionSpec<SessionOptions>> session_option_table() { return kSessionOptions; }
+std::span<const OptionSpec<text::SamplerConfig>> sampler_option_table() { return kSamplerOptions; }
+
+const std::string& session_help() {
+  static const std::string help = render_help(kSessionOptions) +
+                                  "  Defaults are the model's where its file names them (keel info: run defaults).\n";
+  return help;
+}
+
+const std::string& sampler_help() {
+  static const std::string help = render_help(kSamplerOptions);
+  return help;
+}
 
 void parse_session_options(Args& args, SessionOptions& o) {
-  args.value("--model", "-m", o.model_path);
-  args.u32("--threads", "-t", o.threads);
-  args.value("--backend", nullptr, o.backend);
-  args.value("--hw", nullptr, o.hw);
-  args.u64("--sram-bytes", nullptr, o.sram_bytes);
-  args.value("--kv-policy", nullptr, o.kv_policy);
-  args.u32("--kv-budget", nullptr, o.kv_budget);
-  std::string kv_type;
-  if (args.value("--kv-type", nullptr, kv_type) && !parse_kv_type(kv_type.c_str(), o.kv_type) && o.error.empty()) {
-    o.error = "--kv-type expects f16, q8 or q4, got '" + kv_type + "'";
-  }
-  // 0 means "the default" to the engine (RunOverrides); given here it is a value it cannot take.
-  auto at_least_one = [&](const char* name, uint32_t& field) {
-    if (args.u32(name, nullptr, field) && field == 0 && o.error.empty()) {
-      o.error = std::string(name) + " must be at least 1";
-    }
-  };
-  at_least_one("--sinks", o.sinks);
-  args.u32("--window", nullptr, o.window);
-  // 0 on the command line is -1 to RunOverrides (no hold, adaptive kernel), whose 0 is the default.
-  auto zero_is_none = [&](const char* name, int32_t& field) {
-    uint32_t v = 0;
-    if (!args.u32(name, nullptr, v)) return;
-    if (v > uint32_t(INT32_MAX)) {
-      if (o.error.empty()) o.error = std::string(name) + " " + std::to_string(v) + " is too large";
-    } else {
-      field = v == 0 ? -1 : int32_t(v);
-    }
-  };
-  zero_is_none("--snap-hold", o.snap_hold);
-  at_least_one("--obs-window", o.obs_window);
-  zero_is_none("--snap-kernel", o.snap_kernel);
-  at_least_one("--chunk", o.chunk);
-  std::string sparse;
-  const bool sparse_given = args.value("--sparse-attention", nullptr, sparse);
-  if (sparse_given && sparse != "none" && sparse != "topk" && o.error.empty()) {
-    o.error = "--sparse-attention expects none or topk, got '" + sparse + "'";
-  }
-  at_least_one("--sparse-budget", o.sparse_budget);
-  if (sparse_given && sparse == "topk" && o.sparse_budget == 0 && o.error.empty()) {
-    o.error = "--sparse-attention topk needs --sparse-budget B";
-  }
-  o.sparse_topk = sparse_given && sparse == "topk";
-  o.sparse_none = sparse_given && sparse == "none";
-  at_least_one("--rocket-page", o.rocket_page);
-  at_least_one("--rocket-topk", o.rocket_topk);
-  at_least_one("--rocket-r", o.rocket_r);
-  // Two-valued options, numbered as RunOverrides numbers them (0: not given).
-  auto one_of = [&](const char* name, const char* first, const char* second, uint32_t& out) {
-    std::string v;
-    if (!args.value(name, nullptr, v)) return;
-    if (v == first) {
-      out = 1;
-    } else if (v == second) {
-      out = 2;
-    } else if (o.error.empty()) {
-      o.error = std::string(name) + " expects " + first + " or " + second + ", got '" + v + "'";
-    }
-  };
-  one_of("--rocket-select", "group", "head", o.rocket_select);
-  one_of("--kv-positions", "cache", "original", o.kv_positions);
-  o.verify = !args.flag("--no-verify");
+  parse_options(args, kSessionOptions, o, o.error);
+  if (o.sparse_topk && o.sparse_budget == 0)
+    option_detail::first_error(o.error, "--sparse-attention topk needs --sparse-budget B");
 }
 
 namespace {
@@ -152,12 +249,8 @@ text::SamplerConfig sampler_defaults(float temperature, float top_p, float repet
 }
 
 void parse_sampler_options(Args& args, text::SamplerConfig& c) {
-  args.f32("--temp", nullptr, c.temperature);
-  args.u32("--top-k", nullptr, c.top_k);
-  args.f32("--top-p", nullptr, c.top_p);
-  args.f32("--min-p", nullptr, c.min_p);
-  args.f32("--repeat-penalty", nullptr, c.repetition_penalty);
-  args.u64("--seed", nullptr, c.seed);
+  std::string no_checks;  // every sampler value its type accepts is one the sampler takes
+  parse_options(args, kSamplerOptions, c, no_checks);
 }
 
 double now_seconds() {

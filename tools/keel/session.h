@@ -4,10 +4,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "keel/args.h"
+#include "keel/option_spec.h"
 #include "backend/dataflow_hw.h"
 #include "llm/runtime.h"
 #include "ports/linux/arena_memory.h"
@@ -46,9 +48,10 @@ struct SessionOptions {
   std::string error;            // set by parse_session_options for a value out of range
 };
 
-// Parses the options every model command takes: -m, -t, --backend, --kv-policy, --kv-budget, --kv-type,
-// --sinks, --window, --obs-window, --snap-kernel, --chunk. Returns false with args.error() set on
-// a malformed value; a value the engine cannot take (--chunk 0) is o.error, which load() reports.
+// Parses the options every model command takes, as session_option_table() declares them (-m, -t,
+// --backend, --kv-policy, --kv-budget, --kv-type, --sinks, ...), then the one check that involves
+// two of them (--sparse-attention topk needs --sparse-budget). A malformed value is args.error();
+// a value the engine cannot take (--chunk 0) is o.error, which load() reports.
 void parse_session_options(Args& args, SessionOptions& o);
 // The sampling a generating command starts from: top-k 40, min-p 0.05, seed 42 and the
 // command's temperature, top-p and repetition penalty (run and memcheck: 0.8, 0.95, 1; chat:
@@ -56,7 +59,13 @@ void parse_session_options(Args& args, SessionOptions& o);
 text::SamplerConfig sampler_defaults(float temperature, float top_p, float repetition_penalty = 1.0f);
 // Parses --temp --top-k --top-p --min-p --repeat-penalty --seed over the command's defaults in `c`.
 void parse_sampler_options(Args& args, text::SamplerConfig& c);
-extern const char kSessionHelp[];
+// The session and sampler options' tables (keel/option_spec.h), which their parsing and help come from.
+std::span<const OptionSpec<SessionOptions>> session_option_table();
+std::span<const OptionSpec<text::SamplerConfig>> sampler_option_table();
+// The session options' --help lines, with the closing line on defaults.
+const std::string& session_help();
+// The sampler options' --help lines, with run's and memcheck's defaults.
+const std::string& sampler_help();
 
 class Session {
  public:
