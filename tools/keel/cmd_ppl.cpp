@@ -8,6 +8,7 @@
 #include "keel/cli_util.h"
 #include "keel/command.h"
 #include "keel/commands.h"
+#include "keel/option_spec.h"
 #include "keel/session.h"
 
 namespace keel::cli {
@@ -23,13 +24,33 @@ const char kHelp[] =
     "sparse decode (stage 2) runs for one-token chunks only: --chunk 1 measures both its stages.\n"
     "\n"
     "options:\n"
-    "  -f, --file FILE        the text\n"
-    "  --ctx N                tokens evaluated (default: full: the trained context; bounded\n"
-    "                         policies: the whole text)\n"
-    "  --json                 print {tokens, ppl, nll_mean, seconds, tokens_per_second, policy,\n"
-    "                         budget, nll: [per-token NLL, token 1 onwards]}\n"
-    "  -q, --quiet            no progress lines on stderr (default: one per 10%% of the tokens)\n"
     "%s";
+
+struct PplOptions {
+  std::string path;
+  uint32_t ctx = 0;  // 0: the default, which depends on the policy
+  bool json = false, quiet = false;
+};
+
+const OptionSpec<PplOptions> kPplOptions[] = {
+    {.long_name = "--file", .short_name = "-f", .metavar = "FILE", .help = "the text", .field = &PplOptions::path},
+    {.long_name = "--ctx",
+     .metavar = "N",
+     .help = "tokens evaluated (default: full: the trained context; bounded\n"
+             "policies: the whole text)",
+     .kind = OptionKind::U32,
+     .field = &PplOptions::ctx},
+    {.long_name = "--json",
+     .help = "print {tokens, ppl, nll_mean, seconds, tokens_per_second, policy,\n"
+             "budget, nll: [per-token NLL, token 1 onwards]}",
+     .kind = OptionKind::Flag,
+     .field = &PplOptions::json},
+    {.long_name = "--quiet",
+     .short_name = "-q",
+     .help = "no progress lines on stderr (default: one per 10% of the tokens)",
+     .kind = OptionKind::Flag,
+     .field = &PplOptions::quiet},
+};
 
 struct Accum {
   const int32_t* ids;
@@ -69,15 +90,17 @@ void accumulate(void* ctx, size_t i, const float* logits) {
 
 int cmd_ppl(int argc, char** argv) {
   SessionOptions so;
-  CommandLine cl("ppl", argc, argv, kHelp, &so);
+  // The command's options, then the session's, fill the help's one %s: the tables' text is
+  // never a printf format.
+  const std::string options_help = render_help(kPplOptions) + session_help();
+  CommandLine cl("ppl", argc, argv, kHelp, &so, options_help.c_str());
   if (cl.help_shown()) return 0;
-  Args& args = cl.args;
-  std::string path;
-  args.value("--file", "-f", path);
-  uint32_t ctx = 0;
-  args.u32("--ctx", nullptr, ctx);
-  const bool json = args.flag("--json");
-  const bool quiet = args.flag("--quiet", "-q");
+  PplOptions po;
+  std::string no_checks;  // every value of these options' types is one ppl takes
+  parse_options(cl.args, kPplOptions, po, no_checks);
+  const std::string& path = po.path;
+  uint32_t ctx = po.ctx;
+  const bool json = po.json, quiet = po.quiet;
   if (!cl.finish()) return 2;
   if (path.empty()) return usage_error("ppl", "missing -f TEXT");
   std::string text, read_error;
