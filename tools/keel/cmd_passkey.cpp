@@ -10,6 +10,7 @@
 #include "keel/command.h"
 #include "keel/commands.h"
 #include "keel/generate.h"
+#include "keel/option_spec.h"
 #include "keel/session.h"
 
 namespace keel::cli {
@@ -24,19 +25,54 @@ const char kHelp[] =
     "the question as a user turn. Reports accuracy per (length, depth) and overall.\n"
     "\n"
     "options:\n"
-    "  --lengths L,...        haystack lengths in tokens (default 1024,2048,4096,8192,16384)\n"
-    "  --depths D,...         needle depths in [0, 1] (default 0,0.25,0.5,0.75,1)\n"
-    "  --trials N             keys per (length, depth) (default 1)\n"
-    "  --haystack PATH        a text file or a directory of .txt files (default: the essays in\n"
-    "                         ../shared/data/paul_graham_essays)\n"
-    "  --seed S               key generator seed (default 1)\n"
-    "  --json                 print {accuracy, policy, budget, results: [{length, depth, trial, expected,\n"
-    "                         answer, correct, seconds}]}\n"
-    "  -q, --quiet            no progress line on stderr after each prompt\n"
     "%s"
     "\n"
     "With --kv-policy full the budget defaults to the longest prompt; bounded policies default to\n"
     "the model's budget.\n";
+
+struct PasskeyOptions {
+  std::string lengths = "1024,2048,4096,8192,16384", depths = "0,0.25,0.5,0.75,1";
+  uint32_t trials = 1;
+  std::string haystack = "../shared/data/paul_graham_essays";
+  uint64_t seed = 1;
+  bool json = false, quiet = false;
+};
+
+const OptionSpec<PasskeyOptions> kPasskeyOptions[] = {
+    {.long_name = "--lengths",
+     .metavar = "L,...",
+     .help = "haystack lengths in tokens (default 1024,2048,4096,8192,16384)",
+     .field = &PasskeyOptions::lengths},
+    {.long_name = "--depths",
+     .metavar = "D,...",
+     .help = "needle depths in [0, 1] (default 0,0.25,0.5,0.75,1)",
+     .field = &PasskeyOptions::depths},
+    {.long_name = "--trials",
+     .metavar = "N",
+     .help = "keys per (length, depth) (default 1)",
+     .kind = OptionKind::U32AtLeastOne,
+     .field = &PasskeyOptions::trials},
+    {.long_name = "--haystack",
+     .metavar = "PATH",
+     .help = "a text file or a directory of .txt files (default: the essays in\n"
+             "../shared/data/paul_graham_essays)",
+     .field = &PasskeyOptions::haystack},
+    {.long_name = "--seed",
+     .metavar = "S",
+     .help = "key generator seed (default 1)",
+     .kind = OptionKind::U64,
+     .field = &PasskeyOptions::seed},
+    {.long_name = "--json",
+     .help = "print {accuracy, policy, budget, results: [{length, depth, trial, expected,\n"
+             "answer, correct, seconds}]}",
+     .kind = OptionKind::Flag,
+     .field = &PasskeyOptions::json},
+    {.long_name = "--quiet",
+     .short_name = "-q",
+     .help = "no progress line on stderr after each prompt",
+     .kind = OptionKind::Flag,
+     .field = &PasskeyOptions::quiet},
+};
 
 bool read_text(const std::string& path, std::string& out) {
   std::vector<std::string> files;
@@ -61,20 +97,17 @@ bool read_text(const std::string& path, std::string& out) {
 
 int cmd_passkey(int argc, char** argv) {
   SessionOptions so;
-  CommandLine cl("passkey", argc, argv, kHelp, &so);
+  // The command's options, then the session's, fill the help's one %s.
+  const std::string options_help = render_help(kPasskeyOptions) + session_help();
+  CommandLine cl("passkey", argc, argv, kHelp, &so, options_help.c_str());
   if (cl.help_shown()) return 0;
-  Args& args = cl.args;
-  std::string lengths_s = "1024,2048,4096,8192,16384", depths_s = "0,0.25,0.5,0.75,1";
-  std::string haystack = "../shared/data/paul_graham_essays";
-  uint32_t trials = 1;
-  uint64_t seed = 1;
-  args.value("--lengths", nullptr, lengths_s);
-  args.value("--depths", nullptr, depths_s);
-  args.value("--haystack", nullptr, haystack);
-  args.u32("--trials", nullptr, trials);
-  args.u64("--seed", nullptr, seed);
-  const bool json = args.flag("--json");
-  const bool quiet = args.flag("--quiet", "-q");
+  PasskeyOptions po;
+  std::string check_error;  // --trials 0, reported after the lists' errors
+  parse_options(cl.args, kPasskeyOptions, po, check_error);
+  const std::string &lengths_s = po.lengths, &depths_s = po.depths, &haystack = po.haystack;
+  const uint32_t trials = po.trials;
+  const uint64_t seed = po.seed;
+  const bool json = po.json, quiet = po.quiet;
   if (!cl.finish()) return 2;
   std::vector<uint32_t> lengths;
   std::vector<double> depths;
@@ -83,7 +116,7 @@ int cmd_passkey(int argc, char** argv) {
   for (double d : depths) {
     if (d < 0 || d > 1) return usage_error("passkey", "--depths must lie in [0, 1]");
   }
-  if (trials == 0) return usage_error("passkey", "--trials must be at least 1");
+  if (!check_error.empty()) return usage_error("passkey", check_error);
 
   Session session;
   std::string error;
