@@ -29,11 +29,9 @@ constexpr uint32_t kDefaultObsWindow = 32;  // SnapKV observation window w
 // its neighbourhood, or a multi-token fact (a number, a name) survives in pieces (docs/kv.md).
 constexpr uint32_t kSnapKernelSnapKV = 7;
 constexpr uint32_t kSnapKernelSnapStream = 31;
-// rocketkv's stage 1 is snapstream's compression after every chunk, so it takes snapstream's
-// kernel, not the 63 of RocketKV's release (one compression of a whole prompt): on Gemma 3's 4k
-// RULER-style prompts at capacity 1024 with every page read, 63 found 2 of 10 single needles
-// and 31 all (docs/notes/kvpress.md).
-constexpr uint32_t kSnapKernelRocketKV = kSnapKernelSnapStream;
+// RocketKV's released SnapKV++ kernel; an architecture may name another (Architecture::
+// rocketkv_kernel: Gemma 3 takes snapstream's 31, docs/notes/kvpress.md).
+constexpr uint32_t kSnapKernelRocketKV = 63;
 constexpr uint32_t kSnapKernelPolicyDefault = 0xffffffffu;  // "the policy's kernel"
 constexpr uint32_t kMaxRocketPage = 256;                    // tokens per page of sparse attention's key summaries
 

@@ -35,6 +35,8 @@ struct Architecture {
   // How sparse decode attention ranks pages when the caller does not say (--rocket-select):
   // the ranking that finds this family's keys (docs/notes/rocketkv.md, measured per family).
   RocketSelect sparse_ranking;
+  // rocketkv's stage-1 pooling kernel when the caller does not say (--snap-kernel).
+  uint32_t rocketkv_kernel;
 };
 
 extern const Architecture kLlamaArchitecture;   // llm/models/llama.cpp

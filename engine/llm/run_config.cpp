@@ -34,7 +34,10 @@ RunDefaults model_run_defaults(const Model& model) {
   }
   if (const fb::MemoryPlan* mp = m->memory_plan(); mp && mp->chunk_tokens()) d.chunk_tokens = mp->chunk_tokens();
   if (m->arch()) {
-    if (const Architecture* a = find_architecture(m->arch()->family())) d.rocket_select = a->sparse_ranking;
+    if (const Architecture* a = find_architecture(m->arch()->family())) {
+      d.rocket_select = a->sparse_ranking;
+      d.rocketkv_kernel = a->rocketkv_kernel;
+    }
   }
   return d;
 }

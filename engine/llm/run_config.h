@@ -31,6 +31,7 @@ struct RunDefaults {
   uint32_t snap_kernel = kSnapKernelPolicyDefault;
   uint32_t chunk_tokens = kDefaultChunkTokens;
   RocketSelect rocket_select = RocketSelect::Group;  // the model's architecture's (Architecture::sparse_ranking)
+  uint32_t rocketkv_kernel = kSnapKernelRocketKV;    // the same (Architecture::rocketkv_kernel)
 };
 
 // The caller's choices. Every field's zero means "the default", as in keel_config.
@@ -83,7 +84,9 @@ constexpr RuntimeConfig resolve_runtime_config(const RunDefaults& d, const RunOv
                           : o.snap_kernel > 0   ? uint32_t(o.snap_kernel)
                           : kv.kind == d.policy ? d.snap_kernel
                                                 : kSnapKernelPolicyDefault;
-  kv.snap_kernel = snap_kernel_of(kv.kind, kernel);
+  kv.snap_kernel = kv.kind == KvPolicyKind::RocketKV && kernel == kSnapKernelPolicyDefault
+                       ? d.rocketkv_kernel
+                       : snap_kernel_of(kv.kind, kernel);
   kv.sparse_budget = o.sparse_budget;
   kv.rocket_page = o.rocket_page;
   kv.rocket_topk = o.rocket_topk;
