@@ -53,6 +53,21 @@ constexpr uint32_t shape_sliding_window() {
   }
 }
 
+// The engine's defaults with the architecture's rocketkv choices, which `keel convert --header`
+// writes into Shape (sparse_ranking, rocketkv_kernel); a Shape without them gets the engine's.
+template <typename Shape>
+constexpr RunDefaults shape_run_defaults() {
+  RunDefaults d;
+  if constexpr (requires { Shape::sparse_ranking; }) {
+    static_assert(Shape::sparse_ranking <= uint32_t(RocketSelect::Head), "sparse_ranking is 0 (group) or 1 (head)");
+    d.rocket_select = static_cast<RocketSelect>(Shape::sparse_ranking);
+  }
+  if constexpr (requires { Shape::rocketkv_kernel; }) {
+    d.snap_kernels[uint32_t(KvPolicyKind::RocketKV)] = Shape::rocketkv_kernel;
+  }
+  return d;
+}
+
 template <typename Shape, uint32_t KvBudget, uint32_t Slots = 1, uint32_t Chunk = 16,
           KvPolicyKind Policy = KvPolicyKind::SnapStream, uint32_t Queue = 0, KvType KvT = KvType::F16>
 class Engine {
@@ -67,9 +82,9 @@ class Engine {
                                     Shape::tokenizer_bytes,
                                     shape_local_layers<Shape>(),
                                     shape_sliding_window<Shape>()};
-  // The engine's defaults (llm/run_config.h) under the template's policy, budget, slots and
-  // chunk; one thread.
-  static constexpr RuntimeConfig kRuntimeConfig = resolve_runtime_config(RunDefaults{}, [] {
+  // The engine's defaults (llm/run_config.h) with the Shape's architecture choices, under the
+  // template's policy, budget, slots and chunk; one thread.
+  static constexpr RuntimeConfig kRuntimeConfig = resolve_runtime_config(shape_run_defaults<Shape>(), [] {
     RunOverrides o{run_policy(Policy), KvBudget, Slots, Chunk, 1};
     o.queue_capacity = Queue;
     o.kv_type = uint32_t(KvT);
@@ -103,6 +118,17 @@ class Engine {
                 "model has %" PRIu32 " sliding-window layers of window %" PRIu32 "; the compiled-in shape says %" PRIu32
                 " of %" PRIu32,
                 ps.local_layers, ps.sliding_window, kShape.local_layers, kShape.sliding_window);
+    if constexpr (Policy == KvPolicyKind::RocketKV) {
+      // A Shape from an older header lacks the architecture's choices; running without them is
+      // the configuration docs/notes/kvpress.md measured losing the needles.
+      const RunDefaults arch = architecture_run_defaults(model_.meta()->arch()->family());
+      KEEL_ENSURE(arch.rocket_select == kKv.rocket_select && arch.snap_kernel(Policy) == kKv.snap_kernel,
+                  Status::ModelShapeMismatch,
+                  "the model's architecture runs rocketkv with %s page ranking and kernel %" PRIu32
+                  "; the compiled-in Shape says %s and %" PRIu32 " (write the header again with keel convert --header)",
+                  arch.rocket_select == RocketSelect::Head ? "head" : "group", arch.snap_kernel(Policy),
+                  kKv.rocket_select == RocketSelect::Head ? "head" : "group", kKv.snap_kernel);
+    }
     RuntimeConfig rc = kRuntimeConfig;
     rc.backend = backend;
     KEEL_TRY(runtime_.init(model_, rc, Span<uint8_t>(persistent_, kPersistentBytes),

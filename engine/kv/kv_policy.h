@@ -68,8 +68,11 @@ constexpr uint32_t snap_kernel_of(KvPolicyKind kind, uint32_t snap_kernel) {
 constexpr uint32_t snap_kernel_of(const KvPolicyConfig& c) { return snap_kernel_of(c.kind, c.snap_kernel); }
 
 // Every policy, in the order names are listed to users.
-inline constexpr KvPolicyKind kKvPolicies[] = {KvPolicyKind::Full,   KvPolicyKind::Window,     KvPolicyKind::Streaming,
-                                               KvPolicyKind::SnapKV, KvPolicyKind::SnapStream, KvPolicyKind::RocketKV};
+inline constexpr uint32_t kKvPolicyCount = 6;
+inline constexpr KvPolicyKind kKvPolicies[kKvPolicyCount] = {KvPolicyKind::Full,       KvPolicyKind::Window,
+                                                             KvPolicyKind::Streaming,  KvPolicyKind::SnapKV,
+                                                             KvPolicyKind::SnapStream, KvPolicyKind::RocketKV};
+static_assert(uint32_t(kKvPolicies[kKvPolicyCount - 1]) == kKvPolicyCount - 1, "every policy, in KvPolicyKind order");
 
 const char* kv_policy_name(KvPolicyKind k);
 // The kind whose kv_policy_name is `name`; false for none.

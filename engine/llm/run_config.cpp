@@ -14,31 +14,35 @@ namespace {
 constexpr uint32_t kLegacySnapStreamKernel = 7;
 }  // namespace
 
-RunDefaults model_run_defaults(const Model& model) {
+RunDefaults architecture_run_defaults(fb::ArchFamily family) {
   RunDefaults d;
+  if (const Architecture* a = find_architecture(family)) {
+    d.rocket_select = a->sparse_ranking;
+    d.snap_kernels[uint32_t(KvPolicyKind::RocketKV)] = a->rocketkv_kernel;
+  }
+  return d;
+}
+
+RunDefaults model_run_defaults(const Model& model) {
   const fb::Model* m = model.meta();
-  if (!m) return d;
+  if (!m) return RunDefaults{};
+  RunDefaults d = m->arch() ? architecture_run_defaults(m->arch()->family()) : RunDefaults{};
   if (const fb::KvDefaults* kv = m->kv_defaults()) {
     d.policy = static_cast<KvPolicyKind>(kv->policy());
     if (kv->budget_tokens()) d.kv_budget_tokens = kv->budget_tokens();
     d.sinks = kv->sinks();
     d.window = kv->window();
     if (kv->obs_window()) d.obs_window = kv->obs_window();
-    d.snap_kernel = kv->snap_kernel();
     // Converters before run_config.h wrote 7 (the schema's default) for every policy while runs
     // of snapstream used 31: that 7 is a placeholder, read as the policy's kernel
     // (docs/format.md, KV defaults).
-    if (d.policy == KvPolicyKind::SnapStream && d.snap_kernel == kLegacySnapStreamKernel) {
-      d.snap_kernel = kSnapKernelPolicyDefault;
+    const bool legacy_placeholder =
+        d.policy == KvPolicyKind::SnapStream && kv->snap_kernel() == kLegacySnapStreamKernel;
+    if (uint32_t(d.policy) < kKvPolicyCount && !legacy_placeholder) {
+      d.snap_kernels[uint32_t(d.policy)] = kv->snap_kernel();
     }
   }
   if (const fb::MemoryPlan* mp = m->memory_plan(); mp && mp->chunk_tokens()) d.chunk_tokens = mp->chunk_tokens();
-  if (m->arch()) {
-    if (const Architecture* a = find_architecture(m->arch()->family())) {
-      d.rocket_select = a->sparse_ranking;
-      d.rocketkv_kernel = a->rocketkv_kernel;
-    }
-  }
   return d;
 }
 

@@ -26,12 +26,25 @@ struct RunDefaults {
   uint32_t sinks = kDefaultSinks;
   uint32_t window = 0;  // snapstream's recent ring; 0 = budget / 4
   uint32_t obs_window = kDefaultObsWindow;
-  // The max-pool kernel of `policy` (0 = adaptive); another policy chosen by the caller runs
-  // with its own default kernel.
-  uint32_t snap_kernel = kSnapKernelPolicyDefault;
+  // The max-pool kernel each policy runs with (0 = adaptive), by KvPolicyKind: the engine's
+  // (snap_kernel_of), rocketkv's the architecture's (Architecture::rocketkv_kernel), the file's
+  // policy the file's.
+  uint32_t snap_kernels[kKvPolicyCount] = {
+      snap_kernel_of(KvPolicyKind::Full, kSnapKernelPolicyDefault),
+      snap_kernel_of(KvPolicyKind::Window, kSnapKernelPolicyDefault),
+      snap_kernel_of(KvPolicyKind::Streaming, kSnapKernelPolicyDefault),
+      snap_kernel_of(KvPolicyKind::SnapKV, kSnapKernelPolicyDefault),
+      snap_kernel_of(KvPolicyKind::SnapStream, kSnapKernelPolicyDefault),
+      snap_kernel_of(KvPolicyKind::RocketKV, kSnapKernelPolicyDefault),
+  };
   uint32_t chunk_tokens = kDefaultChunkTokens;
-  RocketSelect rocket_select = RocketSelect::Group;  // the model's architecture's (Architecture::sparse_ranking)
-  uint32_t rocketkv_kernel = kSnapKernelRocketKV;    // the same (Architecture::rocketkv_kernel)
+  RocketSelect rocket_select = RocketSelect::Group;  // the architecture's (Architecture::sparse_ranking)
+
+  // A policy number outside the table (a hostile file's) gets snapkv's kernel; the checks
+  // reject the policy itself.
+  constexpr uint32_t snap_kernel(KvPolicyKind k) const {
+    return uint32_t(k) < kKvPolicyCount ? snap_kernels[uint32_t(k)] : kSnapKernelSnapKV;
+  }
 };
 
 // The caller's choices. Every field's zero means "the default", as in keel_config.
@@ -65,9 +78,12 @@ struct RunOverrides {
 constexpr uint32_t kRunPolicyMax = uint32_t(KvPolicyKind::RocketKV) + 1;
 constexpr uint32_t run_policy(KvPolicyKind k) { return uint32_t(k) + 1; }
 
-// The file's kv_defaults (policy, budget, sinks, window, obs_window, snap_kernel) and
-// memory_plan (chunk) where present, else RunDefaults' values; the sparse page ranking of the
-// model's architecture.
+// The engine's defaults with the choices of the architecture of `family` (its sparse page
+// ranking and rocketkv kernel); the engine's alone for a family Keel does not run.
+RunDefaults architecture_run_defaults(fb::ArchFamily family);
+
+// architecture_run_defaults() of the model's family, then the file's kv_defaults (policy,
+// budget, sinks, window, obs_window, the policy's snap_kernel) and memory_plan (chunk) where present.
 RunDefaults model_run_defaults(const Model& model);
 
 // Defaults + overrides. The kernel comes out resolved (never kSnapKernelPolicyDefault) and the
@@ -80,13 +96,7 @@ constexpr RuntimeConfig resolve_runtime_config(const RunDefaults& d, const RunOv
   kv.sinks = o.sinks ? o.sinks : d.sinks;
   kv.window = o.window ? o.window : d.window;
   kv.obs_window = o.obs_window ? o.obs_window : d.obs_window;
-  const uint32_t kernel = o.snap_kernel == -1   ? 0u
-                          : o.snap_kernel > 0   ? uint32_t(o.snap_kernel)
-                          : kv.kind == d.policy ? d.snap_kernel
-                                                : kSnapKernelPolicyDefault;
-  kv.snap_kernel = kv.kind == KvPolicyKind::RocketKV && kernel == kSnapKernelPolicyDefault
-                       ? d.rocketkv_kernel
-                       : snap_kernel_of(kv.kind, kernel);
+  kv.snap_kernel = o.snap_kernel == -1 ? 0u : o.snap_kernel > 0 ? uint32_t(o.snap_kernel) : d.snap_kernel(kv.kind);
   kv.sparse_budget = o.sparse_budget;
   kv.rocket_page = o.rocket_page;
   kv.rocket_topk = o.rocket_topk;

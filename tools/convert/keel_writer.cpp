@@ -217,8 +217,9 @@ MetadataParts build_metadata(flatbuffers::FlatBufferBuilder& fbb, const SourceMo
                                            h.tied_output);
   auto gen = keel::fb::CreateGeneration(fbb);
   const keel::RunDefaults d = run_defaults(opts);
+  // The kernel runs use, not a placeholder: the reader takes the file's number for its policy.
   auto kv = keel::fb::CreateKvDefaults(fbb, opts.kv.policy, d.kv_budget_tokens, d.sinks, d.window, d.obs_window,
-                                       d.snap_kernel);
+                                       d.snap_kernel(d.policy));
   auto mem = keel::fb::CreateMemoryPlan(fbb, opts.kv.budget_tokens, opts.slots, opts.chunk_tokens, data_size,
                                         plan.persistent_bytes, plan.scratch_bytes);
 
@@ -357,8 +358,12 @@ keel::RunDefaults run_defaults(const WriteOptions& opts) {
   d.sinks = opts.kv.sinks;
   d.window = opts.kv.window;
   d.obs_window = opts.kv.obs_window;
-  // The kernel runs use, not a placeholder: the reader takes the file's number for its policy.
-  d.snap_kernel = keel::snap_kernel_of(d.policy, opts.kv.snap_kernel);
+  // `keel convert --kv-policy` does not offer rocketkv (chosen when a run starts), so the
+  // architecture's rocketkv choices are not needed here; the header takes them from
+  // keel::architecture_run_defaults().
+  if (opts.kv.snap_kernel != keel::kSnapKernelPolicyDefault && uint32_t(d.policy) < keel::kKvPolicyCount) {
+    d.snap_kernels[uint32_t(d.policy)] = opts.kv.snap_kernel;
+  }
   d.chunk_tokens = opts.chunk_tokens;
   return d;
 }

@@ -131,6 +131,22 @@ TEST(PlanRegions, KvTypeSizesTheCacheRows) {
   EXPECT_LT(Q8::kPlan.persistent_bytes, F16::kPlan.persistent_bytes);
 }
 
+// A Shape carries its architecture's rocketkv choices (`keel convert --header` writes them):
+// ranking pages by head plans the keys' spread; a Shape without them gets the engine's.
+struct TinyHeadRankedShape : TinyShape {
+  static constexpr uint32_t sparse_ranking = 1, rocketkv_kernel = 31;
+};
+
+TEST(PlanRegions, ShapeCarriesTheArchitecturesRocketKvChoices) {
+  using Group = Engine<TinyShape, 256, 1, 16, KvPolicyKind::RocketKV>;
+  using Head = Engine<TinyHeadRankedShape, 256, 1, 16, KvPolicyKind::RocketKV>;
+  static_assert(Group::kKv.rocket_select == RocketSelect::Group && Group::kKv.snap_kernel == kSnapKernelRocketKV);
+  static_assert(Head::kKv.rocket_select == RocketSelect::Head && Head::kKv.snap_kernel == 31);
+  EXPECT_EQ(Group::kPlan.region_bytes(Region::KvKeyMoments), 0u);
+  EXPECT_GT(Head::kPlan.region_bytes(Region::KvKeyMoments), 0u);
+  check_plan(Head::kPlan, "Engine<TinyHeadRankedShape, ..., rocketkv>");
+}
+
 // keel info --json prints the table; its regions sum to the arenas it reports.
 TEST(PlanRegions, InfoReportsRegions) {
   const std::string model = test::tmp_path("plan_regions_stories.keel");

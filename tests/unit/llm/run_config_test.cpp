@@ -173,6 +173,40 @@ TEST(RunConfig, SnapStreamHoldsItsRecentWindowByDefault) {
   EXPECT_EQ(resolve_runtime_config(RunDefaults{}, o).kv.hold, 64u) << "rocketkv holds when asked";
 }
 
+// Each policy has its own default kernel; rocketkv's and the page ranking are the
+// architecture's, and a file's kernel belongs to the file's policy only.
+TEST(RunConfig, KernelsArePerPolicyAndRocketKvsPerArchitecture) {
+  const RunDefaults llama = architecture_run_defaults(fb::ArchFamily::Llama);
+  const RunDefaults gemma = architecture_run_defaults(fb::ArchFamily::Gemma3);
+  EXPECT_EQ(llama.rocket_select, RocketSelect::Group);
+  EXPECT_EQ(llama.snap_kernel(KvPolicyKind::RocketKV), kSnapKernelRocketKV);
+  EXPECT_EQ(gemma.rocket_select, RocketSelect::Head);
+  EXPECT_EQ(gemma.snap_kernel(KvPolicyKind::RocketKV), kSnapKernelSnapStream);
+  for (const RunDefaults& d : {llama, gemma}) {
+    EXPECT_EQ(d.snap_kernel(KvPolicyKind::SnapKV), kSnapKernelSnapKV);
+    EXPECT_EQ(d.snap_kernel(KvPolicyKind::SnapStream), kSnapKernelSnapStream);
+  }
+  EXPECT_EQ(gemma.snap_kernel(static_cast<KvPolicyKind>(200)), kSnapKernelSnapKV) << "a hostile number stays in bounds";
+
+  RunOverrides o;
+  o.kv_policy = run_policy(KvPolicyKind::RocketKV);
+  EXPECT_EQ(resolve_runtime_config(gemma, o).kv.snap_kernel, 31u);
+  EXPECT_EQ(resolve_runtime_config(gemma, o).kv.rocket_select, RocketSelect::Head);
+  EXPECT_EQ(resolve_runtime_config(llama, o).kv.snap_kernel, 63u);
+  o.snap_kernel = 15;
+  EXPECT_EQ(resolve_runtime_config(gemma, o).kv.snap_kernel, 15u) << "the caller's kernel wins";
+
+  // A snapkv file with kernel 9 (stories260K is llama): snapkv runs 9, rocketkv the architecture's.
+  convert::WriteOptions wo;
+  wo.kv.policy = fb::KvPolicy::SnapKV;
+  wo.kv.snap_kernel = 9;
+  Converted c(wo, "run_config_kernels.keel");
+  const RunDefaults d = model_run_defaults(c.model);
+  EXPECT_EQ(d.snap_kernel(KvPolicyKind::SnapKV), 9u);
+  EXPECT_EQ(d.snap_kernel(KvPolicyKind::SnapStream), kSnapKernelSnapStream);
+  EXPECT_EQ(d.snap_kernel(KvPolicyKind::RocketKV), kSnapKernelRocketKV);
+}
+
 TEST(RunConfig, LegacySnapStreamKernelReadsAsTheOneRunsUsed) {
   // Converters before run_config.h wrote 7 under snapstream; runs used 31 and still do.
   convert::WriteOptions wo;

@@ -214,6 +214,27 @@ TEST(ArenaPin, Stories260K) {
   check_engine(g_stories_engine, *l->image, l->model, "stories260K", kStoriesEngine);
 }
 
+// Engine<> on rocketkv checks the Shape's rocketkv choices against the model's architecture:
+// a Shape saying another ranking or kernel (a stale header) is refused, naming both.
+struct StoriesHeadRankedShape : StoriesShape {
+  static constexpr uint32_t sparse_ranking = 1, rocketkv_kernel = 31;
+};
+Engine<StoriesShape, 256, 1, 16, KvPolicyKind::RocketKV> g_stories_rocketkv;
+Engine<StoriesHeadRankedShape, 256, 1, 16, KvPolicyKind::RocketKV> g_stories_rocketkv_stale;
+
+TEST(ArenaPin, EngineRefusesAShapeWithAnotherArchitecturesRocketKvChoices) {
+  auto l = robust::load_image(robust::stories_keel_bytes());
+  ASSERT_TRUE(l->model.loaded());
+  const Error ok = g_stories_rocketkv.init(l->image->span().data(), l->image->size(), BackendKind::Native);
+  EXPECT_TRUE(ok.ok()) << describe(ok);
+  const Error stale = g_stories_rocketkv_stale.init(l->image->span().data(), l->image->size(), BackendKind::Native);
+  EXPECT_EQ(stale.status(), Status::ModelShapeMismatch);
+  EXPECT_NE(
+      std::string(stale.message()).find("group page ranking and kernel 63; the compiled-in Shape says head and 31"),
+      std::string::npos)
+      << stale.message();
+}
+
 TEST(ArenaPin, SmolLM2) {
   std::optional<convert::SourceModel> src = robust::smollm2_source();
   ASSERT_TRUE(src.has_value());
