@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "core/kv_type.h"
 #include "core/result.h"
@@ -124,6 +125,14 @@ class KvCache {
   // the last obs_window positions (a ring indexed by position).
   float* observation(uint32_t layer, int64_t position) {
     return obs_ + (uint64_t(layer) * shape_.obs_window + uint64_t(position % shape_.obs_window)) * shape_.q_dim;
+  }
+  // Keeps the unrotated queries of the `n` tokens being staged (q: [n][q_dim]) that SnapKV
+  // will score with: the last obs_window of them. Nothing when the cache keeps no observations.
+  void observe(uint32_t layer, const float* q, uint32_t n) {
+    const uint32_t w = shape_.obs_window;
+    for (uint32_t t = n > w ? n - w : 0; w > 0 && t < n; ++t) {
+      memcpy(observation(layer, next_pos_ + t), q + uint64_t(t) * shape_.q_dim, uint64_t(shape_.q_dim) * 4);
+    }
   }
 
   // Advances positions after `n` tokens went through the model.

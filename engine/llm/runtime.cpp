@@ -101,18 +101,16 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
     kb.positions = regions.get<int32_t>(Region::KvPositions, i);
     kb.observations = regions.get<float>(Region::KvObservations, i);
     kb.lookahead = regions.get<float>(Region::KvLookahead, i);
-    s->lookahead_tokens = regions.get<int32_t>(Region::KvLookaheadTokens, i);
     kb.pages = regions.get<float>(Region::KvPages, i);
     kb.key_moments = regions.get<double>(Region::KvKeyMoments, i);
     kb.hold_keys_values = regions.get<uint16_t>(Region::KvHoldKeysValues, i);
     kb.hold_positions = regions.get<int32_t>(Region::KvHoldPositions, i);
-    KEEL_TRY(s->kv.init(kvs, kb));
+    KvBuffers lb;
     if (ps.local_layers > 0) {
-      KvBuffers lb;
       lb.keys_values = regions.get<uint16_t>(Region::KvLocalKeysValues, i);
       lb.positions = regions.get<int32_t>(Region::KvLocalPositions, i);
-      KEEL_TRY(s->local_kv.init(local_kvs, lb));
     }
+    KEEL_TRY(s->kv.init(kvs, kb, local_kvs, lb, regions.get<int32_t>(Region::KvLookaheadTokens, i), &kv_));
     s->logits = regions.get<float>(Region::Logits, i);
     Arena sampler_arena(sampler_mem_, p.sampler_bytes);
     KEEL_TRY(s->sampler.init(text::SamplerConfig{}, model.shape().vocab_size, sampler_arena));
@@ -167,20 +165,14 @@ Error Runtime::begin_prompt(uint32_t slot, Span<const int32_t> tokens) {
               (unsigned long long)s.prompt_left);
   KEEL_TRY(model_->check_tokens(tokens));
   KEEL_ENSURE(tokens.size() <= 0xffffffffu, Status::PromptTooLong, "prompt of %zu tokens", tokens.size());
-  KEEL_TRY(kv_.make_room(s.kv, tokens.size()));
-  // SnapKV scores each chunk's compression also by the prompt's last queries, computed first.
-  const uint32_t look = kv_.lookahead_tokens(s.kv, tokens.size());
-  if (look > 0) {
-    KEEL_ENSURE(s.lookahead_tokens != nullptr, Status::Internal, "the plan lacks the lookahead's tokens");
-    for (uint32_t i = 0; i < look; ++i) s.lookahead_tokens[i] = tokens[tokens.size() - look + i];
-    s.lookahead_count = look;
+  KEEL_TRY(s.kv.begin_prompt(tokens));
+  if (s.kv.lookahead_pending()) {
     const Error e = capture_lookahead(s);
     if (!e.ok()) {
       clear_slot(s);
       return e;
     }
   }
-  s.lookahead = look > 0;
   s.prompt_left = tokens.size();
   return Error();
 }
@@ -200,7 +192,7 @@ Status Runtime::check_work(const SlotWork& w) const {
     if (w.n > s.prompt_left || w.prompt_end != (w.n == s.prompt_left)) return Status::InvalidArgument;
   } else {
     if (w.n != 1 || s.prompt_left > 0) return Status::InvalidArgument;
-    if (!kv_.make_room(s.kv, 1).ok()) return Status::KvFull;
+    if (!s.kv.make_room(1).ok()) return Status::KvFull;
   }
   if (!model_->check_tokens(Span<const int32_t>(w.tokens, w.n)).ok()) return Status::InvalidArgument;
   return Status::Ok;
@@ -221,7 +213,7 @@ Error Runtime::run(SlotWork* work, uint32_t count) {
     Slot& s = slot_at(w.slot);
     const bool logits = !w.prompt || w.prompt_end;
     segments_[n_segments++] =
-        ForwardSegment{&s.kv, w.tokens, w.n, logits ? s.logits : nullptr, logits ? 1u : 0u, local_cache(s)};
+        ForwardSegment{&s.kv.cache(), w.tokens, w.n, logits ? s.logits : nullptr, logits ? 1u : 0u, s.kv.local()};
   }
   if (n_segments == 0) return Error();
   const Error pass = transformer_.forward(segments_, n_segments);
@@ -229,10 +221,8 @@ Error Runtime::run(SlotWork* work, uint32_t count) {
     SlotWork& w = work[i];
     if (w.status != Status::Ok) continue;
     Slot& s = slot_at(w.slot);
-    // The last chunk holds the real end of the prompt: its own queries are the lookahead.
     Error e = pass;
-    if (e.ok()) e = kv_.settle(s.kv, w.n, w.prompt, w.prompt && s.lookahead && !w.prompt_end);
-    if (e.ok()) settle_local(s, w.n);
+    if (e.ok()) e = s.kv.settle(w.n, w.prompt, w.prompt_end);
     if (!e.ok()) {
       w.status = e.status();
       // A prompt refused half-way leaves no half of it behind: the slot starts over.
@@ -242,14 +232,7 @@ Error Runtime::run(SlotWork* work, uint32_t count) {
     if (w.prompt) {
       s.prefilled += w.n;
       s.prompt_left -= w.n;
-      if (w.prompt_end) {
-        // The last chunk's compression took back what the hold kept for it (docs/kv.md); none
-        // of it outlives the prompt.
-        s.kv.drop_lookahead();
-        s.kv.drop_hold();
-        s.lookahead = false;
-      } else if (s.lookahead && kv_.lookahead_due(s.kv, ++s.lookahead_age)) {
-        // The question run again against what the cache holds now (docs/kv.md).
+      if (!w.prompt_end && s.kv.lookahead_pending()) {
         e = capture_lookahead(s);
         if (!e.ok()) {
           w.status = e.status();
@@ -266,32 +249,18 @@ Error Runtime::run(SlotWork* work, uint32_t count) {
 }
 
 Error Runtime::capture_lookahead(Slot& s) {
-  // The local ring takes part in the pass and is left as it was too: its staged entries are
-  // dropped and its position rewound.
-  KvCache* local = local_cache(s);
-  s.kv.begin_lookahead();
-  if (local) local->begin_lookahead();
-  const uint32_t n = s.lookahead_count;
-  const ForwardSegment seg{&s.kv, s.lookahead_tokens, n, nullptr, 0, local};
+  const Span<const int32_t> look = s.kv.begin_lookahead();
+  const ForwardSegment seg{&s.kv.cache(), look.data(), uint32_t(look.size()), nullptr, 0, s.kv.local()};
   const Error e = transformer_.forward(&seg, 1);
-  s.kv.end_lookahead(e.ok() ? n : 0);
-  if (local) local->end_lookahead(0);
-  s.lookahead_age = 0;
+  s.kv.end_lookahead(e.ok());
   return e;
-}
-
-KvCache* Runtime::local_cache(Slot& s) const { return plan_.kv_local_capacity_tokens > 0 ? &s.local_kv : nullptr; }
-
-void Runtime::settle_local(Slot& s, uint32_t n) {
-  // Whatever the policy, a local layer keeps its window: the newest entries of a ring.
-  if (KvCache* local = local_cache(s)) local->append_ring(n);
 }
 
 Error Runtime::decode(uint32_t slot, int32_t token) {
   KEEL_TRY(check_slot(slot));
   Slot& s = slot_at(slot);
   KEEL_TRY(model_->check_tokens(Span<const int32_t>(&token, 1)));
-  KEEL_TRY(kv_.make_room(s.kv, 1));
+  KEEL_TRY(s.kv.make_room(1));
   SlotWork w;
   w.slot = slot;
   w.tokens = &token;
@@ -305,17 +274,18 @@ Error Runtime::score(uint32_t slot, Span<const int32_t> tokens, void (*fn)(void*
   KEEL_TRY(check_slot(slot));
   Slot& s = slot_at(slot);
   const uint32_t vocab = model_->shape().vocab_size;
+  KEEL_ENSURE(s.prompt_left == 0, Status::InvalidArgument, "slot %" PRIu32 " still has %llu prompt tokens to run", slot,
+              (unsigned long long)s.prompt_left);
   KEEL_TRY(model_->check_tokens(tokens));
-  KEEL_TRY(kv_.make_room(s.kv, tokens.size()));
+  KEEL_TRY(s.kv.make_room(tokens.size()));
   const uint32_t step =
       config_.plan.logit_rows < config_.plan.chunk_tokens ? config_.plan.logit_rows : config_.plan.chunk_tokens;
   float* rows = transformer_.logit_rows();
   for (size_t done = 0; done < tokens.size();) {
     const uint32_t n = uint32_t(tokens.size() - done < step ? tokens.size() - done : step);
-    const ForwardSegment seg{&s.kv, tokens.data() + done, n, rows, n, local_cache(s)};
+    const ForwardSegment seg{&s.kv.cache(), tokens.data() + done, n, rows, n, s.kv.local()};
     KEEL_TRY(transformer_.forward(&seg, 1));
-    KEEL_TRY(kv_.settle(s.kv, n, true, false));
-    settle_local(s, n);
+    KEEL_TRY(s.kv.settle(n, true, false));
     for (uint32_t t = 0; t < n; ++t) fn(ctx, done + t, rows + uint64_t(t) * vocab);
     done += n;
   }
@@ -370,9 +340,7 @@ Error Runtime::reset(uint32_t slot) {
 
 void Runtime::clear_slot(Slot& s) {
   s.kv.clear();
-  s.local_kv.clear();
   s.prompt_left = 0;
-  s.lookahead = false;
   s.prefilled = 0;
   s.decoded = 0;
   s.recent_count = 0;

@@ -13,6 +13,7 @@
 #include "kv/kv_cache.h"
 #include "kv/kv_manager.h"
 #include "kv/kv_policy.h"
+#include "kv/slot_memory.h"
 #include "llm/plan.h"
 #include "llm/model_kv_hooks.h"
 #include "llm/transformer.h"
@@ -96,8 +97,8 @@ class Runtime {
   Result<int32_t> sample(uint32_t slot);
   // The slot's cache of the global layers (every layer's, for models without local layers),
   // which the KV policy governs; and the local layers' ring (empty shape when there are none).
-  const KvCache& kv_cache(uint32_t slot) const { return slot_at(slot).kv; }
-  const KvCache& local_kv_cache(uint32_t slot) const { return slot_at(slot).local_kv; }
+  const KvCache& kv_cache(uint32_t slot) const { return slot_at(slot).kv.cache(); }
+  const KvCache& local_kv_cache(uint32_t slot) const { return slot_at(slot).kv.local_or_empty(); }
   // Forgets the slot's sequence.
   Error reset(uint32_t slot);
   uint64_t sequence_length(uint32_t slot) const;
@@ -115,33 +116,24 @@ class Runtime {
  private:
   static constexpr uint32_t kRecentTokens = 64;  // history the repetition penalty sees
   struct Slot {
-    KvCache kv;
-    KvCache local_kv;  // Gemma 3's local layers: a ring of their window, outside the policy
+    SlotMemory kv;
     float* logits = nullptr;
     uint64_t prefilled = 0;
     uint64_t decoded = 0;
     text::Sampler sampler;
     int32_t recent[kRecentTokens] = {};  // the last tokens of the sequence, oldest first
     uint32_t recent_count = 0;
-    uint64_t prompt_left = 0;             // of the prompt begin_prompt started
-    bool lookahead = false;               // that prompt's lookahead queries are in the cache
-    int32_t* lookahead_tokens = nullptr;  // [obs_window] the prompt's last tokens (plan)
-    uint32_t lookahead_count = 0;         // of them
-    uint32_t lookahead_age = 0;           // prompt chunks settled since their queries were computed
+    uint64_t prompt_left = 0;  // of the prompt begin_prompt started
   };
   // Checks one entry before a pass; Ok, or why it cannot run.
   Status check_work(const SlotWork& w) const;
   void remember(Slot& s, const int32_t* tokens, size_t n);
   Error check_slot(uint32_t slot) const;
-  // Runs the slot's lookahead tokens against its cache to keep their queries (KvCache
-  // lookahead), when the KV policy asks for them. Leaves the cache as it was.
+  // The forward pass of the slot's lookahead (SlotMemory::begin_lookahead), which keeps the
+  // queries of the prompt's end and leaves the caches as they were.
   Error capture_lookahead(Slot& s);
   // Empties a slot: cache, counters, recent tokens (reset, and a prefill refused half-way).
   void clear_slot(Slot& s);
-  // The slot's local-layer ring, or null when the model has no local layers.
-  KvCache* local_cache(Slot& s) const;
-  // After a pass staged `n` entries: they join the local ring.
-  void settle_local(Slot& s, uint32_t n);
   Slot& slot_at(uint32_t i) const;
 
   const Model* model_ = nullptr;

@@ -313,11 +313,7 @@ void Transformer::attend(uint32_t l) {
   // the local ring has no observation window).
   const uint32_t cl = cache_layer(l);
   for (uint32_t i = 0, row0 = 0; i < count; row0 += segs[i].n, ++i) {
-    KvCache& kv = layer_cache(segs[i], l);
-    const uint32_t n = segs[i].n, obs_window = kv.shape().obs_window;
-    for (uint32_t t = (n > obs_window ? n - obs_window : 0); obs_window > 0 && t < n; ++t) {
-      memcpy(kv.observation(cl, kv.next_position() + t), q_ + uint64_t(row0 + t) * q_dim, uint64_t(q_dim) * 4);
-    }
+    layer_cache(segs[i], l).observe(cl, q_ + uint64_t(row0) * q_dim, segs[i].n);
   }
   apply_rope(q_, rows, shape_.n_heads, q_dim);
   apply_rope(k_, rows, shape_.n_kv_heads, kv_dim);

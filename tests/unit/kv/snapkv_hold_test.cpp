@@ -13,6 +13,7 @@
 #include "kv/kv_hooks.h"
 #include "kv/kv_manager.h"
 #include "kv/kv_policy.h"
+#include "kv/slot_memory.h"
 #include "llm/plan.h"
 
 namespace keel {
@@ -64,9 +65,12 @@ struct Prefill {
   std::vector<float> obs, look, rows, sums, pooled, rope;
   std::vector<uint32_t> order, keep, candidates;
   std::vector<uint8_t> compact;
-  KvCache kv;
+  std::vector<int32_t> lookahead_tokens;
   KvManager manager;
+  SlotMemory mem;  // the slot's memory, driven as Runtime drives it
+  KvCache& kv = mem.cache();
   ChosenScores hooks;
+  uint32_t lookahead_passes = 0;
 
   explicit Prefill(uint32_t hold) {
     policy.kind = KvPolicyKind::SnapStream;
@@ -89,7 +93,8 @@ struct Prefill {
     b.lookahead = look.data();
     b.hold_keys_values = hold ? hold_rows.data() : nullptr;
     b.hold_positions = hold ? hold_positions.data() : nullptr;
-    EXPECT_TRUE(kv.init(shape, b).ok());
+    lookahead_tokens.assign(kObs, -1);
+    EXPECT_TRUE(mem.init(shape, b, KvShape{}, KvBuffers{}, lookahead_tokens.data(), &manager).ok());
     const uint32_t entries = cap + hold;
     rows.assign(entries, 0.0f);
     sums.assign(entries, 0.0f);
@@ -125,11 +130,16 @@ struct Prefill {
     }
     kv.advance(n);
   }
-  // The lookahead pass: its queries only, the cache as it was.
-  void lookahead() {
-    kv.begin_lookahead();
-    for (uint32_t i = 0; i < kObs; ++i) kv.observation(0, kv.next_position() + i)[0] = kLookahead;
-    kv.end_lookahead(kObs);
+  // The lookahead pass over the prompt's last tokens: their queries only, the cache as it was.
+  void lookahead(uint32_t length) {
+    const Span<const int32_t> t = mem.begin_lookahead();
+    EXPECT_EQ(t.size(), kObs);
+    for (uint32_t i = 0; i < t.size(); ++i) {
+      EXPECT_EQ(t[i], int32_t(length - kObs + i)) << "the prompt's end";
+      kv.observation(0, kv.next_position() + i)[0] = kLookahead;
+    }
+    mem.end_lookahead(true);
+    ++lookahead_passes;
   }
   // Positions attention sees (logical order), checking each value travelled with its key.
   std::vector<int32_t> visible() const {
@@ -147,15 +157,20 @@ struct Prefill {
     return std::vector<int32_t>(kv.hold_positions(0, 0), kv.hold_positions(0, 0) + kv.hold_len());
   }
   // A prompt of `length` tokens in chunks, as Runtime::run settles them: every chunk but the
-  // last is judged by the lookahead. Returns whether the needle was ever in the hold.
+  // last is judged by the lookahead, run again whenever the slot says it is due. Returns whether
+  // the needle was ever in the hold.
   bool run(uint32_t length) {
-    lookahead();
+    std::vector<int32_t> prompt(length);
+    for (uint32_t i = 0; i < length; ++i) prompt[i] = int32_t(i);
+    EXPECT_TRUE(mem.begin_prompt(Span<const int32_t>(prompt.data(), prompt.size())).ok());
+    EXPECT_TRUE(mem.lookahead_pending()) << "a prompt over the budget looks ahead first";
     bool needle_held = false;
     for (uint32_t done = 0; done < length;) {
+      if (mem.lookahead_pending()) lookahead(length);
       const uint32_t n = length - done < kChunk ? length - done : kChunk;
       const bool end = done + n == length;
       stage(n);
-      EXPECT_TRUE(manager.settle(kv, n, true, !end).ok());
+      EXPECT_TRUE(mem.settle(n, true, end).ok());
       done += n;
       // The bound attention sees, after every chunk; the hold is out of its sight.
       EXPECT_LE(kv.visible(), kBudget) << "after " << done;
@@ -192,6 +207,30 @@ TEST(SnapKvHold, TheRealQuestionJudgesWhatTheLookaheadEvicted) {
   const std::vector<int32_t> w = without.visible();
   EXPECT_EQ(std::vector<int32_t>(v.end() - Prefill::kWindow, v.end()),
             std::vector<int32_t>(w.end() - Prefill::kWindow, w.end()));
+}
+
+// The slot's memory runs the lookahead when it is due: once before the prompt, again each
+// W / chunk = 2 chunks once the prompt is past the budget; after the prompt's last chunk no
+// lookahead queries or held entries remain, and clear() forgets the sequence.
+TEST(SlotMemory, LooksAheadWhenDueAndLeavesNothingAfterThePrompt) {
+  Prefill p(Prefill::kWindow);
+  p.run(58);
+  // 58 tokens are 15 chunks of at most 4. One pass before the prompt; from the 6th chunk on
+  // the cache is full (the next chunk is compressed) and the queries are older than W / chunk =
+  // 2 chunks after chunks 6, 8, 10, 12 and 14: six passes.
+  EXPECT_EQ(p.lookahead_passes, 6u);
+  EXPECT_FALSE(p.mem.lookahead_pending());
+  EXPECT_EQ(p.kv.lookahead_count(), 0u);
+  EXPECT_EQ(p.kv.hold_len(), 0u);
+  EXPECT_EQ(p.kv.next_position(), 58);
+  EXPECT_EQ(p.mem.local(), nullptr) << "no local layers";
+  p.mem.clear();
+  EXPECT_EQ(p.kv.visible(), 0u);
+  EXPECT_EQ(p.kv.next_position(), 0);
+  // A prompt that fits the budget is not looked ahead at.
+  std::vector<int32_t> short_prompt(Prefill::kBudget, 7);
+  EXPECT_TRUE(p.mem.begin_prompt(Span<const int32_t>(short_prompt.data(), short_prompt.size())).ok());
+  EXPECT_FALSE(p.mem.lookahead_pending());
 }
 
 // A hold smaller than what the lookahead evicts between the needle's eviction and the prompt's
