@@ -266,6 +266,30 @@ TEST(OptionSpecRender, SessionAndSamplerHelpKeepTheirLines) {
   EXPECT_NE(sampler_help().find("  --seed S               sampler seed (default 42)\n"), std::string::npos);
 }
 
+// A command that takes some session options its own way renders the rest from the same table.
+TEST(OptionSpecRender, SessionHelpWithoutSomeOptionsDropsTheirWholeEntries) {
+  const char* except[] = {"--kv-policy", "--threads", "--kv-type"};
+  const std::string s = session_help_without(except);
+  EXPECT_EQ(s.find("--kv-policy"), std::string::npos) << s;
+  EXPECT_EQ(s.find("--threads"), std::string::npos) << s;
+  EXPECT_EQ(s.find("q8 and q4 read about"), std::string::npos) << "a continuation line of --kv-type stayed:\n" << s;
+  EXPECT_EQ(s.rfind("  -m, --model FILE", 0), 0u);
+  EXPECT_NE(s.find("  --sinks N              attention sinks"), std::string::npos);
+  EXPECT_EQ(session_help_without({}), session_help());
+  // Every line of the full help that names none of them is kept, in order.
+  std::string expected;
+  bool skipping = false;
+  for (size_t b = 0; b < session_help().size();) {
+    const size_t e = session_help().find('\n', b) + 1;
+    const std::string line = session_help().substr(b, e - b);
+    b = e;
+    if (line.rfind("  -", 0) == 0)
+      skipping = line.find("--kv-policy ") == 2 || line.find("-t, --threads") == 2 || line.find("--kv-type ") == 2;
+    if (!skipping) expected += line;
+  }
+  EXPECT_EQ(s, expected);
+}
+
 TEST(OptionSpecParse, FlagsAndTextAndTheFirstCheckError) {
   Argv argv({"--quiet", "-n", "x", "--count", "0"});
   Args args = argv.args();

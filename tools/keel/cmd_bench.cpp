@@ -36,7 +36,7 @@ const ListOption kOptions[kOptCount] = {
      "sequences decoding together: a tg test runs one batched pass per step over N slots and reports their "
      "aggregate t/s"},
     {"--backend", nullptr, "B,...", "auto", "auto | ref | native | xnnpack | dataflow (with --hw)"},
-    {"--kv-policy", nullptr, "P,...", "full", "full | window | streaming | snapkv | snapstream"},
+    {"--kv-policy", nullptr, "P,...", "full", nullptr},  // help: kv_policy_choices()
     {"--kv-budget", nullptr, "N,...", "0",
      "KV budget in tokens, 0 = for full the largest depth + the longest test, for the other policies "
      "the model's"},
@@ -82,26 +82,11 @@ const char kHelpTail[] =
     "  --csv                  CSV: a header, then one row per test\n"
     "%s";
 
-// The session options' help without the ones bench takes as lists (an entry is a line starting
-// "  -" and the more deeply indented lines after it).
+// The session options' help without the ones bench takes as lists.
 std::string session_help_without_lists() {
-  const std::string& all = session_help();
-  std::string out;
-  bool skipping = false;
-  for (size_t begin = 0; begin < all.size();) {
-    const size_t end = std::min(all.find('\n', begin), all.size() - 1) + 1;
-    const std::string line = all.substr(begin, end - begin);
-    begin = end;
-    if (line.rfind("  -", 0) == 0) {
-      skipping = false;
-      for (const ListOption& o : kOptions) {
-        skipping |= line.rfind(std::string("  ") + o.long_name + " ", 0) == 0 ||
-                    (o.short_name && line.rfind(std::string("  ") + o.short_name + ", ", 0) == 0);
-      }
-    }
-    if (!skipping) out += line;
-  }
-  return out;
+  const char* names[kOptCount];
+  for (int i = 0; i < kOptCount; ++i) names[i] = kOptions[i].long_name;
+  return session_help_without(names);
 }
 
 std::string help_text() {
@@ -110,7 +95,7 @@ std::string help_text() {
     std::string names =
         std::string("  ") + (o.short_name ? std::string(o.short_name) + ", " : "") + o.long_name + " " + o.meta;
     names.resize(std::max<size_t>(names.size() + 1, 25), ' ');
-    std::string text = std::string(o.help) + " (default " + o.fallback + ")";
+    std::string text = (o.help ? std::string(o.help) : kv_policy_choices()) + " (default " + o.fallback + ")";
     // Wrapped at 97 columns, continuation lines under the text.
     while (names.size() + text.size() > 97) {
       size_t cut = text.rfind(' ', 97 - names.size());

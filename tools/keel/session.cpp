@@ -9,9 +9,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 namespace keel::cli {
 
@@ -203,9 +205,18 @@ std::span<const OptionSpec<SessionOptions>> session_option_table() { return kSes
 std::span<const OptionSpec<text::SamplerConfig>> sampler_option_table() { return kSamplerOptions; }
 
 const std::string& session_help() {
-  static const std::string help = render_help(kSessionOptions) +
-                                  "  Defaults are the model's where its file names them (keel info: run defaults).\n";
+  static const std::string help = session_help_without({});
   return help;
+}
+
+std::string session_help_without(std::span<const char* const> except) {
+  std::vector<OptionSpec<SessionOptions>> kept;
+  for (const OptionSpec<SessionOptions>& o : kSessionOptions) {
+    if (std::none_of(except.begin(), except.end(), [&](const char* n) { return std::strcmp(n, o.long_name) == 0; }))
+      kept.push_back(o);
+  }
+  return render_help(std::span<const OptionSpec<SessionOptions>>(kept)) +
+         "  Defaults are the model's where its file names them (keel info: run defaults).\n";
 }
 
 const std::string& sampler_help() {

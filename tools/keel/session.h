@@ -64,6 +64,9 @@ std::span<const OptionSpec<SessionOptions>> session_option_table();
 std::span<const OptionSpec<text::SamplerConfig>> sampler_option_table();
 // The session options' --help lines, with the closing line on defaults.
 const std::string& session_help();
+// The same without the options named (by long name) in `except`: a command that takes those
+// options its own way (bench's lists) renders its own lines for them.
+std::string session_help_without(std::span<const char* const> except);
 // The sampler options' --help lines, with run's and memcheck's defaults.
 const std::string& sampler_help();
 

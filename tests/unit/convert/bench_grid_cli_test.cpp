@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "kv/kv_policy.h"
 #include "support/test_support.h"
 
 namespace keel {
@@ -119,6 +120,8 @@ TEST(BenchGrid, HelpShowsEachDefaultOnce) {
   for (size_t at = r.out.find("--kv-budget"); at != std::string::npos; at = r.out.find("--kv-budget", at + 1)) ++n;
   EXPECT_EQ(n, 2u) << r.out;  // the usage line and the table
   EXPECT_NE(r.out.find("--chunk N"), std::string::npos) << r.out;
+  // Every policy bench takes is named (the list comes from the policy table).
+  for (KvPolicyKind k : kKvPolicies) EXPECT_NE(r.out.find(kv_policy_name(k)), std::string::npos) << kv_policy_name(k);
 }
 
 }  // namespace
