@@ -1,7 +1,7 @@
-// The keel tool's option tables (tools/keel/option_spec.h): the session's and the sampler's
+// The keel tool's option tables (tools/keel/cli/option_spec.h): the session's and the sampler's
 // entries are well formed, every kind stores and checks its value, and the help renders in the
 // layout every `keel <command> --help` uses.
-#include "keel/option_spec.h"
+#include "keel/cli/option_spec.h"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "keel/args.h"
-#include "keel/session.h"
+#include "keel/cli/args.h"
+#include "keel/cli/session.h"
 
 namespace keel::cli {
 namespace {

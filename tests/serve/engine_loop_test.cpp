@@ -10,7 +10,7 @@
 #include <set>
 
 #include "keel/serve/prompt.h"
-#include "keel/session.h"
+#include "keel/cli/session.h"
 #include "support/test_support.h"
 
 namespace keel::cli {

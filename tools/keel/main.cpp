@@ -2,7 +2,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "keel/commands.h"
+#include "keel/commands/commands.h"
 
 namespace {
 

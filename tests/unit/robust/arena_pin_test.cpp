@@ -3,7 +3,7 @@
 // any change to the memory plan is a visible, deliberate decision in a diff of this file.
 //
 // Pinned configurations, KV budget 1024 each:
-//  - "cli": what `keel run` plans by default (tools/keel/session.cpp Session::start): the model's
+//  - "cli": what `keel run` plans by default (tools/keel/cli/session.cpp Session::start): the model's
 //    default policy (snapstream), sinks 4, recent window budget/4, SnapKV window 32, chunk 64,
 //    logit rows 1, one slot, threads = all cores, pinned at 2 (the 2-core reference machine);
 //  - "engine": keel::Engine<Shape, 1024> with its defaults (1 slot, chunk 16, 1 thread,

@@ -2,7 +2,7 @@
 
 #include <chrono>
 
-#include "keel/session.h"
+#include "keel/cli/session.h"
 
 namespace keel::cli {
 

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "convert/source_file.h"
-#include "keel/cli_util.h"
-#include "keel/command.h"
-#include "keel/commands.h"
-#include "keel/session.h"
+#include "keel/cli/cli_util.h"
+#include "keel/cli/command.h"
+#include "keel/commands/commands.h"
+#include "keel/cli/session.h"
 
 #if KEEL_HAVE_ALLOC_PROBE
 #include "alloc_probe/alloc_probe.h"

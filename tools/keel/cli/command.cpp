@@ -1,8 +1,8 @@
-#include "keel/command.h"
+#include "keel/cli/command.h"
 
 #include <cstdio>
 
-#include "keel/cli_util.h"
+#include "keel/cli/cli_util.h"
 
 namespace keel::cli {
 

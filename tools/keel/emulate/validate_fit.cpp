@@ -1,4 +1,4 @@
-#include "keel/validate_fit.h"
+#include "keel/emulate/validate_fit.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "emulate/hw_json.h"
-#include "keel/cli_util.h"
+#include "keel/cli/cli_util.h"
 #include "kv/kv_policy.h"
 #include "model/weight_format.h"
 

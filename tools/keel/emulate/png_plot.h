@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "keel/emulate_model.h"
+#include "keel/emulate/emulate_model.h"
 
 namespace keel::cli {
 

@@ -1,4 +1,4 @@
-#include "keel/cli_util.h"
+#include "keel/cli/cli_util.h"
 
 #include <dirent.h>
 

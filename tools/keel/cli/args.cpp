@@ -1,4 +1,4 @@
-#include "keel/args.h"
+#include "keel/cli/args.h"
 
 #include <cerrno>
 #include <cstdlib>

@@ -1,4 +1,4 @@
-#include "keel/calibrate.h"
+#include "keel/emulate/calibrate.h"
 
 #include <unistd.h>
 
@@ -15,8 +15,8 @@
 #include "emulate/hw_json.h"
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
-#include "keel/cli_util.h"
-#include "keel/membw.h"
+#include "keel/cli/cli_util.h"
+#include "keel/cli/membw.h"
 
 namespace keel::cli {
 namespace {

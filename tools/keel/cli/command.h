@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "keel/args.h"
-#include "keel/session.h"
+#include "keel/cli/args.h"
+#include "keel/cli/session.h"
 
 namespace keel::cli {
 

@@ -10,11 +10,11 @@
 
 #include "convert/keel_writer.h"
 #include "convert/source_model.h"
-#include "keel/args.h"
-#include "keel/cli_util.h"
-#include "keel/command.h"
-#include "keel/commands.h"
-#include "keel/header_writer.h"
+#include "keel/cli/args.h"
+#include "keel/cli/cli_util.h"
+#include "keel/cli/command.h"
+#include "keel/commands/commands.h"
+#include "keel/commands/header_writer.h"
 #include "ports/linux/mapped_file.h"
 
 namespace keel::cli {

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "keel/args.h"
-#include "keel/option_spec.h"
+#include "keel/cli/args.h"
+#include "keel/cli/option_spec.h"
 #include "backend/dataflow_hw.h"
 #include "llm/runtime.h"
 #include "ports/linux/arena_memory.h"

@@ -1,4 +1,4 @@
-#include "keel/option_spec.h"
+#include "keel/cli/option_spec.h"
 
 namespace keel::cli {
 

@@ -15,16 +15,16 @@
 #include <string>
 #include <thread>
 
-#include "keel/cli_util.h"
-#include "keel/command.h"
-#include "keel/commands.h"
+#include "keel/cli/cli_util.h"
+#include "keel/cli/command.h"
+#include "keel/commands/commands.h"
 #include "keel/serve/completion_text.h"
 #include "keel/serve/engine_thread.h"
 #include "keel/serve/http_connection.h"
 #include "keel/serve/http_pool.h"
 #include "keel/serve/openai_response.h"
 #include "keel/serve/prompt.h"
-#include "keel/session.h"
+#include "keel/cli/session.h"
 #include "ports/linux/mapped_file.h"
 
 namespace keel::cli {

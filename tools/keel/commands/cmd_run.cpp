@@ -4,11 +4,11 @@
 #include <cstdio>
 
 #include "convert/source_file.h"
-#include "keel/cli_util.h"
-#include "keel/command.h"
-#include "keel/commands.h"
-#include "keel/session.h"
-#include "keel/generate.h"
+#include "keel/cli/cli_util.h"
+#include "keel/cli/command.h"
+#include "keel/commands/commands.h"
+#include "keel/cli/session.h"
+#include "keel/cli/generate.h"
 
 namespace keel::cli {
 namespace {

@@ -1,4 +1,4 @@
-#include "keel/png_plot.h"
+#include "keel/emulate/png_plot.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -7,7 +7,7 @@
 #include <fstream>
 #include <vector>
 
-#include "keel/cli_util.h"
+#include "keel/cli/cli_util.h"
 
 namespace keel::cli {
 namespace {

@@ -7,14 +7,14 @@
 #include <string>
 #include <vector>
 
-#include "keel/cli_util.h"
-#include "keel/command.h"
-#include "keel/commands.h"
+#include "keel/cli/cli_util.h"
+#include "keel/cli/command.h"
+#include "keel/commands/commands.h"
 #include "keel/serve/completion_text.h"
 #include "keel/serve/engine_loop.h"
 #include "keel/serve/openai_response.h"
 #include "keel/serve/prompt.h"
-#include "keel/session.h"
+#include "keel/cli/session.h"
 
 namespace keel::cli {
 namespace {

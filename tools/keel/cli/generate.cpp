@@ -1,6 +1,6 @@
-#include "keel/generate.h"
+#include "keel/cli/generate.h"
 
-#include "keel/session.h"
+#include "keel/cli/session.h"
 
 namespace keel::cli {
 

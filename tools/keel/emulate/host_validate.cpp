@@ -1,4 +1,4 @@
-#include "keel/host_validate.h"
+#include "keel/emulate/host_validate.h"
 
 #include <algorithm>
 #include <array>
@@ -11,9 +11,9 @@
 #include "emulate/cost_model.h"
 #include "backend/registry.h"
 #include "emulate/hw_json.h"
-#include "keel/cli_util.h"
-#include "keel/emulate_model.h"
-#include "keel/validate_fit.h"
+#include "keel/cli/cli_util.h"
+#include "keel/emulate/emulate_model.h"
+#include "keel/emulate/validate_fit.h"
 #include "llm/plan.h"
 #include "llm/transformer.h"
 

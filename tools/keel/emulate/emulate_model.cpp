@@ -1,4 +1,4 @@
-#include "keel/emulate_model.h"
+#include "keel/emulate/emulate_model.h"
 
 #include <fstream>
 #include <regex>

@@ -3,10 +3,10 @@
 #include <cstdio>
 #include <string>
 
-#include "keel/cli_util.h"
-#include "keel/command.h"
-#include "keel/commands.h"
-#include "keel/session.h"
+#include "keel/cli/cli_util.h"
+#include "keel/cli/command.h"
+#include "keel/commands/commands.h"
+#include "keel/cli/session.h"
 #include "model/model.h"
 #include "ports/linux/mapped_file.h"
 

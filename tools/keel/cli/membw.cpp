@@ -1,4 +1,4 @@
-#include "keel/membw.h"
+#include "keel/cli/membw.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

@@ -1,8 +1,8 @@
-#include "keel/session.h"
+#include "keel/cli/session.h"
 
 #include "backend/registry.h"
 #include "emulate/hw_json.h"
-#include "keel/cli_util.h"
+#include "keel/cli/cli_util.h"
 #include "llm/run_config.h"
 #include "ports/linux/backend_plan.h"
 #include "ports/linux/mapped_file.h"

@@ -8,11 +8,11 @@
 #include <vector>
 
 #include "backend/registry.h"
-#include "keel/cli_util.h"
-#include "keel/command.h"
-#include "keel/commands.h"
-#include "keel/membw.h"
-#include "keel/session.h"
+#include "keel/cli/cli_util.h"
+#include "keel/cli/command.h"
+#include "keel/commands/commands.h"
+#include "keel/cli/membw.h"
+#include "keel/cli/session.h"
 
 namespace keel::cli {
 namespace {

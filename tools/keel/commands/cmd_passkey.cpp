@@ -6,12 +6,12 @@
 #include <random>
 
 #include "convert/source_file.h"
-#include "keel/cli_util.h"
-#include "keel/command.h"
-#include "keel/commands.h"
-#include "keel/generate.h"
-#include "keel/option_spec.h"
-#include "keel/session.h"
+#include "keel/cli/cli_util.h"
+#include "keel/cli/command.h"
+#include "keel/commands/commands.h"
+#include "keel/cli/generate.h"
+#include "keel/cli/option_spec.h"
+#include "keel/cli/session.h"
 
 namespace keel::cli {
 namespace {

@@ -10,7 +10,7 @@
 #include <type_traits>
 #include <variant>
 
-#include "keel/args.h"
+#include "keel/cli/args.h"
 
 namespace keel::cli {
 

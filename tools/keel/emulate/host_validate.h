@@ -2,13 +2,13 @@
 // (docs/emulator.md). Measures, in one run and alternating, the native backend end to end
 // (prefill and decode per token, as keel bench does) and op class by op class at several KV
 // depths; fits the hardware description's rates on half of those shapes and reports the
-// prediction error on the other half (tools/keel/validate_fit.h).
+// prediction error on the other half (tools/keel/emulate/validate_fit.h).
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-#include "keel/session.h"
+#include "keel/cli/session.h"
 
 namespace keel::cli {
 

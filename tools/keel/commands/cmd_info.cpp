@@ -3,10 +3,10 @@
 #include <map>
 #include <string>
 
-#include "keel/args.h"
-#include "keel/cli_util.h"
-#include "keel/command.h"
-#include "keel/commands.h"
+#include "keel/cli/args.h"
+#include "keel/cli/cli_util.h"
+#include "keel/cli/command.h"
+#include "keel/commands/commands.h"
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
 #include "llm/plan.h"

@@ -1,4 +1,4 @@
-#include "keel/header_writer.h"
+#include "keel/commands/header_writer.h"
 
 #include <cstdio>
 #include <string>
