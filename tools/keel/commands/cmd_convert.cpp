@@ -13,6 +13,7 @@
 #include "keel/cli/args.h"
 #include "keel/cli/cli_util.h"
 #include "keel/cli/command.h"
+#include "keel/cli/option_spec.h"
 #include "keel/commands/commands.h"
 #include "keel/commands/header_writer.h"
 #include "ports/linux/mapped_file.h"
@@ -20,7 +21,7 @@
 namespace keel::cli {
 namespace {
 
-const char kHelp[] =
+const char kHelpHead[] =
     "usage: keel convert IN -o OUT.keel [options]\n"
     "\n"
     "Converts a model to the .keel format (docs/format.md). IN is one of:\n"
@@ -29,33 +30,125 @@ const char kHelp[] =
     "    llama, mistral, qwen2, gemma3_text, or gemma3 (its text model)\n"
     "  a llama2.c checkpoint (legacy or versioned header), with --tokenizer FILE\n"
     "\n"
-    "options:\n"
-    "  -o, --output FILE      the .keel file to write (required)\n"
-    "  --quant MODE           keep | f32 | f16 | q8 | q4 (default keep)\n"
-    "                           keep: every GGUF type as it is, losslessly: Q8_0->Q8, Q4_0->Q4,\n"
-    "                           Q4_1->Q4M, Q5_0->Q5, Q5_1->Q5M, Q4_K->Q4K, Q5_K->Q5K, Q6_K->Q6K\n"
-    "                           and float types; Hugging Face and llama2.c floats as they are\n"
-    "                           q4: block matrices Q4 (Q4M from Q4_1), embedding and output Q8\n"
-    "  --tokenizer FILE       llama2.c tokenizer .bin (default: the only tok*.bin beside IN)\n"
-    "  --kv-policy P          default KV policy stored in the file: full | window | streaming |\n"
-    "                           snapkv | snapstream (default snapstream; on a model with\n"
-    "                           sliding-window layers it governs the global layers only)\n"
-    "  --kv-budget N          default KV budget in tokens (default 1024)\n"
-    "  --sinks N              attention sinks (default 4)\n"
-    "  --window N             snapstream's recent window (default 0: a quarter of the budget)\n"
-    "  --obs-window N         SnapKV observation window (default 32)\n"
-    "  --snap-kernel N        SnapKV pooling kernel, odd; 0 = adaptive (default: the policy's,\n"
-    "                           7 for snapkv, 31 for snapstream)\n"
-    "  --slots N              sequences planned for (default 1)\n"
-    "  --chunk N              prefill chunk in tokens (default 64)\n"
-    "  --header FILE          also write a C++ header with constexpr shape and arena sizes for\n"
-    "                           the budget, slots and chunk above\n"
-    "  --header-namespace NS  namespace of the header (default: from the output file name)\n"
-    "  --json                 print the summary as JSON\n"
-    "  -q, --quiet            no progress bar\n"
+    "options:\n";
+const char kHelpTail[] =
     "\n"
     "A progress bar is drawn on a terminal only. Exit status 0 on success, 1 on failure,\n"
     "2 on a usage error.\n";
+
+// The command line, flat: the KV and plan numbers go into convert::WriteOptions afterwards.
+struct ConvertOptions {
+  std::string out_path, tokenizer, policy = "snapstream", header, header_ns;
+  convert::QuantMode quant = convert::QuantMode::Keep;
+  uint32_t kv_budget = convert::WriteOptions{}.kv.budget_tokens;
+  uint32_t sinks = convert::WriteOptions{}.kv.sinks;
+  uint32_t window = convert::WriteOptions{}.kv.window;
+  uint32_t obs_window = convert::WriteOptions{}.kv.obs_window;
+  uint32_t snap_kernel = convert::WriteOptions{}.kv.snap_kernel;
+  uint32_t slots = convert::WriteOptions{}.slots;
+  uint32_t chunk = convert::WriteOptions{}.chunk_tokens;
+  bool json = false, quiet = false;
+};
+
+bool store_quant(const std::string& v, ConvertOptions& o) {
+  static constexpr struct {
+    const char* name;
+    convert::QuantMode mode;
+  } kModes[] = {{"keep", convert::QuantMode::Keep},
+                {"f32", convert::QuantMode::F32},
+                {"f16", convert::QuantMode::F16},
+                {"q8", convert::QuantMode::Q8},
+                {"q4", convert::QuantMode::Q4}};
+  for (const auto& m : kModes) {
+    if (v == m.name) {
+      o.quant = m.mode;
+      return true;
+    }
+  }
+  return false;
+}
+
+const OptionSpec<ConvertOptions> kConvertOptions[] = {
+    {.long_name = "--output",
+     .short_name = "-o",
+     .metavar = "FILE",
+     .help = "the .keel file to write (required)",
+     .field = &ConvertOptions::out_path},
+    {.long_name = "--quant",
+     .metavar = "MODE",
+     .help = "keep | f32 | f16 | q8 | q4 (default keep)\n"
+             "  keep: every GGUF type as it is, losslessly: Q8_0->Q8, Q4_0->Q4,\n"
+             "  Q4_1->Q4M, Q5_0->Q5, Q5_1->Q5M, Q4_K->Q4K, Q5_K->Q5K, Q6_K->Q6K\n"
+             "  and float types; Hugging Face and llama2.c floats as they are\n"
+             "  q4: block matrices Q4 (Q4M from Q4_1), embedding and output Q8",
+     .kind = OptionKind::Custom,
+     .store = store_quant,
+     .expects = "keep, f32, f16, q8 or q4"},
+    {.long_name = "--tokenizer",
+     .metavar = "FILE",
+     .help = "llama2.c tokenizer .bin (default: the only tok*.bin beside IN)",
+     .field = &ConvertOptions::tokenizer},
+    {.long_name = "--kv-policy",
+     .metavar = "P",
+     .help = "default KV policy stored in the file: full | window | streaming |\n"
+             "snapkv | snapstream (default snapstream; on a model with\n"
+             "sliding-window layers it governs the global layers only)",
+     .field = &ConvertOptions::policy},
+    {.long_name = "--kv-budget",
+     .metavar = "N",
+     .help = "default KV budget in tokens (default 1024)",
+     .kind = OptionKind::U32AtLeastOne,
+     .field = &ConvertOptions::kv_budget},
+    {.long_name = "--sinks",
+     .metavar = "N",
+     .help = "attention sinks (default 4)",
+     .kind = OptionKind::U32,
+     .field = &ConvertOptions::sinks},
+    {.long_name = "--window",
+     .metavar = "N",
+     .help = "snapstream's recent window (default 0: a quarter of the budget)",
+     .kind = OptionKind::U32,
+     .field = &ConvertOptions::window},
+    {.long_name = "--obs-window",
+     .metavar = "N",
+     .help = "SnapKV observation window (default 32)",
+     .kind = OptionKind::U32,
+     .field = &ConvertOptions::obs_window},
+    {.long_name = "--snap-kernel",
+     .metavar = "N",
+     .help = "SnapKV pooling kernel, odd; 0 = adaptive (default: the policy's,\n"
+             "7 for snapkv, 31 for snapstream)",
+     .kind = OptionKind::U32,
+     .field = &ConvertOptions::snap_kernel},
+    {.long_name = "--slots",
+     .metavar = "N",
+     .help = "sequences planned for (default 1)",
+     .kind = OptionKind::U32AtLeastOne,
+     .field = &ConvertOptions::slots},
+    {.long_name = "--chunk",
+     .metavar = "N",
+     .help = "prefill chunk in tokens (default 64)",
+     .kind = OptionKind::U32AtLeastOne,
+     .field = &ConvertOptions::chunk},
+    {.long_name = "--header",
+     .metavar = "FILE",
+     .help = "also write a C++ header with constexpr shape and arena sizes for\n"
+             "the budget, slots and chunk above",
+     .field = &ConvertOptions::header},
+    {.long_name = "--header-namespace",
+     .metavar = "NS",
+     .help = "namespace of the header (default: from the output file name)",
+     .field = &ConvertOptions::header_ns},
+    {.long_name = "--json",
+     .help = "print the summary as JSON",
+     .kind = OptionKind::Flag,
+     .field = &ConvertOptions::json},
+    {.long_name = "--quiet",
+     .short_name = "-q",
+     .help = "no progress bar",
+     .kind = OptionKind::Flag,
+     .field = &ConvertOptions::quiet},
+};
 
 bool is_directory(const std::string& p) {
   struct stat st;
@@ -88,50 +181,35 @@ std::string find_llama2c_tokenizer(const std::string& checkpoint) {
 }  // namespace
 
 int cmd_convert(int argc, char** argv) {
-  CommandLine cl("convert", argc, argv, kHelp);
+  const std::string help = kHelpHead + render_help(kConvertOptions) + kHelpTail;
+  CommandLine cl("convert", argc, argv, help.c_str());
   if (cl.help_shown()) return 0;
-  Args& args = cl.args;
-  std::string out_path, quant = "keep", tokenizer, policy = "snapstream", header, header_ns;
-  convert::WriteOptions opts;
-  args.value("--output", "-o", out_path);
-  args.value("--quant", nullptr, quant);
-  args.value("--tokenizer", nullptr, tokenizer);
-  args.value("--kv-policy", nullptr, policy);
-  args.u32("--kv-budget", nullptr, opts.kv.budget_tokens);
-  args.u32("--sinks", nullptr, opts.kv.sinks);
-  args.u32("--window", nullptr, opts.kv.window);
-  args.u32("--obs-window", nullptr, opts.kv.obs_window);
-  args.u32("--snap-kernel", nullptr, opts.kv.snap_kernel);
-  args.u32("--slots", nullptr, opts.slots);
-  args.u32("--chunk", nullptr, opts.chunk_tokens);
-  args.value("--header", nullptr, header);
-  args.value("--header-namespace", nullptr, header_ns);
-  const bool json = args.flag("--json");
-  const bool quiet = args.flag("--quiet", "-q");
+  ConvertOptions co;
+  std::string check_error;
+  parse_options(cl.args, kConvertOptions, co, check_error);
   if (!cl.finish(1, "exactly one input")) return 2;
   const std::vector<std::string>& pos = cl.positionals;
-  if (out_path.empty()) return usage_error("convert", "missing -o OUT.keel");
-
-  if (quant == "keep")
-    opts.quant = convert::QuantMode::Keep;
-  else if (quant == "f32")
-    opts.quant = convert::QuantMode::F32;
-  else if (quant == "f16")
-    opts.quant = convert::QuantMode::F16;
-  else if (quant == "q8")
-    opts.quant = convert::QuantMode::Q8;
-  else if (quant == "q4")
-    opts.quant = convert::QuantMode::Q4;
-  else
-    return usage_error("convert", "--quant expects keep, f32, f16, q8 or q4, got '" + quant + "'");
-  if (!parse_kv_policy(policy, opts.kv.policy)) {
+  if (!check_error.empty()) return usage_error("convert", check_error);
+  if (co.out_path.empty()) return usage_error("convert", "missing -o OUT.keel");
+  convert::WriteOptions opts;
+  opts.quant = co.quant;
+  if (!parse_kv_policy(co.policy, opts.kv.policy)) {
     return usage_error("convert", "--kv-policy expects " + kv_policy_choices(false) +
-                                      " (the file's default; rocketkv is chosen when a run starts), got '" + policy +
+                                      " (the file's default; rocketkv is chosen when a run starts), got '" + co.policy +
                                       "'");
   }
-  if (opts.slots == 0 || opts.chunk_tokens == 0 || opts.kv.budget_tokens == 0) {
-    return usage_error("convert", "--slots, --chunk and --kv-budget must be at least 1");
-  }
+  opts.kv.budget_tokens = co.kv_budget;
+  opts.kv.sinks = co.sinks;
+  opts.kv.window = co.window;
+  opts.kv.obs_window = co.obs_window;
+  opts.kv.snap_kernel = co.snap_kernel;
+  opts.slots = co.slots;
+  opts.chunk_tokens = co.chunk;
+  const std::string& out_path = co.out_path;
+  std::string& tokenizer = co.tokenizer;
+  std::string& header = co.header;
+  std::string& header_ns = co.header_ns;
+  const bool json = co.json, quiet = co.quiet;
   {
     // The defaults the file names must be ones a run can use.
     const RuntimeConfig rc = resolve_runtime_config(convert::run_defaults(opts), RunOverrides{});
