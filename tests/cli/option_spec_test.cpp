@@ -249,7 +249,8 @@ TEST(OptionSpecRender, ReproducesTheHelpLayout) {
             "                         to go on a second line\n"
             "                         and a third\n"
             "  --quiet                no output\n"
-            "  --a-rather-long-option VALUE wider than the column\n");
+            "  --a-rather-long-option VALUE\n"
+            "                         wider than the column\n");
 }
 
 TEST(OptionSpecRender, SessionAndSamplerHelpKeepTheirLines) {

@@ -7,8 +7,11 @@ std::string render_option_help(const char* long_name, const char* short_name, co
   if (short_name) out += std::string(short_name) + ", ";
   out += long_name;
   if (metavar) out += std::string(" ") + metavar;
-  // A name as wide as the column still leaves one space before its help.
-  out.append(out.size() < kHelpColumn ? kHelpColumn - out.size() : 1, ' ');
+  // A name as wide as the column has its help on the next line, at the column.
+  if (out.size() < kHelpColumn)
+    out.append(kHelpColumn - out.size(), ' ');
+  else
+    out += "\n" + std::string(kHelpColumn, ' ');
   for (const char* p = help; *p; ++p) {
     out += *p;
     if (*p == '\n') out.append(kHelpColumn, ' ');

@@ -49,7 +49,7 @@ struct OptionSpec {
 inline constexpr size_t kHelpColumn = 25;
 
 // One option's help lines: "  -m, --model FILE       the .keel model (required)\n" and the
-// continuation lines indented to kHelpColumn.
+// continuation lines indented to kHelpColumn (a name reaching the column: all of its help).
 std::string render_option_help(const char* long_name, const char* short_name, const char* metavar, const char* help);
 
 template <typename T>

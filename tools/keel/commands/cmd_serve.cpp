@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <memory>
 #include <random>
@@ -17,6 +18,7 @@
 
 #include "keel/cli/cli_util.h"
 #include "keel/cli/command.h"
+#include "keel/cli/option_spec.h"
 #include "keel/commands/commands.h"
 #include "keel/serve/completion_text.h"
 #include "keel/serve/engine_thread.h"
@@ -41,27 +43,6 @@ const char kHelp[] =
     "server exits 0.\n"
     "\n"
     "options:\n"
-    "  --host ADDR            address to listen on (default 127.0.0.1)\n"
-    "  --port N               TCP port (default 8080; 0 = any free port, printed on stderr)\n"
-    "  --slots N              requests decoded side by side (default 4)\n"
-    "  --queue N              requests waiting for a slot at most; beyond: 503 (default 64)\n"
-    "  --max-slots-per-client N\n"
-    "                         slots one client (peer address) may hold at once; its further\n"
-    "                         requests wait while other clients' pass them (default: half the\n"
-    "                         slots, rounded up; N >= --slots: no limit)\n"
-    "  --alias NAME           the model's id in requests and /v1/models (default: the file\n"
-    "                         name without .keel); other names get 404\n"
-    "  --max-tokens N         most tokens a request may generate (default 2048); without\n"
-    "                         max_tokens a completion gets 16 and a chat this\n"
-    "  --max-body-bytes N     largest request body, chunked or not (default 1048576); beyond:\n"
-    "                         413 as soon as it is passed, and the connection is closed\n"
-    "  --timeout S            a request running longer is cancelled: 504, or an error event in\n"
-    "                         a stream (default 600); a prompt that the measured prefill rate\n"
-    "                         cannot run within it is refused up front: 400\n"
-    "  --idle-timeout S       a connection silent this long is closed, and a request must\n"
-    "                         arrive whole within it once begun, else 408 (default 10)\n"
-    "  --http-threads N       connection threads at most, started on demand (default 1024);\n"
-    "                         an idle connection holds one until --idle-timeout\n"
     "%s"
     "\n"
     "The KV policy and budget are the model's unless given; every slot has its own budget.\n"
@@ -80,6 +61,80 @@ struct Options {
   uint32_t timeout_s = 600, idle_timeout_s = 10, http_threads = 1024;
   uint32_t max_slots_per_client = 0;  // set from --slots unless given
   std::string alias;
+};
+
+bool store_per_client(const std::string& v, Options& o) {
+  char* end = nullptr;
+  const unsigned long n = std::strtoul(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || v[0] == '-' || n == 0 || n > UINT32_MAX) return false;
+  o.max_slots_per_client = uint32_t(n);
+  return true;
+}
+
+const OptionSpec<Options> kServeOptions[] = {
+    {.long_name = "--host",
+     .metavar = "ADDR",
+     .help = "address to listen on (default 127.0.0.1)",
+     .field = &Options::host},
+    {.long_name = "--port",
+     .metavar = "N",
+     .help = "TCP port (default 8080; 0 = any free port, printed on stderr)",
+     .kind = OptionKind::U32,
+     .field = &Options::port},
+    {.long_name = "--slots",
+     .metavar = "N",
+     .help = "requests decoded side by side (default 4)",
+     .kind = OptionKind::U32AtLeastOne,
+     .field = &Options::slots},
+    {.long_name = "--queue",
+     .metavar = "N",
+     .help = "requests waiting for a slot at most; beyond: 503 (default 64)",
+     .kind = OptionKind::U32,
+     .field = &Options::queue},
+    {.long_name = "--max-slots-per-client",
+     .metavar = "N",
+     .help = "slots one client (peer address) may hold at once; its further\n"
+             "requests wait while other clients' pass them (default: half the\n"
+             "slots, rounded up; N >= --slots: no limit)",
+     .kind = OptionKind::Custom,
+     .store = store_per_client,
+     .expects = "a number of slots, at least 1 (--slots or more: no limit)"},
+    {.long_name = "--alias",
+     .metavar = "NAME",
+     .help = "the model's id in requests and /v1/models (default: the file\n"
+             "name without .keel); other names get 404",
+     .field = &Options::alias},
+    {.long_name = "--max-tokens",
+     .metavar = "N",
+     .help = "most tokens a request may generate (default 2048); without\n"
+             "max_tokens a completion gets 16 and a chat this",
+     .kind = OptionKind::U32AtLeastOne,
+     .field = &Options::max_tokens},
+    {.long_name = "--max-body-bytes",
+     .metavar = "N",
+     .help = "largest request body, chunked or not (default 1048576); beyond:\n"
+             "413 as soon as it is passed, and the connection is closed",
+     .kind = OptionKind::U32AtLeastOne,
+     .field = &Options::max_body},
+    {.long_name = "--timeout",
+     .metavar = "S",
+     .help = "a request running longer is cancelled: 504, or an error event in\n"
+             "a stream (default 600); a prompt that the measured prefill rate\n"
+             "cannot run within it is refused up front: 400",
+     .kind = OptionKind::U32,
+     .field = &Options::timeout_s},
+    {.long_name = "--idle-timeout",
+     .metavar = "S",
+     .help = "a connection silent this long is closed, and a request must\n"
+             "arrive whole within it once begun, else 408 (default 10)",
+     .kind = OptionKind::U32AtLeastOne,
+     .field = &Options::idle_timeout_s},
+    {.long_name = "--http-threads",
+     .metavar = "N",
+     .help = "connection threads at most, started on demand (default 1024);\n"
+             "an idle connection holds one until --idle-timeout",
+     .kind = OptionKind::U32,
+     .field = &Options::http_threads},
 };
 
 struct Counters {
@@ -435,30 +490,19 @@ void Server::routes(httplib::Server& http) {
 
 int cmd_serve(int argc, char** argv) {
   SessionOptions so;
-  CommandLine cl("serve", argc, argv, kHelp, &so);
+  // The command's options, then the session's, fill the help's one %s: the tables' text is
+  // never a printf format.
+  const std::string options_help = render_help(kServeOptions) + session_help();
+  CommandLine cl("serve", argc, argv, kHelp, &so, options_help.c_str());
   if (cl.help_shown()) return 0;
-  Args& args = cl.args;
   Options o;
-  args.value("--host", nullptr, o.host);
-  args.u32("--port", nullptr, o.port);
-  args.u32("--slots", nullptr, o.slots);
-  args.u32("--queue", nullptr, o.queue);
-  const bool per_client_given = args.u32("--max-slots-per-client", nullptr, o.max_slots_per_client);
-  args.value("--alias", nullptr, o.alias);
-  args.u32("--max-tokens", nullptr, o.max_tokens);
-  args.u32("--max-body-bytes", nullptr, o.max_body);
-  args.u32("--timeout", nullptr, o.timeout_s);
-  args.u32("--idle-timeout", nullptr, o.idle_timeout_s);
-  args.u32("--http-threads", nullptr, o.http_threads);
+  std::string check_error;
+  parse_options(cl.args, kServeOptions, o, check_error);
   if (!cl.finish()) return 2;
+  if (!check_error.empty()) return usage_error("serve", check_error);
   if (o.port > 65535) return usage_error("serve", "--port " + std::to_string(o.port) + " is not a TCP port");
-  if (o.slots == 0) return usage_error("serve", "--slots must be at least 1");
-  if (o.max_tokens == 0) return usage_error("serve", "--max-tokens must be at least 1");
-  if (o.max_body == 0) return usage_error("serve", "--max-body-bytes must be at least 1");
-  if (o.idle_timeout_s == 0) return usage_error("serve", "--idle-timeout must be at least 1");
   if (o.http_threads < 2) return usage_error("serve", "--http-threads must be at least 2");
-  if (per_client_given && o.max_slots_per_client == 0)
-    return usage_error("serve", "--max-slots-per-client must be at least 1 (--slots or more: no limit)");
+  const bool per_client_given = o.max_slots_per_client > 0;
   if (!per_client_given) o.max_slots_per_client = (o.slots + 1) / 2;
   o.max_slots_per_client = std::min(o.max_slots_per_client, o.slots);
 
