@@ -225,15 +225,22 @@ struct Small {
   std::string name;
   uint32_t count = 0;
   bool quiet = false;
+  bool name_given = false, count_given = false;
 };
 
 const OptionSpec<Small> kSmall[] = {
-    {.long_name = "--name", .short_name = "-n", .metavar = "TEXT", .help = "who", .field = &Small::name},
+    {.long_name = "--name",
+     .short_name = "-n",
+     .metavar = "TEXT",
+     .help = "who",
+     .field = &Small::name,
+     .given = &Small::name_given},
     {.long_name = "--count",
      .metavar = "N",
      .help = "how many, a help long enough\nto go on a second line\nand a third",
      .kind = OptionKind::U32AtLeastOne,
-     .field = &Small::count},
+     .field = &Small::count,
+     .given = &Small::count_given},
     {.long_name = "--quiet", .help = "no output", .kind = OptionKind::Flag, .field = &Small::quiet},
     {.long_name = "--a-rather-long-option",
      .metavar = "VALUE",
@@ -300,6 +307,21 @@ TEST(OptionSpecParse, FlagsAndTextAndTheFirstCheckError) {
   EXPECT_TRUE(s.quiet);
   EXPECT_EQ(s.name, "x");
   EXPECT_EQ(error, "--count must be at least 1");
+  EXPECT_TRUE(s.name_given);
+  EXPECT_TRUE(s.count_given) << "a value a check refuses was still given";
+}
+
+// `given` tells an option given an empty text from one not given at all.
+TEST(OptionSpecParse, GivenMarksPresenceEvenOfAnEmptyValue) {
+  Argv argv({"--name", ""});
+  Args args = argv.args();
+  Small s;
+  std::string error;
+  parse_options(args, kSmall, s, error);
+  EXPECT_TRUE(s.name_given);
+  EXPECT_EQ(s.name, "");
+  EXPECT_FALSE(s.count_given);
+  EXPECT_TRUE(error.empty()) << error;
 }
 
 }  // namespace

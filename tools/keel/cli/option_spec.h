@@ -43,6 +43,7 @@ struct OptionSpec {
   const char* choices[2] = {nullptr, nullptr};      // OneOf
   bool (*store)(const std::string&, T&) = nullptr;  // Custom
   const char* expects = nullptr;                    // Custom: what the error names as accepted
+  bool T::*given = nullptr;                         // set to true when the option is on the command line (any kind)
 };
 
 // Column where an option's help starts (two-space indent, then the names padded to it).
@@ -81,20 +82,22 @@ void parse_options(Args& args, std::type_identity_t<std::span<const OptionSpec<T
   using option_detail::first_error;
   for (const OptionSpec<T>& o : table) {
     const char* name = o.long_name;
+    bool present = false;
     switch (o.kind) {
-      case OptionKind::Text: args.value(name, o.short_name, out.*std::get<std::string T::*>(o.field)); break;
-      case OptionKind::U32: args.u32(name, o.short_name, out.*std::get<uint32_t T::*>(o.field)); break;
+      case OptionKind::Text: present = args.value(name, o.short_name, out.*std::get<std::string T::*>(o.field)); break;
+      case OptionKind::U32: present = args.u32(name, o.short_name, out.*std::get<uint32_t T::*>(o.field)); break;
       case OptionKind::U32AtLeastOne: {
         uint32_t& f = out.*std::get<uint32_t T::*>(o.field);
-        if (args.u32(name, o.short_name, f) && f == 0)
-          first_error(check_error, std::string(name) + " must be at least 1");
+        present = args.u32(name, o.short_name, f);
+        if (present && f == 0) first_error(check_error, std::string(name) + " must be at least 1");
         break;
       }
-      case OptionKind::U64: args.u64(name, o.short_name, out.*std::get<uint64_t T::*>(o.field)); break;
-      case OptionKind::F32: args.f32(name, o.short_name, out.*std::get<float T::*>(o.field)); break;
+      case OptionKind::U64: present = args.u64(name, o.short_name, out.*std::get<uint64_t T::*>(o.field)); break;
+      case OptionKind::F32: present = args.f32(name, o.short_name, out.*std::get<float T::*>(o.field)); break;
       case OptionKind::ZeroIsNone: {
         uint32_t v = 0;
-        if (!args.u32(name, o.short_name, v)) break;
+        present = args.u32(name, o.short_name, v);
+        if (!present) break;
         if (v > uint32_t(INT32_MAX))
           first_error(check_error, std::string(name) + " " + std::to_string(v) + " is too large");
         else
@@ -103,7 +106,8 @@ void parse_options(Args& args, std::type_identity_t<std::span<const OptionSpec<T
       }
       case OptionKind::OneOf: {
         std::string v;
-        if (!args.value(name, o.short_name, v)) break;
+        present = args.value(name, o.short_name, v);
+        if (!present) break;
         uint32_t& f = out.*std::get<uint32_t T::*>(o.field);
         if (v == o.choices[0])
           f = 1;
@@ -115,18 +119,21 @@ void parse_options(Args& args, std::type_identity_t<std::span<const OptionSpec<T
         break;
       }
       case OptionKind::Flag:
-        if (args.flag(name, o.short_name)) out.*std::get<bool T::*>(o.field) = true;
+        present = args.flag(name, o.short_name);
+        if (present) out.*std::get<bool T::*>(o.field) = true;
         break;
       case OptionKind::NegatedFlag:
-        if (args.flag(name, o.short_name)) out.*std::get<bool T::*>(o.field) = false;
+        present = args.flag(name, o.short_name);
+        if (present) out.*std::get<bool T::*>(o.field) = false;
         break;
       case OptionKind::Custom: {
         std::string v;
-        if (args.value(name, o.short_name, v) && !o.store(v, out))
-          first_error(check_error, option_detail::expects_error(name, o.expects, v));
+        present = args.value(name, o.short_name, v);
+        if (present && !o.store(v, out)) first_error(check_error, option_detail::expects_error(name, o.expects, v));
         break;
       }
     }
+    if (present && o.given) out.*o.given = true;
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include "keel/cli/cli_util.h"
 #include "keel/cli/command.h"
+#include "keel/cli/option_spec.h"
 #include "keel/commands/commands.h"
 #include "keel/cli/generate.h"
 #include "keel/serve/prompt.h"
@@ -26,18 +27,50 @@ const char kHelp[] =
     "With -p, answers that one message and exits.\n"
     "\n"
     "options:\n"
-    "  -p, --prompt TEXT      one user message, then exit\n"
-    "  --system TEXT          system message (default: the one in the model's chat template,\n"
-    "                         else none)\n"
-    "  -n, --n-predict N      most tokens per answer (default 256)\n"
-    "  --temp T --top-k K --top-p P --min-p P --repeat-penalty R --seed S   as for keel run\n"
-    "                         (defaults 0.2, 40, 0.9, 0.05, 1.1, 42)\n"
-    "  --stats                print a timing and memory summary after each answer (stderr)\n"
     "%s"
     "\n"
     "The KV policy and budget default to the model's (keel info shows them): the conversation\n"
     "goes on for any length within the budget. With --kv-policy full it restarts when the budget\n"
     "is reached.\n";
+
+struct ChatOptions {
+  std::string once, system;
+  bool has_once = false, has_system = false;
+  uint32_t n_predict = 256;
+  bool stats = false;
+};
+
+// The sampler's options are keel run's, listed there; here only their defaults.
+const OptionSpec<ChatOptions> kChatOptions[] = {
+    {.long_name = "--prompt",
+     .short_name = "-p",
+     .metavar = "TEXT",
+     .help = "one user message, then exit",
+     .field = &ChatOptions::once,
+     .given = &ChatOptions::has_once},
+    {.long_name = "--system",
+     .metavar = "TEXT",
+     .help = "system message (default: the one in the model's chat template,\n"
+             "else none)",
+     .field = &ChatOptions::system,
+     .given = &ChatOptions::has_system},
+    {.long_name = "--n-predict",
+     .short_name = "-n",
+     .metavar = "N",
+     .help = "most tokens per answer (default 256)",
+     .kind = OptionKind::U32,
+     .field = &ChatOptions::n_predict},
+};
+// After the sampler line.
+const OptionSpec<ChatOptions> kChatOutputOptions[] = {
+    {.long_name = "--stats",
+     .help = "print a timing and memory summary after each answer (stderr)",
+     .kind = OptionKind::Flag,
+     .field = &ChatOptions::stats},
+};
+const char kSamplerLine[] =
+    "  --temp T --top-k K --top-p P --min-p P --repeat-penalty R --seed S   as for keel run\n"
+    "                         (defaults 0.2, 40, 0.9, 0.05, 1.1, 42)\n";
 
 // The markup of a turn, from the texts of the tokenizer's turn markers.
 struct ChatFormat {
@@ -60,18 +93,22 @@ struct ChatFormat {
 
 int cmd_chat(int argc, char** argv) {
   SessionOptions so;
-  CommandLine cl("chat", argc, argv, kHelp, &so);
+  // The command's options, then the session's, fill the help's one %s: the tables' text is
+  // never a printf format.
+  const std::string options_help =
+      render_help(kChatOptions) + kSamplerLine + render_help(kChatOutputOptions) + session_help();
+  CommandLine cl("chat", argc, argv, kHelp, &so, options_help.c_str());
   if (cl.help_shown()) return 0;
-  Args& args = cl.args;
-  std::string once, system;
-  const bool has_once = args.value("--prompt", "-p", once);
-  const bool has_system = args.value("--system", nullptr, system);
-  uint32_t n_predict = 256;
-  args.u32("--n-predict", "-n", n_predict);
+  ChatOptions co;
+  std::string no_checks;  // every value of these options' types is one chat takes
+  parse_options(cl.args, kChatOptions, co, no_checks);
   text::SamplerConfig sc = sampler_defaults(0.2f, 0.9f, 1.1f);
-  parse_sampler_options(args, sc);
-  const bool stats = args.flag("--stats");
+  parse_sampler_options(cl.args, sc);
+  parse_options(cl.args, kChatOutputOptions, co, no_checks);
   if (!cl.finish()) return 2;
+  const bool has_once = co.has_once, has_system = co.has_system, stats = co.stats;
+  const uint32_t n_predict = co.n_predict;
+  std::string &once = co.once, &system = co.system;
 
   Session session;
   std::string error;

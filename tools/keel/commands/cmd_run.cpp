@@ -6,6 +6,7 @@
 #include "convert/source_file.h"
 #include "keel/cli/cli_util.h"
 #include "keel/cli/command.h"
+#include "keel/cli/option_spec.h"
 #include "keel/commands/commands.h"
 #include "keel/cli/session.h"
 #include "keel/cli/generate.h"
@@ -13,45 +14,76 @@
 namespace keel::cli {
 namespace {
 
-// Up to the sampler options, whose lines are the sampler table's (sampler_help()).
 const char kHelpHead[] =
     "usage: keel run -m MODEL.keel (-p TEXT | -f FILE) [options]\n"
     "\n"
     "Generates a continuation of the prompt and streams it to stdout.\n"
     "\n"
-    "options:\n"
-    "  -p, --prompt TEXT      the prompt (special tokens such as <|im_start|> are recognized)\n"
-    "  -f, --file FILE        read the prompt from FILE\n"
-    "  -n, --n-predict N      tokens to generate (default 128); stops early at end of sequence\n";
+    "options:\n";
 const char kHelpTail[] =
-    "  --json                 print {text, tokens, prefill_tps, decode_tps, memory} instead\n"
     "%s"
     "\n"
     "The KV policy defaults to the model's (keel info shows it). With --kv-policy full the budget\n"
     "defaults to prompt + N tokens (at most the trained context) and a longer sequence is refused;\n"
     "the other policies keep the cache within --kv-budget (default: the model's) for any length.\n";
 
+struct RunOptions {
+  std::string prompt, prompt_file;
+  bool has_prompt = false, has_file = false;
+  uint32_t n_predict = 128;
+  bool json = false;
+};
+
+// The prompt's options; the sampler's come after them in the help, then the output's.
+const OptionSpec<RunOptions> kPromptOptions[] = {
+    {.long_name = "--prompt",
+     .short_name = "-p",
+     .metavar = "TEXT",
+     .help = "the prompt (special tokens such as <|im_start|> are recognized)",
+     .field = &RunOptions::prompt,
+     .given = &RunOptions::has_prompt},
+    {.long_name = "--file",
+     .short_name = "-f",
+     .metavar = "FILE",
+     .help = "read the prompt from FILE",
+     .field = &RunOptions::prompt_file,
+     .given = &RunOptions::has_file},
+    {.long_name = "--n-predict",
+     .short_name = "-n",
+     .metavar = "N",
+     .help = "tokens to generate (default 128); stops early at end of sequence",
+     .kind = OptionKind::U32,
+     .field = &RunOptions::n_predict},
+};
+const OptionSpec<RunOptions> kOutputOptions[] = {
+    {.long_name = "--json",
+     .help = "print {text, tokens, prefill_tps, decode_tps, memory} instead",
+     .kind = OptionKind::Flag,
+     .field = &RunOptions::json},
+};
+
 }  // namespace
 
 int cmd_run(int argc, char** argv) {
   SessionOptions so;
-  const std::string help = kHelpHead + sampler_help() + kHelpTail;
+  const std::string help =
+      kHelpHead + render_help(kPromptOptions) + sampler_help() + render_help(kOutputOptions) + kHelpTail;
   CommandLine cl("run", argc, argv, help.c_str(), &so);
   if (cl.help_shown()) return 0;
-  Args& args = cl.args;
-  std::string prompt, prompt_file;
-  const bool has_prompt = args.value("--prompt", "-p", prompt);
-  const bool has_file = args.value("--file", "-f", prompt_file);
-  uint32_t n_predict = 128;
-  args.u32("--n-predict", "-n", n_predict);
+  RunOptions ro;
+  std::string no_checks;  // every value of these options' types is one run takes
+  parse_options(cl.args, kPromptOptions, ro, no_checks);
   text::SamplerConfig sc = sampler_defaults(0.8f, 0.95f);
-  parse_sampler_options(args, sc);
-  const bool json = args.flag("--json");
+  parse_sampler_options(cl.args, sc);
+  parse_options(cl.args, kOutputOptions, ro, no_checks);
   if (!cl.finish()) return 2;
+  const bool has_prompt = ro.has_prompt, has_file = ro.has_file, json = ro.json;
+  const uint32_t n_predict = ro.n_predict;
+  std::string& prompt = ro.prompt;
   if (has_prompt == has_file) return usage_error("run", "give exactly one of -p TEXT or -f FILE");
   if (has_file) {
     std::string error;
-    if (!convert::read_file(prompt_file, prompt, error)) return fail("run", "prompt file: " + error);
+    if (!convert::read_file(ro.prompt_file, prompt, error)) return fail("run", "prompt file: " + error);
   }
 
   Session session;
