@@ -6,6 +6,7 @@
 #include "keel/cli/args.h"
 #include "keel/cli/cli_util.h"
 #include "keel/cli/command.h"
+#include "keel/cli/option_spec.h"
 #include "keel/commands/commands.h"
 #include "kernels/attention.h"
 #include "kernels/kernels.h"
@@ -18,7 +19,7 @@
 namespace keel::cli {
 namespace {
 
-const char kHelp[] =
+const char kHelpHead[] =
     "usage: keel info MODEL.keel [--json] [--kv-policy P] [--kv-budget N] [--kv-type T] [--slots N]\n"
     "                 [--chunk N] [--threads N] [--snap-hold N]\n"
     "\n"
@@ -32,19 +33,65 @@ const char kHelp[] =
     "\"kernels\" names the kernel tier the native backend runs on this CPU (x86: avx2,\n"
     "avx512vnni; arm64: neon, neon-dotprod, neon-i8mm).\n"
     "\n"
-    "options:\n"
-    "  --kv-policy P   full | window | streaming | snapkv | snapstream | rocketkv: the policy\n"
-    "                  planned for (default: the run default)\n"
-    "  --kv-budget N   KV budget in tokens for the plan (default: the run default)\n"
-    "  --kv-type T     f16 | q8 | q4: how the plan's KV cache stores keys and values (default f16)\n"
-    "  --slots N       concurrent sequences (default: the file's plan, usually 1)\n"
-    "  --chunk N       prefill chunk in tokens (default: the run default)\n"
-    "  --threads N     worker threads (default 1)\n"
-    "  --snap-hold N   snapstream, rocketkv: the hold's entries per layer and KV head; 0 = none\n"
-    "                  (default: the recent window for snapstream, 0 for rocketkv; docs/kv.md)\n"
-    "  --json          machine-readable output\n"
+    "options:\n";
+const char kHelpTail[] =
     "\n"
     "Exit status 0 when the file verifies, 1 with a one-line error when it does not.\n";
+
+struct InfoOptions {
+  std::string policy;
+  bool has_policy = false;
+  KvType kv_type = KvType::F16;
+  uint32_t budget = 0, slots = 0, chunk = 0, threads = 1;  // 0: not given
+  int32_t hold = 0;                                        // RunOverrides::hold: 0 not given, -1 none
+  bool json = false;
+};
+
+bool store_kv_type(const std::string& v, InfoOptions& o) { return parse_kv_type(v.c_str(), o.kv_type); }
+
+const OptionSpec<InfoOptions> kInfoOptions[] = {
+    {.long_name = "--kv-policy",
+     .metavar = "P",
+     .help = "full | window | streaming | snapkv | snapstream | rocketkv: the policy\n"
+             "planned for (default: the run default)",
+     .field = &InfoOptions::policy,
+     .given = &InfoOptions::has_policy},
+    {.long_name = "--kv-budget",
+     .metavar = "N",
+     .help = "KV budget in tokens for the plan (default: the run default)",
+     .kind = OptionKind::U32AtLeastOne,
+     .field = &InfoOptions::budget},
+    {.long_name = "--kv-type",
+     .metavar = "T",
+     .help = "f16 | q8 | q4: how the plan's KV cache stores keys and values\n(default f16)",
+     .kind = OptionKind::Custom,
+     .store = store_kv_type,
+     .expects = "f16, q8 or q4"},
+    {.long_name = "--slots",
+     .metavar = "N",
+     .help = "concurrent sequences (default: the file's plan, usually 1)",
+     .kind = OptionKind::U32AtLeastOne,
+     .field = &InfoOptions::slots},
+    {.long_name = "--chunk",
+     .metavar = "N",
+     .help = "prefill chunk in tokens (default: the run default)",
+     .kind = OptionKind::U32AtLeastOne,
+     .field = &InfoOptions::chunk},
+    {.long_name = "--threads",
+     .short_name = "-t",
+     .metavar = "N",
+     .help = "worker threads (default 1)",
+     .kind = OptionKind::U32AtLeastOne,
+     .field = &InfoOptions::threads},
+    {.long_name = "--snap-hold",
+     .metavar = "N",
+     .help = "snapstream, rocketkv: the hold's entries per layer and KV head; 0 =\n"
+             "none (default: the recent window for snapstream, 0 for rocketkv;\n"
+             "docs/kv.md)",
+     .kind = OptionKind::ZeroIsNone,
+     .field = &InfoOptions::hold},
+    {.long_name = "--json", .help = "machine-readable output", .kind = OptionKind::Flag, .field = &InfoOptions::json},
+};
 
 const char* rope_style_name(fb::RopeStyle s) { return s == fb::RopeStyle::Halves ? "halves" : "interleaved"; }
 const char* scaling_name(fb::RopeScalingKind k) {
@@ -57,35 +104,20 @@ const char* tokenizer_kind_name(fb::TokenizerKind k) {
 }  // namespace
 
 int cmd_info(int argc, char** argv) {
-  CommandLine cl("info", argc, argv, kHelp);
+  const std::string help = kHelpHead + render_help(kInfoOptions) + kHelpTail;
+  CommandLine cl("info", argc, argv, help.c_str());
   if (cl.help_shown()) return 0;
-  Args& args = cl.args;
-  const bool json = args.flag("--json");
-  uint32_t budget = 0, slots = 0, chunk = 0, threads = 1, hold = 0;
-  const bool has_budget = args.u32("--kv-budget", nullptr, budget);
-  const bool has_slots = args.u32("--slots", nullptr, slots);
-  const bool has_chunk = args.u32("--chunk", nullptr, chunk);
-  args.u32("--threads", "-t", threads);
-  const bool has_hold = args.u32("--snap-hold", nullptr, hold);
-  std::string kv_type_name_arg = "f16", policy_arg;
-  const bool has_policy = args.value("--kv-policy", nullptr, policy_arg);
-  args.value("--kv-type", nullptr, kv_type_name_arg);
+  InfoOptions io;
+  std::string check_error;
+  parse_options(cl.args, kInfoOptions, io, check_error);
   if (!cl.finish(1, "one MODEL.keel")) return 2;
   const std::vector<std::string>& pos = cl.positionals;
-  if ((has_budget && budget == 0) || (has_slots && slots == 0) || (has_chunk && chunk == 0) || threads == 0) {
-    return usage_error("info", "--kv-budget, --slots, --chunk and --threads must be at least 1");
-  }
-  if (hold > uint32_t(INT32_MAX)) return usage_error("info", "--snap-hold " + std::to_string(hold) + " is too large");
-
-  KvType kv_type = KvType::F16;
-  if (!parse_kv_type(kv_type_name_arg.c_str(), kv_type)) {
-    return usage_error("info", "--kv-type expects f16, q8 or q4, got '" + kv_type_name_arg + "'");
-  }
-
+  if (!check_error.empty()) return usage_error("info", check_error);
   KvPolicyKind policy_kind = KvPolicyKind::Full;
-  if (has_policy && !parse_kv_policy(policy_arg.c_str(), policy_kind)) {
-    return usage_error("info", "--kv-policy expects " + kv_policy_choices() + ", got '" + policy_arg + "'");
+  if (io.has_policy && !parse_kv_policy(io.policy.c_str(), policy_kind)) {
+    return usage_error("info", "--kv-policy expects " + kv_policy_choices() + ", got '" + io.policy + "'");
   }
+  const bool json = io.json, has_policy = io.has_policy;
 
   port::MappedFile file;
   std::string error;
@@ -105,13 +137,13 @@ int cmd_info(int argc, char** argv) {
   // this command's options on top.
   const RuntimeConfig run = default_runtime_config(model);
   RunOverrides o;
-  o.kv_budget_tokens = has_budget ? budget : 0;
-  o.slots = has_slots ? slots : (fp && fp->slots() ? fp->slots() : 1);
-  o.chunk_tokens = has_chunk ? chunk : 0;
-  o.threads = threads;
-  o.kv_type = uint32_t(kv_type);
+  o.kv_budget_tokens = io.budget;
+  o.slots = io.slots ? io.slots : (fp && fp->slots() ? fp->slots() : 1);
+  o.chunk_tokens = io.chunk;
+  o.threads = io.threads;
+  o.kv_type = uint32_t(io.kv_type);
   o.kv_policy = has_policy ? run_policy(policy_kind) : 0;
-  o.hold = !has_hold ? 0 : hold == 0 ? -1 : int32_t(hold);
+  o.hold = io.hold;
   const RuntimeConfig planned = resolve_runtime_config(model_run_defaults(model), o);
   const PlanConfig& pc = planned.plan;
   const PlanShape shape = plan_shape(model);
