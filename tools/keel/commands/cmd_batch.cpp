@@ -9,6 +9,7 @@
 
 #include "keel/cli/cli_util.h"
 #include "keel/cli/command.h"
+#include "keel/cli/option_spec.h"
 #include "keel/commands/commands.h"
 #include "keel/serve/completion_text.h"
 #include "keel/serve/engine_loop.h"
@@ -30,21 +31,45 @@ const char kHelp[] =
     "field). A line that cannot be served gets an error naming its line number; the others run.\n"
     "\n"
     "options:\n"
-    "  -f, --file FILE        the requests, one JSON object a line (required)\n"
-    "  --slots N              sequences decoded side by side (default 4)\n"
-    "  --max-tokens N         most tokens a request may generate (default 2048); a request\n"
-    "                         without max_tokens gets 16 (completion) or this (chat)\n"
-    "  --json                 one JSON line per request in input order (text, tokens,\n"
-    "                         prompt_tokens, finish_reason, time_to_first_token,\n"
-    "                         tokens_per_second; or line and error), then\n"
-    "                         {\"summary\": {requests, errors, tokens, seconds,\n"
-    "                         tokens_per_second, slot_occupancy}}\n"
     "%s"
     "\n"
     "Times are seconds from the start of the run (every request is submitted then; those beyond\n"
     "the free slots wait in the queue). tokens_per_second is a request's generated tokens after\n"
     "the first over the time since its first token; slot_occupancy is the mean fraction of slots\n"
     "busy over the run.\n";
+
+struct BatchOptions {
+  std::string path;
+  uint32_t slots = 4, max_tokens = 2048;
+  bool json = false;
+};
+
+const OptionSpec<BatchOptions> kBatchOptions[] = {
+    {.long_name = "--file",
+     .short_name = "-f",
+     .metavar = "FILE",
+     .help = "the requests, one JSON object a line (required)",
+     .field = &BatchOptions::path},
+    {.long_name = "--slots",
+     .metavar = "N",
+     .help = "sequences decoded side by side (default 4)",
+     .kind = OptionKind::U32AtLeastOne,
+     .field = &BatchOptions::slots},
+    {.long_name = "--max-tokens",
+     .metavar = "N",
+     .help = "most tokens a request may generate (default 2048); a request\n"
+             "without max_tokens gets 16 (completion) or this (chat)",
+     .kind = OptionKind::U32AtLeastOne,
+     .field = &BatchOptions::max_tokens},
+    {.long_name = "--json",
+     .help = "one JSON line per request in input order (text, tokens,\n"
+             "prompt_tokens, finish_reason, time_to_first_token,\n"
+             "tokens_per_second; or line and error), then\n"
+             "{\"summary\": {requests, errors, tokens, seconds,\n"
+             "tokens_per_second, slot_occupancy}}",
+     .kind = OptionKind::Flag,
+     .field = &BatchOptions::json},
+};
 
 struct Item {
   size_t line = 0;
@@ -65,20 +90,20 @@ struct Item {
 
 int cmd_batch(int argc, char** argv) {
   SessionOptions so;
-  CommandLine cl("batch", argc, argv, kHelp, &so);
+  // The command's options, then the session's, fill the help's one %s: the tables' text is
+  // never a printf format.
+  const std::string options_help = render_help(kBatchOptions) + session_help();
+  CommandLine cl("batch", argc, argv, kHelp, &so, options_help.c_str());
   if (cl.help_shown()) return 0;
-  Args& args = cl.args;
-  std::string path;
-  args.value("--file", "-f", path);
-  uint32_t slots = 4, max_tokens = 2048;
-  args.u32("--slots", nullptr, slots);
-  args.u32("--max-tokens", nullptr, max_tokens);
-  const bool as_json = args.flag("--json");
+  BatchOptions bo;
+  std::string check_error;
+  parse_options(cl.args, kBatchOptions, bo, check_error);
   if (!cl.finish()) return 2;
-  if (path.empty()) return usage_error("batch", "missing -f REQUESTS.jsonl");
-  if (slots == 0) return usage_error("batch", "--slots must be at least 1");
-  if (max_tokens == 0) return usage_error("batch", "--max-tokens must be at least 1");
-
+  if (bo.path.empty()) return usage_error("batch", "missing -f REQUESTS.jsonl");
+  if (!check_error.empty()) return usage_error("batch", check_error);
+  const std::string& path = bo.path;
+  const uint32_t slots = bo.slots, max_tokens = bo.max_tokens;
+  const bool as_json = bo.json;
   std::ifstream in(path, std::ios::binary);
   if (!in) return fail("batch", "cannot open " + path);
   Session session;
