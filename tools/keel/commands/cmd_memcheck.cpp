@@ -13,6 +13,7 @@
 #include "convert/source_file.h"
 #include "keel/cli/cli_util.h"
 #include "keel/cli/command.h"
+#include "keel/cli/option_spec.h"
 #include "keel/commands/commands.h"
 #include "keel/cli/session.h"
 
@@ -38,25 +39,7 @@ const char kHelpHead[] =
     "  - the process's peak RSS exceeds --max-rss,\n"
     "  - the arenas used more bytes than the plan reserved.\n"
     "\n"
-    "options:\n"
-    "  -n, --tokens N         tokens generated (default 100000)\n"
-    "  -p, --prompt-tokens P  prompt tokens: the start of the text (default 1000)\n"
-    "  --text PATH            a text file, or a directory whose .txt files are read in name order\n"
-    "                         (default ../shared/data/paul_graham_essays)\n"
-    "  --warmup N             generated tokens after which RSS must stay flat (default: 10%% of N,\n"
-    "                         at most 10000)\n"
-    "  --rss-every K          read RSS every K generated tokens (default 1000)\n"
-    "  --rss-tolerance BYTES  RSS growth allowed after the warm-up (default 1MiB)\n"
-    "  --max-rss BYTES        fail when the peak RSS (VmHWM: whole process, init included) exceeds\n"
-    "                         BYTES (default: no limit)\n"
-    "  --inject-allocation K  allocate and free one byte after token K, to see the check fail\n"
-    "  --trap                 abort at the first allocator call in the window (run under gdb to\n"
-    "                         see the caller)\n"
-    "  -q, --quiet            no progress lines on stderr (default: one per 10%% of N)\n"
-    "  --json                 print {ok, failures, allocations_after_init, frees_after_init,\n"
-    "                         rss_start_bytes, rss_at_warmup_bytes, rss_end_bytes, rss_max_bytes,\n"
-    "                         drift_bytes, tolerance_bytes, planned_bytes, used_bytes, tokens,\n"
-    "                         tokens_per_second, ...} (docs/memcheck.md lists every field)\n";
+    "options:\n";
 const char kHelpTail[] =
     "%s"
     "\n"
@@ -92,12 +75,89 @@ bool parse_bytes(const std::string& s, uint64_t& out) {
   return true;
 }
 
-bool bytes_option(Args& args, const char* name, uint64_t& out, std::string& error) {
-  std::string s;
-  if (!args.value(name, nullptr, s)) return true;
-  if (parse_bytes(s, out)) return true;
-  error = std::string("option ") + name + " expects bytes such as 1048576, 64M or 1GiB, got '" + s + "'";
-  return false;
+struct MemcheckOptions {
+  uint64_t tokens = 100000, prompt_n = 1000, rss_every = 1000, inject_at = 0;
+  uint64_t warmup = ~0ull;  // not given: 10% of --tokens, at most 10000
+  uint64_t tolerance = 1ull << 20, max_rss = 0;
+  std::string text_path = "../shared/data/paul_graham_essays";
+  bool trap = false, quiet = false, json = false;
+};
+
+constexpr const char* kBytesExpected = "bytes such as 1048576, 64M or 1GiB";
+bool store_tolerance(const std::string& v, MemcheckOptions& o) { return parse_bytes(v, o.tolerance); }
+bool store_max_rss(const std::string& v, MemcheckOptions& o) { return parse_bytes(v, o.max_rss); }
+
+const OptionSpec<MemcheckOptions> kMemcheckOptions[] = {
+    {.long_name = "--tokens",
+     .short_name = "-n",
+     .metavar = "N",
+     .help = "tokens generated (default 100000)",
+     .kind = OptionKind::U64,
+     .field = &MemcheckOptions::tokens},
+    {.long_name = "--prompt-tokens",
+     .short_name = "-p",
+     .metavar = "P",
+     .help = "prompt tokens: the start of the text (default 1000)",
+     .kind = OptionKind::U64,
+     .field = &MemcheckOptions::prompt_n},
+    {.long_name = "--text",
+     .metavar = "PATH",
+     .help = "a text file, or a directory whose .txt files are read in name order\n"
+             "(default ../shared/data/paul_graham_essays)",
+     .field = &MemcheckOptions::text_path},
+    {.long_name = "--warmup",
+     .metavar = "N",
+     .help = "generated tokens after which RSS must stay flat (default: 10% of N,\n"
+             "at most 10000)",
+     .kind = OptionKind::U64,
+     .field = &MemcheckOptions::warmup},
+    {.long_name = "--rss-every",
+     .metavar = "K",
+     .help = "read RSS every K generated tokens (default 1000)",
+     .kind = OptionKind::U64,
+     .field = &MemcheckOptions::rss_every},
+    {.long_name = "--rss-tolerance",
+     .metavar = "BYTES",
+     .help = "RSS growth allowed after the warm-up (default 1MiB)",
+     .kind = OptionKind::Custom,
+     .store = store_tolerance,
+     .expects = kBytesExpected},
+    {.long_name = "--max-rss",
+     .metavar = "BYTES",
+     .help = "fail when the peak RSS (VmHWM: whole process, init included) exceeds\n"
+             "BYTES (default: no limit)",
+     .kind = OptionKind::Custom,
+     .store = store_max_rss,
+     .expects = kBytesExpected},
+    {.long_name = "--inject-allocation",
+     .metavar = "K",
+     .help = "allocate and free one byte after token K, to see the check fail",
+     .kind = OptionKind::U64,
+     .field = &MemcheckOptions::inject_at},
+    {.long_name = "--trap",
+     .help = "abort at the first allocator call in the window (run under gdb to\n"
+             "see the caller)",
+     .kind = OptionKind::Flag,
+     .field = &MemcheckOptions::trap},
+    {.long_name = "--quiet",
+     .short_name = "-q",
+     .help = "no progress lines on stderr (default: one per 10% of N)",
+     .kind = OptionKind::Flag,
+     .field = &MemcheckOptions::quiet},
+    {.long_name = "--json",
+     .help = "print {ok, failures, allocations_after_init, frees_after_init,\n"
+             "rss_start_bytes, rss_at_warmup_bytes, rss_end_bytes, rss_max_bytes,\n"
+             "drift_bytes, tolerance_bytes, planned_bytes, used_bytes, tokens,\n"
+             "tokens_per_second, ...} (docs/memcheck.md lists every field)",
+     .kind = OptionKind::Flag,
+     .field = &MemcheckOptions::json},
+};
+
+// A table's help inside the printf format of CommandLine (whose one %s is the session's help).
+std::string escape_percent(const std::string& text) {
+  std::string out;
+  for (char c : text) out += c == '%' ? std::string("%%") : std::string(1, c);
+  return out;
 }
 
 #if KEEL_HAVE_ALLOC_PROBE
@@ -171,28 +231,23 @@ std::string error_text(const Error& e) { return std::string(to_string(e.status()
 
 int cmd_memcheck(int argc, char** argv) {
   SessionOptions so;
-  const std::string help = kHelpHead + sampler_help() + kHelpTail;
+  const std::string help = kHelpHead + escape_percent(render_help(kMemcheckOptions) + sampler_help()) + kHelpTail;
   CommandLine cl("memcheck", argc, argv, help.c_str(), &so);
   if (cl.help_shown()) return 0;
-  Args& args = cl.args;
-  uint64_t tokens = 100000, prompt_n = 1000, rss_every = 1000, inject_at = 0;
-  uint64_t warmup = ~0ull, tolerance = 1ull << 20, max_rss = 0;
-  std::string text_path = "../shared/data/paul_graham_essays", error;
-  args.u64("--tokens", "-n", tokens);
-  args.u64("--prompt-tokens", "-p", prompt_n);
-  args.u64("--warmup", nullptr, warmup);
-  args.u64("--rss-every", nullptr, rss_every);
-  args.u64("--inject-allocation", nullptr, inject_at);
-  args.value("--text", nullptr, text_path);
-  if (!bytes_option(args, "--rss-tolerance", tolerance, error) || !bytes_option(args, "--max-rss", max_rss, error)) {
-    return usage_error("memcheck", error);
-  }
+  MemcheckOptions mo;
+  std::string error;
+  parse_options(cl.args, kMemcheckOptions, mo, error);
   text::SamplerConfig sc = sampler_defaults(0.8f, 0.95f);
-  parse_sampler_options(args, sc);
-  [[maybe_unused]] const bool trap = args.flag("--trap");  // unused only in builds without the probe
-  [[maybe_unused]] const bool quiet = args.flag("--quiet", "-q");
-  [[maybe_unused]] const bool json = args.flag("--json");
+  parse_sampler_options(cl.args, sc);
   if (!cl.finish()) return 2;
+  if (!error.empty()) return usage_error("memcheck", error);
+  uint64_t tokens = mo.tokens, warmup = mo.warmup;
+  const uint64_t prompt_n = mo.prompt_n, rss_every = mo.rss_every, inject_at = mo.inject_at;
+  const uint64_t tolerance = mo.tolerance, max_rss = mo.max_rss;
+  const std::string& text_path = mo.text_path;
+  [[maybe_unused]] const bool trap = mo.trap;  // unused only in builds without the probe
+  [[maybe_unused]] const bool quiet = mo.quiet;
+  [[maybe_unused]] const bool json = mo.json;
   if (tokens == 0) return usage_error("memcheck", "--tokens must be at least 1");
   if (prompt_n == 0) {
     return usage_error("memcheck", "--prompt-tokens must be at least 1 (the first token is sampled from its logits)");
