@@ -13,6 +13,7 @@
 #include "keel/emulate/calibrate.h"
 #include "keel/cli/cli_util.h"
 #include "keel/cli/command.h"
+#include "keel/cli/option_spec.h"
 #include "keel/commands/commands.h"
 #include "keel/emulate/emulate_model.h"
 #include "keel/emulate/host_validate.h"
@@ -25,7 +26,7 @@ namespace {
 
 using nlohmann::json;
 
-const char kHelp[] =
+const char kHelpHead[] =
     "usage: keel emulate (-m MODEL.keel | --shape SHAPE) --hw NAME|FILE [options]\n"
     "       keel emulate --list-hw\n"
     "       keel emulate --calibrate [-t N]\n"
@@ -39,43 +40,8 @@ const char kHelp[] =
     "run here work. --execute also runs the model through the dataflow backend and checks that the\n"
     "counters of the executed decode token equal the analytic ones.\n"
     "\n"
-    "options:\n"
-    "  --shape SHAPE          a built-in shape (llama-3.1-8b, smollm2-135m) or a header written by\n"
-    "                         keel convert --header, instead of -m\n"
-    "  --weight-dtype T       weights of a --shape: q4 | q4m | q5 | q5m | q4k | q5k | q6k | q8 | f16 |\n"
-    "                           bf16 | f32 (default bf16); bytes as docs/format.md lays them out\n"
-    "  --slots N              sequences whose KV caches share the chip (default 1)\n"
-    "  --context N            tokens of history at the decode token (default 4096)\n"
-    "  --prompt-tokens N      also predict the prefill of an N-token prompt (default 0)\n"
-    "  --json                 one JSON document: tokens_per_second, cycles_per_token,\n"
-    "                         offchip_bytes_per_token, sram_capacity_bytes, sram_peak_bytes,\n"
-    "                         kv_onchip_bytes, kv_offchip_bytes, fits, schedule, ops[] (op, calls,\n"
-    "                         cycles, share, compute/sram/offchip/latency/cache/overhead/stall\n"
-    "                         cycles, offchip_bytes, sram_bytes, bound), prefill, sweep_sram,\n"
-    "                         executed\n"
-    "  --schedule FILE        write the static schedule as JSON (buffers, tiles, transfers)\n"
-    "  --sweep-sram           find the smallest SRAM with no KV spill and its token rate\n"
-    "  --plot FILE.png        on-chip KV bytes against context for full and the bounded policies\n"
-    "  --execute              with -m: run the dataflow backend over --context tokens and one\n"
-    "                         decode token in the first of --slots sequences (the schedule holds\n"
-    "                         them all); compare the counters of the prompt's last chunk (with a\n"
-    "                         bounded policy's SnapKV scoring) and of the decode token with the\n"
-    "                         analytic ones\n"
-    "  --list-hw              list the hardware presets\n"
-    "  --calibrate            measure this machine and write the `host` description\n"
-    "  --validate             the host preset against the native backend on one thread: measures\n"
-    "                         prefill (one 64-token chunk) and decode per token end to end and op\n"
-    "                         class by op class at depths 0, 512, 1024, 2048, 4096, 6144 (full)\n"
-    "                         and 4096, --context (snapstream, budgets 1024 and 4096; default\n"
-    "                         --context 32768); fits the rates of --hw (default host) on depths\n"
-    "                         512, 2048, 6144 and snapstream at 4096 and prints the error on the\n"
-    "                         others\n"
-    "  --reps N               --validate: repetitions, alternating; medians (default 3)\n"
-    "  --measured FILE.json   --validate without measuring: counters, fit and report again from a\n"
-    "                         previous --validate --json output of the same model (refused when it\n"
-    "                         is another model's or another shape set); a file that does not record\n"
-    "                         its start description starts from --hw (default: the start_hw it\n"
-    "                         names)\n"
+    "options:\n";
+const char kHelpTail[] =
     "  Defaults: --kv-policy full, --kv-budget 1024, --chunk 64.\n"
     "\n"
     "model options (-m, --kv-policy, --kv-budget, --chunk, --hw, --sram-bytes, -t as for run):\n"
@@ -92,6 +58,105 @@ bool parse_dtype(const std::string& s, fb::DType& t) {
     if (s == k.name) return t = k.t, true;
   return false;
 }
+
+struct EmulateOptions {
+  std::string shape_name, dtype_name = "bf16", schedule_path, plot_path, measured_path;
+  uint32_t slots = 1, context = 4096, prompt = 0, reps = 3;
+  bool list = false, calibrate = false, json = false, sweep = false, execute = false, validate = false;
+  bool reps_given = false, refit = false, dtype_given = false, context_given = false;
+};
+
+const OptionSpec<EmulateOptions> kEmulateOptions[] = {
+    {.long_name = "--shape",
+     .metavar = "SHAPE",
+     .help = "a built-in shape (llama-3.1-8b, smollm2-135m) or a header written by\n"
+             "keel convert --header, instead of -m",
+     .field = &EmulateOptions::shape_name},
+    {.long_name = "--weight-dtype",
+     .metavar = "T",
+     .help = "weights of a --shape: q4 | q4m | q5 | q5m | q4k | q5k | q6k | q8 | f16 |\n"
+             "  bf16 | f32 (default bf16); bytes as docs/format.md lays them out",
+     .field = &EmulateOptions::dtype_name,
+     .given = &EmulateOptions::dtype_given},
+    {.long_name = "--slots",
+     .metavar = "N",
+     .help = "sequences whose KV caches share the chip (default 1)",
+     .kind = OptionKind::U32,
+     .field = &EmulateOptions::slots},
+    {.long_name = "--context",
+     .metavar = "N",
+     .help = "tokens of history at the decode token (default 4096)",
+     .kind = OptionKind::U32,
+     .field = &EmulateOptions::context,
+     .given = &EmulateOptions::context_given},
+    {.long_name = "--prompt-tokens",
+     .metavar = "N",
+     .help = "also predict the prefill of an N-token prompt (default 0)",
+     .kind = OptionKind::U32,
+     .field = &EmulateOptions::prompt},
+    {.long_name = "--json",
+     .help = "one JSON document: tokens_per_second, cycles_per_token,\n"
+             "offchip_bytes_per_token, sram_capacity_bytes, sram_peak_bytes,\n"
+             "kv_onchip_bytes, kv_offchip_bytes, fits, schedule, ops[] (op, calls,\n"
+             "cycles, share, compute/sram/offchip/latency/cache/overhead/stall\n"
+             "cycles, offchip_bytes, sram_bytes, bound), prefill, sweep_sram,\n"
+             "executed",
+     .kind = OptionKind::Flag,
+     .field = &EmulateOptions::json},
+    {.long_name = "--schedule",
+     .metavar = "FILE",
+     .help = "write the static schedule as JSON (buffers, tiles, transfers)",
+     .field = &EmulateOptions::schedule_path},
+    {.long_name = "--sweep-sram",
+     .help = "find the smallest SRAM with no KV spill and its token rate",
+     .kind = OptionKind::Flag,
+     .field = &EmulateOptions::sweep},
+    {.long_name = "--plot",
+     .metavar = "FILE.png",
+     .help = "on-chip KV bytes against context for full and the bounded policies",
+     .field = &EmulateOptions::plot_path},
+    {.long_name = "--execute",
+     .help = "with -m: run the dataflow backend over --context tokens and one\n"
+             "decode token in the first of --slots sequences (the schedule holds\n"
+             "them all); compare the counters of the prompt's last chunk (with a\n"
+             "bounded policy's SnapKV scoring) and of the decode token with the\n"
+             "analytic ones",
+     .kind = OptionKind::Flag,
+     .field = &EmulateOptions::execute},
+    {.long_name = "--list-hw",
+     .help = "list the hardware presets",
+     .kind = OptionKind::Flag,
+     .field = &EmulateOptions::list},
+    {.long_name = "--calibrate",
+     .help = "measure this machine and write the `host` description",
+     .kind = OptionKind::Flag,
+     .field = &EmulateOptions::calibrate},
+    {.long_name = "--validate",
+     .help = "the host preset against the native backend on one thread: measures\n"
+             "prefill (one 64-token chunk) and decode per token end to end and op\n"
+             "class by op class at depths 0, 512, 1024, 2048, 4096, 6144 (full)\n"
+             "and 4096, --context (snapstream, budgets 1024 and 4096; default\n"
+             "--context 32768); fits the rates of --hw (default host) on depths\n"
+             "512, 2048, 6144 and snapstream at 4096 and prints the error on the\n"
+             "others",
+     .kind = OptionKind::Flag,
+     .field = &EmulateOptions::validate},
+    {.long_name = "--reps",
+     .metavar = "N",
+     .help = "--validate: repetitions, alternating; medians (default 3)",
+     .kind = OptionKind::U32,
+     .field = &EmulateOptions::reps,
+     .given = &EmulateOptions::reps_given},
+    {.long_name = "--measured",
+     .metavar = "FILE.json",
+     .help = "--validate without measuring: counters, fit and report again from a\n"
+             "previous --validate --json output of the same model (refused when it\n"
+             "is another model's or another shape set); a file that does not record\n"
+             "its start description starts from --hw (default: the start_hw it\n"
+             "names)",
+     .field = &EmulateOptions::measured_path,
+     .given = &EmulateOptions::refit},
+};
 
 uint64_t offchip(const DfCounters& c) { return c.tier_bytes[0] + c.tier_bytes[1]; }
 
@@ -270,27 +335,22 @@ int list_hw() {
 
 int cmd_emulate(int argc, char** argv) {
   SessionOptions so;
-  CommandLine cl("emulate", argc, argv, kHelp, &so);
+  // kHelpHead + the command's table + kHelpTail is a printf format whose one %s is the session's
+  // help; the table's text is never a format.
+  std::string own = render_help(kEmulateOptions), escaped;
+  for (char c : own) escaped += c == '%' ? std::string("%%") : std::string(1, c);
+  const std::string help = kHelpHead + escaped + kHelpTail;
+  CommandLine cl("emulate", argc, argv, help.c_str(), &so);
   if (cl.help_shown()) return 0;
-  std::string shape_name, dtype_name = "bf16", schedule_path, plot_path;
-  uint32_t slots = 1, context = 4096, prompt = 0;
-  const bool list = cl.args.flag("--list-hw");
-  const bool calibrate = cl.args.flag("--calibrate");
-  const bool as_json = cl.args.flag("--json");
-  const bool sweep = cl.args.flag("--sweep-sram");
-  const bool execute = cl.args.flag("--execute");
-  const bool validate = cl.args.flag("--validate");
-  uint32_t reps = 3;
-  const bool reps_given = cl.args.u32("--reps", nullptr, reps);
-  std::string measured_path;
-  const bool refit = cl.args.value("--measured", nullptr, measured_path);
-  const bool dtype_given = cl.args.value("--weight-dtype", nullptr, dtype_name);
-  cl.args.value("--shape", nullptr, shape_name);
-  cl.args.u32("--slots", nullptr, slots);
-  const bool context_given = cl.args.u32("--context", nullptr, context);
-  cl.args.u32("--prompt-tokens", nullptr, prompt);
-  cl.args.value("--schedule", nullptr, schedule_path);
-  cl.args.value("--plot", nullptr, plot_path);
+  EmulateOptions eo;
+  std::string no_checks;  // every value of these options' types is one emulate reads on
+  parse_options(cl.args, kEmulateOptions, eo, no_checks);
+  const std::string &shape_name = eo.shape_name, &schedule_path = eo.schedule_path, &plot_path = eo.plot_path;
+  const std::string &dtype_name = eo.dtype_name, &measured_path = eo.measured_path;
+  uint32_t slots = eo.slots, context = eo.context, prompt = eo.prompt, reps = eo.reps;
+  const bool list = eo.list, calibrate = eo.calibrate, as_json = eo.json, sweep = eo.sweep, execute = eo.execute;
+  const bool validate = eo.validate, reps_given = eo.reps_given, refit = eo.refit, dtype_given = eo.dtype_given;
+  const bool context_given = eo.context_given;
   if (!cl.finish()) return 2;
   if (list) return list_hw();
   if (calibrate) return run_calibrate(so.threads);
