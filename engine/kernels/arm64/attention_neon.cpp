@@ -5,10 +5,11 @@
 // row loaded and converted once for the block. Per query the operations are the same for any G
 // and in the same order, so a grouped query's results are its single-query bits.
 //
-//   f16 scores: keys four at a time; per key two 4-lane FMA chains over the head (lanes 0..3
-//     and 4..7 of each 8 numbers), added and reduced pairwise, the last head_dim % 4 numbers
-//     added after; the last block of keys repeats its last key, so a score does not depend on
-//     how many keys one call takes.
+//   f16 scores: keys four at a time (two for blocks of three or four queries, whose chains
+//     would not fit the registers with four); per key two 4-lane FMA chains over the head
+//     (lanes 0..3 and 4..7 of each 8 numbers), added and reduced pairwise, the last
+//     head_dim % 4 numbers added after; the last block of keys repeats its last key, so a score
+//     does not depend on how many keys one call or one step takes.
 //   f16 weighted sums: one FMA chain per output lane over the rows in order, in column passes
 //     over blocks of rows (the chain carried in `out` between them, which is exact), so
 //     weighted_sum_more continues weighted_sum bit for bit for every head_dim.
@@ -28,20 +29,23 @@ namespace {
 
 // ---- f16 rows ----
 
-// Scores of G queries (query g at q + g * hd, its scores at s + g * s_stride).
-template <uint32_t G>
+// Scores of G queries (query g at q + g * hd, its scores at s + g * s_stride), K keys a step
+// (4 or 2). With K = 2 the two keys stand in for all four lanes of the reduction, so every key
+// goes through the same additions as with K = 4.
+template <uint32_t G, uint32_t K = 4>
 void scores_f16_rows(const float* q, const uint16_t* k, uint32_t n, uint32_t hd, float scale, float* s,
                      uint64_t s_stride) {
+  static_assert(K == 4 || K == 2);
   const uint32_t hd8 = hd & ~7u, hd4 = hd & ~3u;
-  for (uint32_t j = 0; j < n; j += 4) {
-    const uint32_t keys = n - j < 4 ? n - j : 4;
+  for (uint32_t j = 0; j < n; j += K) {
+    const uint32_t keys = n - j < K ? n - j : K;
     const uint16_t* kr[4];
-    for (uint32_t r = 0; r < 4; ++r) kr[r] = k + uint64_t(j + (r < keys ? r : keys - 1)) * hd;
-    float32x4_t a0[G][4], a1[G][4];
-    unrolled<G>([&](auto g) { unrolled<4>([&](auto r) { a0[g][r] = a1[g][r] = vdupq_n_f32(0.0f); }); });
+    for (uint32_t r = 0; r < 4; ++r) kr[r] = k + uint64_t(j + (r % K < keys ? r % K : keys - 1)) * hd;
+    float32x4_t a0[G][K], a1[G][K];
+    unrolled<G>([&](auto g) { unrolled<K>([&](auto r) { a0[g][r] = a1[g][r] = vdupq_n_f32(0.0f); }); });
     uint32_t i = 0;
     for (; i < hd8; i += 8) {
-      unrolled<4>([&](auto r) {
+      unrolled<K>([&](auto r) {
         const uint16x8_t h = vld1q_u16(kr[r] + i);
         const float32x4_t lo = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h)));
         const float32x4_t hi = vcvt_f32_f16(vreinterpret_f16_u16(vget_high_u16(h)));
@@ -52,14 +56,14 @@ void scores_f16_rows(const float* q, const uint16_t* k, uint32_t n, uint32_t hd,
       });
     }
     if (i < hd4) {
-      unrolled<4>([&](auto r) {
+      unrolled<K>([&](auto r) {
         const float32x4_t lo = load_half4(kr[r] + i);
         unrolled<G>([&](auto g) { a0[g][r] = vfmaq_f32(a0[g][r], vld1q_f32(q + uint64_t(g) * hd + i), lo); });
       });
     }
     unrolled<G>([&](auto g) {
       float32x4_t t[4];
-      unrolled<4>([&](auto r) { t[r] = vaddq_f32(a0[g][r], a1[g][r]); });
+      unrolled<4>([&](auto r) { t[r] = vaddq_f32(a0[g][r % K], a1[g][r % K]); });
       // Per key (l0 + l1) + (l2 + l3), four keys in one vector.
       float32x4_t tot = vpaddq_f32(vpaddq_f32(t[0], t[1]), vpaddq_f32(t[2], t[3]));
       for (uint32_t e = hd4; e < hd; ++e) {
@@ -70,6 +74,8 @@ void scores_f16_rows(const float* q, const uint16_t* k, uint32_t n, uint32_t hd,
       float* out = s + g * s_stride + j;
       if (keys == 4) {
         vst1q_f32(out, v);
+      } else if (keys == 2) {
+        vst1_f32(out, vget_low_f32(v));
       } else {
         float lanes[4];
         vst1q_f32(lanes, v);
@@ -83,12 +89,14 @@ void scores_f16(const float* q, const uint16_t* k, uint32_t n, uint32_t hd, floa
   scores_f16_rows<1>(q, k, n, hd, scale, s, 0);
 }
 
-// Two queries at a time: 16 accumulators, 4 keys' halves and the query vectors fit the 32
-// registers.
+// Up to four queries at a time, so that Gemma 3's group of four (and SmolLM2's three) reads
+// each key once: 16 accumulators for two queries of four keys, or four queries of two keys,
+// beside the keys' halves and the query vectors, fit the 32 registers.
 void scores_f16_group(const float* q, uint32_t g, const uint16_t* k, uint32_t n, uint32_t hd, float scale, float* s,
                       uint64_t s_stride) {
-  for_query_blocks<2>(g, [&](uint32_t i, auto size) {
-    scores_f16_rows<size>(q + uint64_t(i) * hd, k, n, hd, scale, s + i * s_stride, s_stride);
+  for_query_blocks<4>(g, [&](uint32_t i, auto size) {
+    constexpr uint32_t kKeys = size <= 2 ? 4 : 2;
+    scores_f16_rows<size, kKeys>(q + uint64_t(i) * hd, k, n, hd, scale, s + i * s_stride, s_stride);
   });
 }
 
@@ -132,7 +140,8 @@ void weighted_sum_f16_tail(const float* p, uint64_t p_stride, const uint16_t* v,
 // out[g] += sum_j p_j v_j for G queries; the chains continue from `out`.
 template <uint32_t G>
 void weighted_sum_f16_more(const float* p, uint64_t p_stride, const uint16_t* v, uint32_t n, uint32_t hd, float* out) {
-  // Strips as wide as the registers allow: 64 lanes for one query, 32 for two, 16 for three.
+  // Strips as wide as the registers allow: 64 lanes for one query, 32 for two, 16 for three or
+  // four.
   constexpr uint32_t W = G == 1 ? 16 : G == 2 ? 8 : 4;
   for (uint32_t j0 = 0; j0 < n; j0 += kRowBlock) {
     const uint32_t j1 = n - j0 < kRowBlock ? n : j0 + kRowBlock;
@@ -155,7 +164,7 @@ void weighted_sum_more_f16(const float* p, const uint16_t* v, uint32_t n, uint32
 void weighted_sum_f16_group(const float* p, uint64_t p_stride, uint32_t g, const uint16_t* v, uint32_t n, uint32_t hd,
                             float* out) {
   for (uint64_t i = 0; i < uint64_t(g) * hd; ++i) out[i] = 0.0f;
-  for_query_blocks<3>(g, [&](uint32_t i, auto size) {
+  for_query_blocks<4>(g, [&](uint32_t i, auto size) {
     weighted_sum_f16_more<size>(p + i * p_stride, p_stride, v, n, hd, out + uint64_t(i) * hd);
   });
 }
