@@ -258,6 +258,14 @@ inline constexpr RegionInfo kRegions[kRegionCount] = {
 
 constexpr const RegionInfo& region_info(Region r) { return kRegions[uint32_t(r)]; }
 
+inline constexpr uint32_t kRegionGroupCount = uint32_t(RegionGroup::Text) + 1;
+constexpr const char* region_group_name(RegionGroup g) {
+  constexpr const char* kNames[kRegionGroupCount] = {"tokenizer",  "rope",    "backend",     "kv",
+                                                     "logits",     "records", "activations", "attention",
+                                                     "logit_rows", "sampler", "text"};
+  return uint32_t(g) < kRegionGroupCount ? kNames[uint32_t(g)] : "?";
+}
+
 constexpr uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
 // The SnapKV observation window the plan holds queries for: the policy's, when it uses SnapKV.
@@ -387,6 +395,12 @@ struct MemoryPlan {
   // All instances of `r`.
   constexpr uint64_t region_bytes(Region r) const {
     return regions[uint32_t(r)].bytes * (region_info(r).per_slot ? slots : 1);
+  }
+  // Bytes of every region of `g`, all slots (kv_bytes, tokenizer_bytes ... are these sums).
+  constexpr uint64_t group_bytes(RegionGroup g) const {
+    uint64_t b = 0;
+    for (const RegionInfo& r : kRegions) b += r.group == g ? region_bytes(r.id) : 0;
+    return b;
   }
   // Offset of `r` of `slot` in its arena.
   constexpr uint64_t region_offset(Region r, uint32_t slot = 0) const {

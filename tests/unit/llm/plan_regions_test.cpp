@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -159,13 +160,22 @@ TEST(PlanRegions, InfoReportsRegions) {
   const nlohmann::json j = nlohmann::json::parse(info.out);
   const nlohmann::json& mem = j.at("memory");
   uint64_t persistent = 0, scratch = 0;
+  std::map<std::string, uint64_t> by_group;
   ASSERT_EQ(mem.at("regions").size(), size_t(kRegionCount));
   for (const nlohmann::json& r : mem.at("regions")) {
     ASSERT_TRUE(r.contains("name") && r.contains("shape"));
     (r.at("arena") == "persistent" ? persistent : scratch) += r.at("bytes").get<uint64_t>();
+    by_group[r.at("group").get<std::string>()] += r.at("bytes").get<uint64_t>();
   }
   EXPECT_EQ(persistent, mem.at("persistent_bytes").get<uint64_t>());
   EXPECT_EQ(scratch, mem.at("scratch_bytes").get<uint64_t>());
+  // Every group is listed with the sum of its regions, and the kv group is the plan's KV.
+  ASSERT_EQ(mem.at("groups").size(), size_t(kRegionGroupCount));
+  for (auto it = mem.at("groups").begin(); it != mem.at("groups").end(); ++it) {
+    EXPECT_EQ(it.value().get<uint64_t>(), by_group[it.key()]) << it.key();
+  }
+  EXPECT_EQ(mem.at("groups").at("kv").get<uint64_t>(), mem.at("kv_bytes").get<uint64_t>());
+  EXPECT_GT(mem.at("groups").at("records").get<uint64_t>(), 0u) << "slot and request records have their own group";
 }
 
 }  // namespace

@@ -233,14 +233,20 @@ int cmd_info(int argc, char** argv) {
              local_layers, shape.sliding_window, plan.kv_local_budget_tokens,
              (unsigned long long)plan.kv_local_capacity_tokens, (unsigned long long)kv_local_bytes);
     }
-    printf(",\"uniform_bytes\":%llu},\"regions\":[", (unsigned long long)kv_uniform_bytes);
+    printf(",\"uniform_bytes\":%llu},\"groups\":{", (unsigned long long)kv_uniform_bytes);
+    // What the regions are for (RegionGroup), each group's bytes over all slots.
+    for (uint32_t g = 0; g < kRegionGroupCount; ++g) {
+      printf("%s\"%s\":%llu", g ? "," : "", region_group_name(RegionGroup(g)),
+             (unsigned long long)plan.group_bytes(RegionGroup(g)));
+    }
+    printf("},\"regions\":[");
     // The plan's own table: every region with its bytes (all slots), summing to the arenas.
     for (uint32_t i = 0; i < kRegionCount; ++i) {
       const RegionInfo& r = kRegions[i];
       printf(
-          "%s{\"name\":\"%s\",\"arena\":\"%s\",\"bytes\":%llu,\"elements\":%llu,\"per_slot\":%s,"
-          "\"shape\":%s}",
-          i ? "," : "", r.name, r.arena == PlanArena::Persistent ? "persistent" : "scratch",
+          "%s{\"name\":\"%s\",\"group\":\"%s\",\"arena\":\"%s\",\"bytes\":%llu,\"elements\":%llu,"
+          "\"per_slot\":%s,\"shape\":%s}",
+          i ? "," : "", r.name, region_group_name(r.group), r.arena == PlanArena::Persistent ? "persistent" : "scratch",
           (unsigned long long)plan.region_bytes(r.id), (unsigned long long)plan.regions[i].elements,
           r.per_slot ? "true" : "false", json_string(r.shape).c_str());
     }
@@ -316,6 +322,13 @@ int cmd_info(int argc, char** argv) {
   }
   printf("  scratch     %14llu bytes  (%s)\n", (unsigned long long)plan.scratch_bytes,
          human_bytes(plan.scratch_bytes).c_str());
+  // Both arenas by what their regions are for (keel info --json: groups, and every region).
+  printf("  by use     ");
+  for (uint32_t g = 0; g < kRegionGroupCount; ++g) {
+    const uint64_t b = plan.group_bytes(RegionGroup(g));
+    if (b) printf(" %s %s", region_group_name(RegionGroup(g)), human_bytes(b).c_str());
+  }
+  printf("\n");
   return 0;
 }
 
