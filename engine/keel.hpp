@@ -53,8 +53,9 @@ constexpr uint32_t shape_sliding_window() {
   }
 }
 
-// The engine's defaults with the architecture's rocketkv choices, which `keel convert --header`
-// writes into Shape (sparse_ranking, rocketkv_kernel); a Shape without them gets the engine's.
+// The engine's defaults with the architecture's rocketkv and snapkv choices, which `keel convert
+// --header` writes into Shape (sparse_ranking, rocketkv_kernel, snapkv_kernel); a Shape without
+// them gets the engine's.
 template <typename Shape>
 constexpr RunDefaults shape_run_defaults() {
   RunDefaults d;
@@ -64,6 +65,9 @@ constexpr RunDefaults shape_run_defaults() {
   }
   if constexpr (requires { Shape::rocketkv_kernel; }) {
     d.snap_kernels[uint32_t(KvPolicyKind::RocketKV)] = Shape::rocketkv_kernel;
+  }
+  if constexpr (requires { Shape::snapkv_kernel; }) {
+    d.snap_kernels[uint32_t(KvPolicyKind::SnapKV)] = Shape::snapkv_kernel;
   }
   return d;
 }
@@ -118,6 +122,13 @@ class Engine {
                 "model has %" PRIu32 " sliding-window layers of window %" PRIu32 "; the compiled-in shape says %" PRIu32
                 " of %" PRIu32,
                 ps.local_layers, ps.sliding_window, kShape.local_layers, kShape.sliding_window);
+    if constexpr (Policy == KvPolicyKind::SnapKV) {
+      const RunDefaults arch = architecture_run_defaults(model_.meta()->arch()->family());
+      KEEL_ENSURE(arch.snap_kernel(Policy) == kKv.snap_kernel, Status::ModelShapeMismatch,
+                  "the model's architecture runs snapkv with kernel %" PRIu32 "; the compiled-in Shape says %" PRIu32
+                  " (write the header again with keel convert --header)",
+                  arch.snap_kernel(Policy), kKv.snap_kernel);
+    }
     if constexpr (Policy == KvPolicyKind::RocketKV) {
       // A Shape from an older header lacks the architecture's choices; running without them is
       // the configuration docs/notes/kvpress.md measured losing the needles.

@@ -37,6 +37,9 @@ struct Architecture {
   RocketSelect sparse_ranking;
   // rocketkv's stage-1 pooling kernel when the caller does not say (--snap-kernel).
   uint32_t rocketkv_kernel;
+  // snapkv's pooling kernel when the caller does not say: Keel's snapkv compresses after every
+  // chunk once a prompt is past the budget, where a small pool keeps a many-token fact in pieces.
+  uint32_t snapkv_kernel;
 };
 
 extern const Architecture kLlamaArchitecture;   // llm/models/llama.cpp

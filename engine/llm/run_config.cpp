@@ -19,6 +19,7 @@ RunDefaults architecture_run_defaults(fb::ArchFamily family) {
   if (const Architecture* a = find_architecture(family)) {
     d.rocket_select = a->sparse_ranking;
     d.snap_kernels[uint32_t(KvPolicyKind::RocketKV)] = a->rocketkv_kernel;
+    d.snap_kernels[uint32_t(KvPolicyKind::SnapKV)] = a->snapkv_kernel;
   }
   return d;
 }

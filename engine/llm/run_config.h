@@ -27,8 +27,8 @@ struct RunDefaults {
   uint32_t window = 0;  // snapstream's recent ring; 0 = budget / 4
   uint32_t obs_window = kDefaultObsWindow;
   // The max-pool kernel each policy runs with (0 = adaptive), by KvPolicyKind: the engine's
-  // (snap_kernel_of), rocketkv's the architecture's (Architecture::rocketkv_kernel), the file's
-  // policy the file's.
+  // (snap_kernel_of), rocketkv's and snapkv's the architecture's (Architecture::rocketkv_kernel,
+  // snapkv_kernel), the file's policy the file's.
   uint32_t snap_kernels[kKvPolicyCount] = {
       snap_kernel_of(KvPolicyKind::Full, kSnapKernelPolicyDefault),
       snap_kernel_of(KvPolicyKind::Window, kSnapKernelPolicyDefault),
@@ -79,7 +79,7 @@ constexpr uint32_t kRunPolicyMax = uint32_t(KvPolicyKind::RocketKV) + 1;
 constexpr uint32_t run_policy(KvPolicyKind k) { return uint32_t(k) + 1; }
 
 // The engine's defaults with the choices of the architecture of `family` (its sparse page
-// ranking and rocketkv kernel); the engine's alone for a family Keel does not run.
+// ranking, rocketkv's and snapkv's kernels); the engine's alone for a family Keel does not run.
 RunDefaults architecture_run_defaults(fb::ArchFamily family);
 
 // architecture_run_defaults() of the model's family, then the file's kv_defaults (policy,

@@ -216,7 +216,7 @@ MetadataParts build_metadata(flatbuffers::FlatBufferBuilder& fbb, const SourceMo
   auto arch = keel::fb::CreateArchitecture(fbb, static_cast<keel::fb::ArchFamily>(h.family), arch_name, h.qkv_bias,
                                            h.tied_output);
   auto gen = keel::fb::CreateGeneration(fbb);
-  const keel::RunDefaults d = run_defaults(opts);
+  const keel::RunDefaults d = run_defaults(opts, h.family);
   // The kernel runs use, not a placeholder: the reader takes the file's number for its policy.
   auto kv = keel::fb::CreateKvDefaults(fbb, opts.kv.policy, d.kv_budget_tokens, d.sinks, d.window, d.obs_window,
                                        d.snap_kernel(d.policy));
@@ -351,16 +351,14 @@ keel::PlanShape plan_shape(const SourceModel& m) {
   return p;
 }
 
-keel::RunDefaults run_defaults(const WriteOptions& opts) {
-  keel::RunDefaults d;
+keel::RunDefaults run_defaults(const WriteOptions& opts, ArchFamily family) {
+  // The architecture's kernels (a Gemma 3 snapkv file's default is 31), then the file's choices.
+  keel::RunDefaults d = keel::architecture_run_defaults(static_cast<keel::fb::ArchFamily>(family));
   d.policy = static_cast<keel::KvPolicyKind>(opts.kv.policy);
   d.kv_budget_tokens = opts.kv.budget_tokens;
   d.sinks = opts.kv.sinks;
   d.window = opts.kv.window;
   d.obs_window = opts.kv.obs_window;
-  // `keel convert --kv-policy` does not offer rocketkv (chosen when a run starts), so the
-  // architecture's rocketkv choices are not needed here; the header takes them from
-  // keel::architecture_run_defaults().
   if (opts.kv.snap_kernel != keel::kSnapKernelPolicyDefault && uint32_t(d.policy) < keel::kKvPolicyCount) {
     d.snap_kernels[uint32_t(d.policy)] = opts.kv.snap_kernel;
   }
@@ -368,10 +366,10 @@ keel::RunDefaults run_defaults(const WriteOptions& opts) {
   return d;
 }
 
-keel::RuntimeConfig file_run_config(const WriteOptions& opts) {
+keel::RuntimeConfig file_run_config(const WriteOptions& opts, ArchFamily family) {
   keel::RunOverrides o;
   o.slots = opts.slots;
-  return keel::resolve_runtime_config(run_defaults(opts), o);
+  return keel::resolve_runtime_config(run_defaults(opts, family), o);
 }
 
 bool write_keel(const SourceModel& m, const WriteOptions& opts, const std::string& out_path, WriteStats& stats,
@@ -397,7 +395,7 @@ bool write_keel(const SourceModel& m, const WriteOptions& opts, const std::strin
   // The data section ends with the last tensor (no trailing padding).
   const uint64_t data_size = planned.empty() ? 0 : planned.back().offset + planned.back().size;
 
-  const keel::RuntimeConfig rc = file_run_config(opts);
+  const keel::RuntimeConfig rc = file_run_config(opts, m.hyper.family);
   const keel::MemoryPlan plan = keel::plan_memory(plan_shape(m), rc.plan, rc.kv);
 
   // 2. Metadata: build once to learn its size, then again with the final data offset. All

@@ -60,8 +60,9 @@ namespace keel::convert {
 uint64_t tokenizer_table_bytes(const SourceTokenizer& tok);
 // The plan inputs of a source model.
 keel::PlanShape plan_shape(const SourceModel& m);
-// What a run of the written file uses by default (its kv_defaults and plan chunk), and the plan
-// configuration of the file's memory_plan (and of `keel convert --header`): one thread.
-keel::RunDefaults run_defaults(const WriteOptions& opts);
-keel::RuntimeConfig file_run_config(const WriteOptions& opts);
+// What a run of the written file uses by default (its kv_defaults and plan chunk, over the
+// defaults of the model's architecture `family`), and the plan configuration of the file's
+// memory_plan (and of `keel convert --header`): one thread.
+keel::RunDefaults run_defaults(const WriteOptions& opts, ArchFamily family);
+keel::RuntimeConfig file_run_config(const WriteOptions& opts, ArchFamily family);
 }  // namespace keel::convert

@@ -43,7 +43,10 @@ void gemma3_forward(LayerOps& op) {
 // heads that look for different tokens (RULER-style 4k prompts at capacity 1024: 8 of 10
 // needles against 0 of 10 with the group's summed bound). Its stage 1 pools with snapstream's
 // kernel: with RocketKV's 63 after every chunk the same prompts lost 8 of 10 single needles.
-const Architecture kGemma3Architecture{"gemma3",       fb::ArchFamily::Gemma3, gemma3_attention,
-                                       gemma3_forward, RocketSelect::Head,     kSnapKernelSnapStream};
+// snapkv pools with 31 too: Gemma 3 spells a number digit by digit, and with SnapKV's 7 after
+// every chunk the 8k prompts at budget 2048 kept numbers with digits missing (single 3 of 5,
+// multikey 1 of 5, against 5 and 3 with 31; docs/notes/kvpress.md).
+const Architecture kGemma3Architecture{"gemma3",           fb::ArchFamily::Gemma3, gemma3_attention,     gemma3_forward,
+                                       RocketSelect::Head, kSnapKernelSnapStream,  kSnapKernelSnapStream};
 
 }  // namespace keel

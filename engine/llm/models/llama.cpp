@@ -29,8 +29,10 @@ void llama_forward(LayerOps& op) {
 
 // RocketKV's own page ranking: the heads of a GQA group look for the same tokens and summing
 // their bounds rewards that agreement (SmolLM2 pass keys at 4k: 8 of 10 against 3 with Head).
-// RocketKV's kernel of 63: SmolLM2's 8k pass keys, 4 of 10 against 1 with 31.
-const Architecture kLlamaArchitecture{"llama",       fb::ArchFamily::Llama, llama_attention,
-                                      llama_forward, RocketSelect::Group,   kSnapKernelRocketKV};
+// RocketKV's kernel of 63: SmolLM2's 8k pass keys, 4 of 10 against 1 with 31. snapkv keeps
+// the SnapKV paper's 7.
+const Architecture kLlamaArchitecture{"llama",          fb::ArchFamily::Llama, llama_attention,
+                                      llama_forward,    RocketSelect::Group,   kSnapKernelRocketKV,
+                                      kSnapKernelSnapKV};
 
 }  // namespace keel

@@ -173,7 +173,7 @@ TEST(RunConfig, SnapStreamHoldsItsRecentWindowByDefault) {
   EXPECT_EQ(resolve_runtime_config(RunDefaults{}, o).kv.hold, 64u) << "rocketkv holds when asked";
 }
 
-// Each policy has its own default kernel; rocketkv's and the page ranking are the
+// Each policy has its own default kernel; rocketkv's, snapkv's and the page ranking are the
 // architecture's, and a file's kernel belongs to the file's policy only.
 TEST(RunConfig, KernelsArePerPolicyAndRocketKvsPerArchitecture) {
   const RunDefaults llama = architecture_run_defaults(fb::ArchFamily::Llama);
@@ -182,10 +182,9 @@ TEST(RunConfig, KernelsArePerPolicyAndRocketKvsPerArchitecture) {
   EXPECT_EQ(llama.snap_kernel(KvPolicyKind::RocketKV), kSnapKernelRocketKV);
   EXPECT_EQ(gemma.rocket_select, RocketSelect::Head);
   EXPECT_EQ(gemma.snap_kernel(KvPolicyKind::RocketKV), kSnapKernelSnapStream);
-  for (const RunDefaults& d : {llama, gemma}) {
-    EXPECT_EQ(d.snap_kernel(KvPolicyKind::SnapKV), kSnapKernelSnapKV);
-    EXPECT_EQ(d.snap_kernel(KvPolicyKind::SnapStream), kSnapKernelSnapStream);
-  }
+  EXPECT_EQ(llama.snap_kernel(KvPolicyKind::SnapKV), kSnapKernelSnapKV);
+  EXPECT_EQ(gemma.snap_kernel(KvPolicyKind::SnapKV), kSnapKernelSnapStream);
+  for (const RunDefaults& d : {llama, gemma}) EXPECT_EQ(d.snap_kernel(KvPolicyKind::SnapStream), kSnapKernelSnapStream);
   EXPECT_EQ(gemma.snap_kernel(static_cast<KvPolicyKind>(200)), kSnapKernelSnapKV) << "a hostile number stays in bounds";
 
   RunOverrides o;
@@ -193,6 +192,10 @@ TEST(RunConfig, KernelsArePerPolicyAndRocketKvsPerArchitecture) {
   EXPECT_EQ(resolve_runtime_config(gemma, o).kv.snap_kernel, 31u);
   EXPECT_EQ(resolve_runtime_config(gemma, o).kv.rocket_select, RocketSelect::Head);
   EXPECT_EQ(resolve_runtime_config(llama, o).kv.snap_kernel, 63u);
+  o.kv_policy = run_policy(KvPolicyKind::SnapKV);
+  EXPECT_EQ(resolve_runtime_config(gemma, o).kv.snap_kernel, 31u);
+  EXPECT_EQ(resolve_runtime_config(llama, o).kv.snap_kernel, 7u);
+  o.kv_policy = run_policy(KvPolicyKind::RocketKV);
   o.snap_kernel = 15;
   EXPECT_EQ(resolve_runtime_config(gemma, o).kv.snap_kernel, 15u) << "the caller's kernel wins";
 

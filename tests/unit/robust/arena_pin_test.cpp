@@ -214,15 +214,20 @@ TEST(ArenaPin, Stories260K) {
   check_engine(g_stories_engine, *l->image, l->model, "stories260K", kStoriesEngine);
 }
 
-// Engine<> on rocketkv checks the Shape's rocketkv choices against the model's architecture:
+// Engine<> on rocketkv or snapkv checks the Shape's choices for it against the model's architecture:
 // a Shape saying another ranking or kernel (a stale header) is refused, naming both.
 struct StoriesHeadRankedShape : StoriesShape {
   static constexpr uint32_t sparse_ranking = 1, rocketkv_kernel = 31;
 };
+struct StoriesWideSnapKvShape : StoriesShape {
+  static constexpr uint32_t snapkv_kernel = 31;
+};
 Engine<StoriesShape, 256, 1, 16, KvPolicyKind::RocketKV> g_stories_rocketkv;
 Engine<StoriesHeadRankedShape, 256, 1, 16, KvPolicyKind::RocketKV> g_stories_rocketkv_stale;
+Engine<StoriesShape, 256, 1, 16, KvPolicyKind::SnapKV> g_stories_snapkv;
+Engine<StoriesWideSnapKvShape, 256, 1, 16, KvPolicyKind::SnapKV> g_stories_snapkv_stale;
 
-TEST(ArenaPin, EngineRefusesAShapeWithAnotherArchitecturesRocketKvChoices) {
+TEST(ArenaPin, EngineRefusesAShapeWithAnotherArchitecturesKvChoices) {
   auto l = robust::load_image(robust::stories_keel_bytes());
   ASSERT_TRUE(l->model.loaded());
   const Error ok = g_stories_rocketkv.init(l->image->span().data(), l->image->size(), BackendKind::Native);
@@ -233,6 +238,14 @@ TEST(ArenaPin, EngineRefusesAShapeWithAnotherArchitecturesRocketKvChoices) {
       std::string(stale.message()).find("group page ranking and kernel 63; the compiled-in Shape says head and 31"),
       std::string::npos)
       << stale.message();
+  // snapkv's kernel likewise.
+  const Error snap = g_stories_snapkv.init(l->image->span().data(), l->image->size(), BackendKind::Native);
+  EXPECT_TRUE(snap.ok()) << describe(snap);
+  const Error snap_stale = g_stories_snapkv_stale.init(l->image->span().data(), l->image->size(), BackendKind::Native);
+  EXPECT_EQ(snap_stale.status(), Status::ModelShapeMismatch);
+  EXPECT_NE(std::string(snap_stale.message()).find("snapkv with kernel 7; the compiled-in Shape says 31"),
+            std::string::npos)
+      << snap_stale.message();
 }
 
 TEST(ArenaPin, SmolLM2) {

@@ -116,8 +116,8 @@ const OptionSpec<ConvertOptions> kConvertOptions[] = {
      .field = &ConvertOptions::obs_window},
     {.long_name = "--snap-kernel",
      .metavar = "N",
-     .help = "SnapKV pooling kernel, odd; 0 = adaptive (default: the policy's,\n"
-             "7 for snapkv, 31 for snapstream)",
+     .help = "SnapKV pooling kernel, odd; 0 = adaptive (default: the policy's:\n"
+             "31 for snapstream; for snapkv 7 on llama, 31 on gemma3)",
      .kind = OptionKind::U32,
      .field = &ConvertOptions::snap_kernel},
     {.long_name = "--slots",
@@ -212,7 +212,10 @@ int cmd_convert(int argc, char** argv) {
   const bool json = co.json, quiet = co.quiet;
   {
     // The defaults the file names must be ones a run can use.
-    const RuntimeConfig rc = resolve_runtime_config(convert::run_defaults(opts), RunOverrides{});
+    // Before the model is read its family is not known; every family's kernels are odd, so the
+    // check does not depend on it.
+    const RuntimeConfig rc =
+        resolve_runtime_config(convert::run_defaults(opts, convert::ArchFamily::Llama), RunOverrides{});
     const Error e = validate_kv_policy(rc.kv, rc.plan.kv_budget_tokens, rc.plan.chunk_tokens);
     if (!e.ok()) return usage_error("convert", std::string("the KV defaults: ") + e.message());
   }

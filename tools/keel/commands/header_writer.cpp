@@ -11,7 +11,7 @@ namespace keel::cli {
 bool write_model_header(const convert::SourceModel& model, const convert::WriteOptions& opts, const std::string& path,
                         const std::string& ns, std::string& error) {
   const PlanShape s = convert::plan_shape(model);
-  const RuntimeConfig rc = convert::file_run_config(opts);
+  const RuntimeConfig rc = convert::file_run_config(opts, model.hyper.family);
   const PlanConfig& c = rc.plan;
   const MemoryPlan p = plan_memory(s, c, rc.kv);
 
@@ -21,12 +21,14 @@ bool write_model_header(const convert::SourceModel& model, const convert::WriteO
     local = "  static constexpr uint32_t local_layers = " + std::to_string(s.local_layers) +
             ";\n  static constexpr uint32_t sliding_window = " + std::to_string(s.sliding_window) + ";\n";
   }
-  // The architecture's choices for rocketkv (llm/architecture.h), which Engine<> cannot know
-  // from the numbers above; the ranking sizes a region of the plan.
+  // The architecture's choices for rocketkv and snapkv (llm/architecture.h), which Engine<>
+  // cannot know from the numbers above; the ranking sizes a region of the plan.
   const RunDefaults arch = architecture_run_defaults(static_cast<fb::ArchFamily>(model.hyper.family));
   local += "  static constexpr uint32_t sparse_ranking = " + std::to_string(uint32_t(arch.rocket_select)) +
            ";  // 0 group, 1 head (keel::RocketSelect)\n  static constexpr uint32_t rocketkv_kernel = " +
-           std::to_string(arch.snap_kernel(KvPolicyKind::RocketKV)) + ";\n";
+           std::to_string(arch.snap_kernel(KvPolicyKind::RocketKV)) +
+           ";\n  static constexpr uint32_t snapkv_kernel = " + std::to_string(arch.snap_kernel(KvPolicyKind::SnapKV)) +
+           ";\n";
   FILE* f = fopen(path.c_str(), "w");
   if (!f) {
     error = "cannot create " + path;
