@@ -122,6 +122,8 @@ class Engine {
                 "model has %" PRIu32 " sliding-window layers of window %" PRIu32 "; the compiled-in shape says %" PRIu32
                 " of %" PRIu32,
                 ps.local_layers, ps.sliding_window, kShape.local_layers, kShape.sliding_window);
+    // A Shape from an older header lacks the architecture's choices for snapkv and rocketkv;
+    // running without them is the configuration docs/notes/kvpress.md measured losing needles.
     if constexpr (Policy == KvPolicyKind::SnapKV) {
       const RunDefaults arch = architecture_run_defaults(model_.meta()->arch()->family());
       KEEL_ENSURE(arch.snap_kernel(Policy) == kKv.snap_kernel, Status::ModelShapeMismatch,
@@ -130,8 +132,6 @@ class Engine {
                   arch.snap_kernel(Policy), kKv.snap_kernel);
     }
     if constexpr (Policy == KvPolicyKind::RocketKV) {
-      // A Shape from an older header lacks the architecture's choices; running without them is
-      // the configuration docs/notes/kvpress.md measured losing the needles.
       const RunDefaults arch = architecture_run_defaults(model_.meta()->arch()->family());
       KEEL_ENSURE(arch.rocket_select == kKv.rocket_select && arch.snap_kernel(Policy) == kKv.snap_kernel,
                   Status::ModelShapeMismatch,
