@@ -19,6 +19,12 @@ std::string render_option_help(const char* long_name, const char* short_name, co
   return out + "\n";
 }
 
+std::string printf_literal(const std::string& text) {
+  std::string out;
+  for (char c : text) out += c == '%' ? std::string("%%") : std::string(1, c);
+  return out;
+}
+
 namespace option_detail {
 
 void first_error(std::string& error, std::string message) {

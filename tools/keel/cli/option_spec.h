@@ -53,6 +53,10 @@ inline constexpr size_t kHelpColumn = 25;
 // continuation lines indented to kHelpColumn (a name reaching the column: all of its help).
 std::string render_option_help(const char* long_name, const char* short_name, const char* metavar, const char* help);
 
+// `text` as a printf format that prints it unchanged ('%' doubled): a table's help placed into
+// CommandLine's help, which is a format whose one %s is the session's help.
+std::string printf_literal(const std::string& text);
+
 template <typename T>
 std::string render_help(std::span<const OptionSpec<T>> table) {
   std::string out;

@@ -337,9 +337,7 @@ int cmd_emulate(int argc, char** argv) {
   SessionOptions so;
   // kHelpHead + the command's table + kHelpTail is a printf format whose one %s is the session's
   // help; the table's text is never a format.
-  std::string own = render_help(kEmulateOptions), escaped;
-  for (char c : own) escaped += c == '%' ? std::string("%%") : std::string(1, c);
-  const std::string help = kHelpHead + escaped + kHelpTail;
+  const std::string help = kHelpHead + printf_literal(render_help(kEmulateOptions)) + kHelpTail;
   CommandLine cl("emulate", argc, argv, help.c_str(), &so);
   if (cl.help_shown()) return 0;
   EmulateOptions eo;

@@ -153,13 +153,6 @@ const OptionSpec<MemcheckOptions> kMemcheckOptions[] = {
      .field = &MemcheckOptions::json},
 };
 
-// A table's help inside the printf format of CommandLine (whose one %s is the session's help).
-std::string escape_percent(const std::string& text) {
-  std::string out;
-  for (char c : text) out += c == '%' ? std::string("%%") : std::string(1, c);
-  return out;
-}
-
 #if KEEL_HAVE_ALLOC_PROBE
 // At least `want` tokens from the start of the text at `path` (a file, or a directory of .txt
 // files in name order). Reads only as much text as it needs, not a whole large corpus.
@@ -231,7 +224,7 @@ std::string error_text(const Error& e) { return std::string(to_string(e.status()
 
 int cmd_memcheck(int argc, char** argv) {
   SessionOptions so;
-  const std::string help = kHelpHead + escape_percent(render_help(kMemcheckOptions) + sampler_help()) + kHelpTail;
+  const std::string help = kHelpHead + printf_literal(render_help(kMemcheckOptions) + sampler_help()) + kHelpTail;
   CommandLine cl("memcheck", argc, argv, help.c_str(), &so);
   if (cl.help_shown()) return 0;
   MemcheckOptions mo;
