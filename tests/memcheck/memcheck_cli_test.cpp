@@ -94,15 +94,13 @@ TEST(MemcheckCli, InjectedAllocationFailsTheCheck) {
   EXPECT_EQ(j["frees_after_init"], 1);
   EXPECT_EQ(j["bytes_allocated_after_init"], 1);
   ASSERT_EQ(j["failures"].size(), 1u);
-  EXPECT_NE(r.out.find("keel memcheck: 2 allocator calls after init (1 allocations of 1 bytes, 1 frees); expected 0"),
-            std::string::npos)
-      << r.out;
+  EXPECT_TRUE(test::mentions(r.out, {"2 allocator calls", "1 allocations of 1 bytes", "1 frees", "expected 0"}));
 }
 
 TEST(MemcheckCli, TrapAbortsAtTheInjectedAllocation) {
   const auto r = run_cli(memcheck("-n 500 -p 100 -t 1 --trap --inject-allocation 10"));
   EXPECT_NE(r.exit_code, 0) << r.out;
-  EXPECT_NE(r.out.find("malloc(1) while the trap is set"), std::string::npos) << r.out;
+  EXPECT_TRUE(test::mentions(r.out, {"malloc(1)", "trap"}));
 }
 
 TEST(MemcheckCli, MaxRssIsEnforced) {
@@ -120,7 +118,7 @@ TEST(MemcheckCli, MaxRssIsEnforced) {
 TEST(MemcheckCli, FullPolicyWithTooSmallBudgetIsRefusedBeforeRunning) {
   const auto r = run_cli(memcheck("-n 3000 -p 300 --kv-policy full --kv-budget 1024 --json"));
   EXPECT_EQ(r.exit_code, 1) << r.out;
-  EXPECT_NE(r.out.find("300 + 3000 = 3300 tokens, --kv-budget is 1024"), std::string::npos) << r.out;
+  EXPECT_TRUE(test::mentions(r.out, {"300 + 3000 = 3300", "--kv-budget", "1024"}));
   EXPECT_EQ(r.out.find('{'), std::string::npos) << "nothing ran, so no verdict: " << r.out;
 }
 

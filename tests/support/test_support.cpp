@@ -42,6 +42,15 @@ std::string tmp_path(const std::string& name) {
   return dir + "/" + name;
 }
 
+::testing::AssertionResult mentions(std::string_view text, std::initializer_list<std::string_view> facts) {
+  std::string missing;
+  for (std::string_view f : facts) {
+    if (text.find(f) == std::string_view::npos) missing += (missing.empty() ? "'" : ", '") + std::string(f) + "'";
+  }
+  if (missing.empty()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "missing " << missing << " in:\n" << text;
+}
+
 std::vector<uint8_t> read_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});

@@ -2,8 +2,12 @@
 // reading files, running the CLI.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace keel::test {
@@ -23,6 +27,11 @@ std::string tmp_path(const std::string& name);    // inside the build tree
 // quant_blocks.gguf, .expected.bin or .index.json: written into the build tree by the CTest
 // fixture quant_blocks_fixture (tests/reference/make_quant_golden.py).
 std::string quant_blocks_path(const std::string& name);
+
+// Success when `text` contains every one of `facts`, else a failure naming the missing ones and
+// showing the text. An error is checked for what a user needs from it (its status apart, the
+// names and numbers it reports), so that rewording a message breaks no test.
+::testing::AssertionResult mentions(std::string_view text, std::initializer_list<std::string_view> facts);
 
 std::vector<uint8_t> read_bytes(const std::string& path);
 void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes);

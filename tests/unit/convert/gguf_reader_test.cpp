@@ -434,13 +434,13 @@ TEST_F(GgufHostile, TruncatedEverywhere) {
     } else if (n < data) {
       EXPECT_NE(e.find("truncated"), std::string::npos) << n << ": " << e;
     } else {
-      EXPECT_NE(e.find("extends past the end of the file"), std::string::npos) << n << ": " << e;
+      EXPECT_TRUE(test::mentions(e, {"past the end"})) << "cut at " << n;
     }
   }
   // A cut inside the tensor infos names the tensor being read.
   std::vector<uint8_t> b(base_.begin(), base_.begin() + std::ptrdiff_t(infos + 8 + 17 + 6));
   const std::string e = error_for(b);
-  EXPECT_NE(e.find("tensor info #0 'token_embd.weight'"), std::string::npos) << e;
+  EXPECT_TRUE(test::mentions(e, {"#0", "token_embd.weight"}));
 }
 
 TEST_F(GgufHostile, AbsurdCounts) {

@@ -335,10 +335,10 @@ TEST(HfGemma3Reader, RejectsConfigsWithoutWhatGemma3Needs) {
   text.erase("query_pre_attn_scalar");
   write_text(dir + "/config.json", json{{"model_type", "gemma3"}, {"text_config", text}}.dump());
   std::string e = read_error(dir);
-  EXPECT_NE(e.find("config.json: text_config: missing 'query_pre_attn_scalar'"), std::string::npos) << e;
+  EXPECT_TRUE(test::mentions(e, {"text_config", "query_pre_attn_scalar"}));
   write_text(dir + "/config.json", json{{"model_type", "gemma3"}}.dump());
   e = read_error(dir);
-  EXPECT_NE(e.find("model_type gemma3 without a 'text_config' object"), std::string::npos) << e;
+  EXPECT_TRUE(test::mentions(e, {"gemma3", "text_config"}));
 }
 
 TEST(HfGemma3Reader, RejectsMissingAndMisshapenGemmaTensors) {
@@ -350,21 +350,19 @@ TEST(HfGemma3Reader, RejectsMissingAndMisshapenGemmaTensors) {
     if (t.name != "model.layers.4.post_feedforward_layernorm.weight") without.push_back(t);
   write_safetensors(dir + "/model.safetensors", without);
   std::string e = read_error(dir);
-  EXPECT_NE(e.find("missing tensor model.layers.4.post_feedforward_layernorm.weight"), std::string::npos) << e;
+  EXPECT_TRUE(test::mentions(e, {"missing", "model.layers.4.post_feedforward_layernorm.weight"}));
 
   for (Tensor& t : ts)
     if (t.name == "model.layers.2.self_attn.k_norm.weight") t = make(t.name, {kDim}, 7);
   write_safetensors(dir + "/model.safetensors", ts);
   e = read_error(dir);
-  EXPECT_NE(e.find("'model.layers.2.self_attn.k_norm.weight' has shape [64], config.json implies [32]"),
-            std::string::npos)
-      << e;
+  EXPECT_TRUE(test::mentions(e, {"model.layers.2.self_attn.k_norm.weight", "[64]", "[32]"}));
 
   ts = text_tensors("model.");
   ts.push_back(make("model.layers.0.self_attn.q_proj.bias", {kHeads * kHeadDim}, 5));
   write_safetensors(dir + "/model.safetensors", ts);
   e = read_error(dir);
-  EXPECT_NE(e.find("is a bias, but config.json declares no attention bias"), std::string::npos) << e;
+  EXPECT_TRUE(test::mentions(e, {"model.layers.0.self_attn.q_proj.bias", "attention bias"}));
 }
 
 }  // namespace

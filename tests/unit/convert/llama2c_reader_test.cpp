@@ -406,7 +406,7 @@ TEST(Llama2cReader, RejectsTruncatedCheckpoint) {
   std::vector<uint8_t> v1(100, 0);
   memcpy(v1.data(), "24ka", 4);  // 0x616b3432 little-endian
   const std::string short_v = error_for(v1, "llama2c_short_versioned.bin");
-  EXPECT_NE(short_v.find("versioned header needs 256 bytes"), std::string::npos) << short_v;
+  EXPECT_TRUE(test::mentions(short_v, {"header", "256 bytes"}));
 }
 
 TEST(Llama2cReader, RejectsTrailingBytes) {
@@ -450,7 +450,7 @@ TEST(Llama2cReader, RejectsBadVersionedHeaders) {
   std::vector<uint8_t> b = v1;
   put_i32(b, 4, 3);
   std::string e = error_for(b, "llama2c_v3.bin");
-  EXPECT_NE(e.find("unsupported llama2.c export version 3"), std::string::npos) << e;
+  EXPECT_TRUE(test::mentions(e, {"version 3"}));
 
   b = v1;
   b[36] = 7;
@@ -488,7 +488,7 @@ TEST(Llama2cReader, RejectsBadTokenizer) {
   // Drop the last token (3 text bytes + 8): one token short.
   std::vector<uint8_t> short_tok(tok.begin(), tok.end() - 11);
   std::string e = tok_error(short_tok);
-  EXPECT_NE(e.find("has 511 tokens, the checkpoint's vocab_size is 512"), std::string::npos) << e;
+  EXPECT_TRUE(test::mentions(e, {"511 tokens", "vocab_size", "512"}));
 
   std::vector<uint8_t> extra = tok;
   const float score = -1;
@@ -511,7 +511,7 @@ TEST(Llama2cReader, RejectsBadTokenizer) {
   std::vector<uint8_t> bad_max = tok;
   put_i32(bad_max, 0, 0x7fffffff);
   e = tok_error(bad_max);
-  EXPECT_NE(e.find("max_token_length 2147483647 is out of range"), std::string::npos) << e;
+  EXPECT_TRUE(test::mentions(e, {"max_token_length", "2147483647"}));
 
   std::vector<uint8_t> huge(tok.size() * 20, 0);
   memcpy(huge.data(), tok.data(), 4);
