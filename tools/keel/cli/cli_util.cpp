@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "backend/registry.h"
 #include "kv/kv_policy.h"
 
 namespace keel::cli {
@@ -102,17 +103,31 @@ bool parse_kv_policy(const std::string& s, fb::KvPolicy& out) {
 
 const char* kv_policy_name(fb::KvPolicy p) { return kv_policy_name(KvPolicyKind(p)); }
 
-std::string kv_policy_choices(bool with_rocketkv) {
+namespace {
+
+std::string join_names(const std::vector<const char*>& names, NameList style) {
+  std::string s;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i) s += style == NameList::Help ? " | " : i + 1 == names.size() ? " or " : ", ";
+    s += names[i];
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string kv_policy_choices(bool with_rocketkv, NameList style) {
   std::vector<const char*> names;
   for (KvPolicyKind k : kKvPolicies) {
     if (with_rocketkv || unsigned(k) <= unsigned(fb::KvPolicy::MAX)) names.push_back(kv_policy_name(k));
   }
-  std::string s;
-  for (size_t i = 0; i < names.size(); ++i) {
-    if (i) s += i + 1 == names.size() ? " or " : ", ";
-    s += names[i];
-  }
-  return s;
+  return join_names(names, style);
+}
+
+std::string backend_choices(NameList style) {
+  std::vector<const char*> names;
+  for (const BackendInfo& b : backend_infos()) names.push_back(b.name);
+  return join_names(names, style);
 }
 
 void ProgressBar::update(size_t done, size_t total, uint64_t bytes) {

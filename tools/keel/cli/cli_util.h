@@ -41,9 +41,14 @@ bool parse_list(const std::string& s, std::vector<T>& out) {
 }
 
 bool parse_kv_policy(const std::string& s, fb::KvPolicy& out);
+// How a list of names reads: in an error ("a, b or c") or in a help line ("a | b | c").
+enum class NameList { Prose, Help };
 // "full, window, streaming, snapkv, snapstream or rocketkv" (without rocketkv: the policies a
-// model file can name as its default), for errors naming what --kv-policy expects.
-std::string kv_policy_choices(bool with_rocketkv = true);
+// model file can name as its default), for errors naming what --kv-policy expects and its help.
+std::string kv_policy_choices(bool with_rocketkv = true, NameList style = NameList::Prose);
+// "auto, ref, native, xnnpack or dataflow": the backend registry's names (backend/registry.h),
+// for errors naming what --backend expects and its help.
+std::string backend_choices(NameList style = NameList::Prose);
 const char* kv_policy_name(fb::KvPolicy p);
 
 // Redraws one line on stderr when enabled (a terminal); silent otherwise.

@@ -28,6 +28,10 @@ bool store_sparse_attention(const std::string& v, SessionOptions& o) {
   return o.sparse_topk || o.sparse_none;
 }
 
+// The help of the options whose values are a registry's names, from that registry.
+const std::string kBackendHelp = backend_choices(NameList::Help) + " (default auto)";
+const std::string kKvPolicyHelp = kv_policy_choices(true, NameList::Help) + " (docs/kv.md)";
+
 // In --help's order. Kinds, as RunOverrides takes them: 0 there means "the model's default", so an
 // option the engine cannot take as 0 is U32AtLeastOne; --snap-hold and --snap-kernel's 0 (no hold,
 // adaptive kernel) is -1 (ZeroIsNone); the two-valued options are numbered 1 and 2 (0: not given).
@@ -46,7 +50,7 @@ const OptionSpec<SessionOptions> kSessionOptions[] = {
      .field = &SessionOptions::threads},
     {.long_name = "--backend",
      .metavar = "B",
-     .help = "auto | ref | native | xnnpack | dataflow (default auto)",
+     .help = kBackendHelp.c_str(),
      .kind = OptionKind::Text,
      .field = &SessionOptions::backend},
     {.long_name = "--hw",
@@ -62,7 +66,7 @@ const OptionSpec<SessionOptions> kSessionOptions[] = {
      .field = &SessionOptions::sram_bytes},
     {.long_name = "--kv-policy",
      .metavar = "P",
-     .help = "full | window | streaming | snapkv | snapstream | rocketkv (docs/kv.md)",
+     .help = kKvPolicyHelp.c_str(),
      .kind = OptionKind::Text,
      .field = &SessionOptions::kv_policy},
     {.long_name = "--kv-budget",
@@ -321,20 +325,10 @@ uint64_t Session::kv_budget(uint64_t need) const {
   return default_budget();
 }
 
-std::string backend_name_list() {
-  const Span<const BackendInfo> table = backend_infos();
-  std::string s;
-  for (size_t i = 0; i < table.size(); ++i) {
-    if (i) s += i + 1 == table.size() ? " or " : ", ";
-    s += table[i].name;
-  }
-  return s;
-}
-
 bool Session::start(uint32_t budget, std::string& error) {
   RunOverrides o;
   if (!backend_from_name(opts_.backend.c_str(), &o.backend)) {
-    error = "--backend expects " + backend_name_list() + ", got '" + opts_.backend + "'";
+    error = "--backend expects " + backend_choices() + ", got '" + opts_.backend + "'";
     return false;
   }
   if ((o.backend == BackendKind::Dataflow) != !opts_.hw.empty()) {

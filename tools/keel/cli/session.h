@@ -112,9 +112,6 @@ class Session {
   Runtime runtime_;
 };
 
-// "auto, ref, native, xnnpack or dataflow", for errors naming what --backend expects.
-std::string backend_name_list();
-
 // Current time in seconds (monotonic).
 double now_seconds();
 

@@ -35,8 +35,8 @@ const ListOption kOptions[kOptCount] = {
     {"--slots", nullptr, "N,...", "1",
      "sequences decoding together: a tg test runs one batched pass per step over N slots and reports their "
      "aggregate t/s"},
-    {"--backend", nullptr, "B,...", "auto", "auto | ref | native | xnnpack | dataflow (with --hw)"},
-    {"--kv-policy", nullptr, "P,...", "full", nullptr},  // help: kv_policy_choices()
+    {"--backend", nullptr, "B,...", "auto", nullptr},    // help: list_help()
+    {"--kv-policy", nullptr, "P,...", "full", nullptr},  // help: list_help()
     {"--kv-budget", nullptr, "N,...", "0",
      "KV budget in tokens, 0 = for full the largest depth + the longest test, for the other policies "
      "the model's"},
@@ -89,13 +89,19 @@ std::string session_help_without_lists() {
   return session_help_without(names);
 }
 
+// The help of an option whose values are a registry's names, from that registry.
+std::string list_help(const ListOption& o) {
+  if (o.help) return o.help;
+  return &o == &kOptions[kBackend] ? backend_choices(NameList::Help) + " (with --hw)" : kv_policy_choices();
+}
+
 std::string help_text() {
   std::string h = kHelpHead;
   for (const ListOption& o : kOptions) {
     std::string names =
         std::string("  ") + (o.short_name ? std::string(o.short_name) + ", " : "") + o.long_name + " " + o.meta;
     names.resize(std::max<size_t>(names.size() + 1, 25), ' ');
-    std::string text = (o.help ? std::string(o.help) : kv_policy_choices()) + " (default " + o.fallback + ")";
+    std::string text = list_help(o) + " (default " + o.fallback + ")";
     // Wrapped at 97 columns, continuation lines under the text.
     while (names.size() + text.size() > 97) {
       size_t cut = text.rfind(' ', 97 - names.size());
@@ -299,7 +305,7 @@ bool parse_grid(const std::string (&given)[kOptCount], Grid& g, std::string& err
   for (const std::string& b : g.backends) {
     BackendKind kind;
     if (!backend_from_name(b.c_str(), &kind)) {
-      error = "--backend expects " + backend_name_list() + ", got '" + b + "'";
+      error = "--backend expects " + backend_choices() + ", got '" + b + "'";
       return false;
     }
   }

@@ -68,6 +68,13 @@ bool store_quant(const std::string& v, ConvertOptions& o) {
   return false;
 }
 
+// The policies a file can name as its default, from the policy table.
+const std::string kPolicyHelp =
+    "default KV policy stored in the file (default snapstream; on a\n"
+    "model with sliding-window layers it governs the global layers\n"
+    "only): " +
+    kv_policy_choices(false, NameList::Help);
+
 const OptionSpec<ConvertOptions> kConvertOptions[] = {
     {.long_name = "--output",
      .short_name = "-o",
@@ -88,12 +95,7 @@ const OptionSpec<ConvertOptions> kConvertOptions[] = {
      .metavar = "FILE",
      .help = "llama2.c tokenizer .bin (default: the only tok*.bin beside IN)",
      .field = &ConvertOptions::tokenizer},
-    {.long_name = "--kv-policy",
-     .metavar = "P",
-     .help = "default KV policy stored in the file: full | window | streaming |\n"
-             "snapkv | snapstream (default snapstream; on a model with\n"
-             "sliding-window layers it governs the global layers only)",
-     .field = &ConvertOptions::policy},
+    {.long_name = "--kv-policy", .metavar = "P", .help = kPolicyHelp.c_str(), .field = &ConvertOptions::policy},
     {.long_name = "--kv-budget",
      .metavar = "N",
      .help = "default KV budget in tokens (default 1024)",

@@ -49,11 +49,13 @@ struct InfoOptions {
 
 bool store_kv_type(const std::string& v, InfoOptions& o) { return parse_kv_type(v.c_str(), o.kv_type); }
 
+const std::string kPolicyHelp =
+    kv_policy_choices(true, NameList::Help) + ": the policy\nplanned for (default: the run default)";
+
 const OptionSpec<InfoOptions> kInfoOptions[] = {
     {.long_name = "--kv-policy",
      .metavar = "P",
-     .help = "full | window | streaming | snapkv | snapstream | rocketkv: the policy\n"
-             "planned for (default: the run default)",
+     .help = kPolicyHelp.c_str(),
      .field = &InfoOptions::policy,
      .given = &InfoOptions::has_policy},
     {.long_name = "--kv-budget",
