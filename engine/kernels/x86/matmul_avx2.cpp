@@ -14,25 +14,12 @@
 
 #include "kernels/kquant_kernels.h"
 #include "kernels/matmul_driver.h"
+#include "kernels/x86/matmul_avx2_loads.h"
 #include "kernels/x86/x86_tables.h"
 
 namespace keel::x86 {
 
 namespace {
-
-inline int32_t load_i32(const void* p) {
-  int32_t v;
-  memcpy(&v, p, 4);
-  return v;
-}
-
-inline __m256i loadu256(const void* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-
-inline __m256 load_scales8(const uint8_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-
-inline __m256i bcast4(const int8_t* q) { return _mm256_set1_epi32(load_i32(q)); }
 
 inline float hmax8(__m256 v) {
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -128,8 +115,8 @@ void q8_panel(const PanelView& pv, const ActBlock* x, float* y, uint32_t y_strid
   __m256 accf_lo[T], accf_hi[T];
   for (int t = 0; t < T; ++t) accf_lo[t] = accf_hi[t] = _mm256_setzero_ps();
   for (uint32_t b = 0; b < nb; ++b) {
-    const __m256 dw_lo = load_scales8(scales + b * 32);
-    const __m256 dw_hi = load_scales8(scales + b * 32 + 16);
+    const __m256 dw_lo = load_f16x8(scales + b * 32);
+    const __m256 dw_hi = load_f16x8(scales + b * 32 + 16);
     const uint8_t* qb = quants + uint64_t(b) * 512;
     __m256i acc_lo[T], acc_hi[T];
     for (int t = 0; t < T; ++t) acc_lo[t] = acc_hi[t] = _mm256_setzero_si256();
@@ -167,8 +154,8 @@ void q4_panel(const PanelView& pv, const ActBlock* x, float* y, uint32_t y_strid
   __m256 accf_lo[T], accf_hi[T];
   for (int t = 0; t < T; ++t) accf_lo[t] = accf_hi[t] = _mm256_setzero_ps();
   for (uint32_t b = 0; b < nb; ++b) {
-    const __m256 dw_lo = load_scales8(scales + b * 32);
-    const __m256 dw_hi = load_scales8(scales + b * 32 + 16);
+    const __m256 dw_lo = load_f16x8(scales + b * 32);
+    const __m256 dw_hi = load_f16x8(scales + b * 32 + 16);
     const uint8_t* qb = quants + uint64_t(b) * 256;
     __m256i p_lo[T], p_hi[T];  // int16 pair sums, |.| <= 30480
     for (int t = 0; t < T; ++t) p_lo[t] = p_hi[t] = _mm256_setzero_si256();
@@ -203,8 +190,8 @@ void q4_panel(const PanelView& pv, const ActBlock* x, float* y, uint32_t y_strid
       if constexpr (kMin) {
         const __m256 da = _mm256_set1_ps(a.d);
         const __m256 sa = _mm256_cvtepi32_ps(_mm256_set1_epi32(a.sum));  // exact, as in the AVX-512 kernel
-        accf_lo[t] = _mm256_fmadd_ps(_mm256_mul_ps(load_scales8(mins + b * 32), da), sa, accf_lo[t]);
-        accf_hi[t] = _mm256_fmadd_ps(_mm256_mul_ps(load_scales8(mins + b * 32 + 16), da), sa, accf_hi[t]);
+        accf_lo[t] = _mm256_fmadd_ps(_mm256_mul_ps(load_f16x8(mins + b * 32), da), sa, accf_lo[t]);
+        accf_hi[t] = _mm256_fmadd_ps(_mm256_mul_ps(load_f16x8(mins + b * 32 + 16), da), sa, accf_hi[t]);
       }
     }
   }

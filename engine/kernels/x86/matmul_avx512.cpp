@@ -6,11 +6,9 @@
 // The panels and tiles of tokens are walked by kernels/matmul_driver.h; with several tokens
 // every quant load feeds the up to 8 tokens of a tile.
 
-#include <cstring>
-
 #include "kernels/kquant_kernels.h"
 #include "kernels/matmul_driver.h"
-#include "kernels/x86/avx512_intrin.h"
+#include "kernels/x86/matmul_avx512_loads.h"
 #include "kernels/x86/x86_tables.h"
 
 namespace keel::x86 {
@@ -31,20 +29,6 @@ inline void prefetch_block(const uint8_t* qb, int lines, uint64_t scale) {
     _mm_prefetch(reinterpret_cast<const char*>(qb + scale * kPrefetchL1Bytes + line * 64), _MM_HINT_T0);
   }
 }
-
-inline int32_t load_i32(const void* p) {
-  int32_t v;
-  memcpy(&v, p, 4);
-  return v;
-}
-
-inline __m512 load_scales(const uint8_t* p) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
-
-inline __m512i load_quants(const uint8_t* p) { return _mm512_loadu_si512(reinterpret_cast<const void*>(p)); }
-
-inline __m512i bcast4(const int8_t* q) { return _mm512_set1_epi32(load_i32(q)); }
 
 // acc_f += (d_w * d_a) * float(acc_i), per row lane.
 inline __m512 scale_add(__m512 accf, __m512 dw, float da, __m512i acc) {
@@ -101,7 +85,7 @@ void q8_panel(const PanelView& pv, const ActBlock* x, float* y, uint32_t y_strid
   __m512 accf[T];
   for (int t = 0; t < T; ++t) accf[t] = _mm512_setzero_ps();
   for (uint32_t b = 0; b < nb; ++b) {
-    const __m512 dw = load_scales(scales + b * 32);
+    const __m512 dw = load_f16x16(scales + b * 32);
     const uint8_t* qb = quants + uint64_t(b) * 512;
     if constexpr (T == 1) {
       // Two independent chains so consecutive vpdpbusd do not wait on each other.
@@ -109,8 +93,8 @@ void q8_panel(const PanelView& pv, const ActBlock* x, float* y, uint32_t y_strid
       __m512i acc0 = _mm512_set1_epi32(-128 * a.sum);
       __m512i acc1 = _mm512_setzero_si512();
       for (int g = 0; g < 8; g += 2) {
-        acc0 = _mm512_dpbusd_epi32(acc0, load_quants(qb + g * 64), bcast4(a.q + 4 * g));
-        acc1 = _mm512_dpbusd_epi32(acc1, load_quants(qb + g * 64 + 64), bcast4(a.q + 4 * g + 4));
+        acc0 = _mm512_dpbusd_epi32(acc0, load512(qb + g * 64), bcast4(a.q + 4 * g));
+        acc1 = _mm512_dpbusd_epi32(acc1, load512(qb + g * 64 + 64), bcast4(a.q + 4 * g + 4));
       }
       accf[0] = scale_add(accf[0], dw, a.d, _mm512_add_epi32(acc0, acc1));
     } else {
@@ -118,7 +102,7 @@ void q8_panel(const PanelView& pv, const ActBlock* x, float* y, uint32_t y_strid
       prefetch_block(qb, 8, 2);  // as in q4_panel
       for (int t = 0; t < T; ++t) acc[t] = _mm512_set1_epi32(-128 * x[uint64_t(t) * nb + b].sum);
       for (int g = 0; g < 8; ++g) {
-        const __m512i w = load_quants(qb + g * 64);
+        const __m512i w = load512(qb + g * 64);
         for (int t = 0; t < T; ++t) acc[t] = _mm512_dpbusd_epi32(acc[t], w, bcast4(x[uint64_t(t) * nb + b].q + 4 * g));
       }
       for (int t = 0; t < T; ++t) accf[t] = scale_add(accf[t], dw, x[uint64_t(t) * nb + b].d, acc[t]);
@@ -141,7 +125,7 @@ void q4_panel(const PanelView& pv, const ActBlock* x, float* y, uint32_t y_strid
   __m512 accf[T];
   for (int t = 0; t < T; ++t) accf[t] = _mm512_setzero_ps();
   for (uint32_t b = 0; b < nb; ++b) {
-    const __m512 dw = load_scales(scales + b * 32);
+    const __m512 dw = load_f16x16(scales + b * 32);
     const uint8_t* qb = quants + uint64_t(b) * 256;
     __m512i acc[T];
     if constexpr (T == 1) {
@@ -149,7 +133,7 @@ void q4_panel(const PanelView& pv, const ActBlock* x, float* y, uint32_t y_strid
       __m512i acc_lo = kMin ? _mm512_setzero_si512() : _mm512_set1_epi32(-8 * a.sum);
       __m512i acc_hi = _mm512_setzero_si512();
       for (int c = 0; c < 4; ++c) {
-        const __m512i w = load_quants(qb + c * 64);
+        const __m512i w = load512(qb + c * 64);
         const __m512i lo = _mm512_and_si512(w, low4);
         const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), low4);
         acc_lo = _mm512_dpbusd_epi32(acc_lo, lo, bcast4(a.q + 8 * c));
@@ -164,7 +148,7 @@ void q4_panel(const PanelView& pv, const ActBlock* x, float* y, uint32_t y_strid
       for (int t = 0; t < T; ++t)
         acc[t] = kMin ? _mm512_setzero_si512() : _mm512_set1_epi32(-8 * x[uint64_t(t) * nb + b].sum);
       for (int c = 0; c < 4; ++c) {
-        const __m512i w = load_quants(qb + c * 64);
+        const __m512i w = load512(qb + c * 64);
         const __m512i lo = _mm512_and_si512(w, low4);
         const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), low4);
         for (int t = 0; t < T; ++t) {
@@ -175,7 +159,7 @@ void q4_panel(const PanelView& pv, const ActBlock* x, float* y, uint32_t y_strid
       }
     }
     if constexpr (kMin) {
-      const __m512 mw = load_scales(mins + b * 32);
+      const __m512 mw = load_f16x16(mins + b * 32);
       for (int t = 0; t < T; ++t) {
         const ActBlock& a = x[uint64_t(t) * nb + b];
         const __m512 da = _mm512_set1_ps(a.d);

@@ -9,10 +9,9 @@
 // block therefore gives two int32 sums per row, columns 0-15 and 16-31: Q6K's two sub-blocks.
 #include <immintrin.h>
 
-#include <cstring>
-
 #include "kernels/kquant_kernels.h"
 #include "kernels/matmul_driver.h"
+#include "kernels/x86/matmul_avx2_loads.h"
 #include "model/weight_format.h"
 
 namespace keel::x86 {
@@ -21,23 +20,12 @@ namespace {
 
 using fb::DType;
 
-inline int32_t load_i32(const void* p) {
-  int32_t v;
-  memcpy(&v, p, 4);
-  return v;
-}
-
-inline __m256i loadu256(const void* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-inline __m256 load_f16x8(const uint8_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
 inline __m256 load_u8x8(const uint8_t* p) {
   return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
 inline __m256i load_i8x8(const uint8_t* p) {
   return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
-inline __m256i bcast4(const int8_t* q) { return _mm256_set1_epi32(load_i32(q)); }
 
 // Moves bit kBit (and kBit + 1 for kMask 0x30) of every byte to bit 4 (and 5). 16-bit shifts
 // carry bits across the byte boundary only into positions the mask clears.

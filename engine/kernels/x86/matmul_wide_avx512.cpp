@@ -6,11 +6,9 @@
 // Every float operation per row lane is the one the AVX2 kernel performs, in the same order, on
 // the same exact integers, so a token's outputs are bit for bit the same whichever kernel (and
 // however many tokens beside it) computed them.
-#include <cstring>
-
 #include "kernels/kquant_kernels.h"
 #include "kernels/matmul_driver.h"
-#include "kernels/x86/avx512_intrin.h"
+#include "kernels/x86/matmul_avx512_loads.h"
 #include "model/weight_format.h"
 
 namespace keel::x86 {
@@ -19,22 +17,12 @@ namespace {
 
 using fb::DType;
 
-inline int32_t load_i32(const void* p) {
-  int32_t v;
-  memcpy(&v, p, 4);
-  return v;
-}
-inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
-inline __m512 load_f16x16(const uint8_t* p) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
 inline __m512 load_u8x16(const uint8_t* p) {
   return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
 inline __m512i load_i8x16(const uint8_t* p) {
   return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
-inline __m512i bcast4(const int8_t* q) { return _mm512_set1_epi32(load_i32(q)); }
 
 template <int kBit, int kMask>
 inline __m512i to_bit4(__m512i v) {
