@@ -275,13 +275,7 @@ uint64_t sweep_sram(EmuConfig c) {
   uint64_t lo = 1, hi = 1ull << 50;
   auto ok = [&](uint64_t bytes) {
     c.hw.sram_bytes = bytes;
-    DfScheduleInput in;
-    in.model = c.model;
-    in.memory = df_memory(c.hw);
-    in.kv_capacity_tokens = emu_kv_capacity(c);
-    in.slots = c.slots;
-    in.chunk_tokens = c.chunk;
-    const DfSchedule s = df_schedule(in);
+    const DfSchedule s = emu_schedule(c);
     return s.fits && s.kv_onchip;
   };
   if (!ok(hi)) return 0;

@@ -15,15 +15,19 @@ double emu_cycles(const DfCounterSet& s, const HwDesc& hw, bool double_buffered,
   return total;
 }
 
-EmuResult emulate(const EmuConfig& c) {
-  EmuResult r;
+DfSchedule emu_schedule(const EmuConfig& c) {
   DfScheduleInput in;
   in.model = c.model;
   in.memory = df_memory(c.hw);
   in.kv_capacity_tokens = emu_kv_capacity(c);
   in.slots = c.slots;
   in.chunk_tokens = c.chunk;
-  r.schedule = df_schedule(in);
+  return df_schedule(in);
+}
+
+EmuResult emulate(const EmuConfig& c) {
+  EmuResult r;
+  r.schedule = emu_schedule(c);
   if (!r.schedule.fits) return r;
   // Prefill: chunk by chunk; a bounded policy settles back to the budget after each chunk.
   uint32_t visible = 0;

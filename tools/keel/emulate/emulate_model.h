@@ -33,6 +33,8 @@ struct EmuResult {
 // KV budget of the plan: a bounded policy's, or under full the context plus the decode token.
 uint32_t emu_budget(const EmuConfig& c);
 uint32_t emu_kv_capacity(const EmuConfig& c);
+// The static schedule of `c`: its hardware's SRAM and tiers, its KV capacity, slots and chunk.
+DfSchedule emu_schedule(const EmuConfig& c);
 EmuResult emulate(const EmuConfig& c);
 // Cycles of a counter set: the sum of its ops' costs (ops run one after another).
 double emu_cycles(const DfCounterSet& s, const HwDesc& hw, bool double_buffered, const DfReuse& reuse = {});
