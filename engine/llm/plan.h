@@ -68,6 +68,10 @@ struct PlanConfig {
 
 constexpr uint64_t kPlanAlign = 64;
 constexpr uint64_t plan_align(uint64_t n) { return (n + kPlanAlign - 1) / kPlanAlign * kPlanAlign; }
+// Record sizes are fixed numbers, not sizeof: a plan must come out the same on every target, since
+// `keel convert --header` computes it on a 64-bit host and a 32-bit firmware build asserts its own
+// constexpr plan equal to it (ports/cortex-m33/main.cpp). Each owner static_asserts that its
+// record fits (runtime.cpp, runtime.h, scheduler.cpp).
 constexpr uint64_t kSlotStateBytes = 1024;  // slot record: cache view, sampler state, recent tokens
 // Scheduler records (llm/scheduler.h): one per slot and per queue place, and one step entry
 // (Runtime::SlotWork) per slot.
