@@ -3,11 +3,45 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
 
 #include "ports/linux/backend_plan.h"
 #include "support/test_support.h"
 
 namespace keel::test {
+
+namespace {
+
+template <typename Read>
+const convert::SourceModel* read_once(std::optional<convert::SourceModel>& slot, const char* name, Read read) {
+  if (slot) return &*slot;
+  std::string err;
+  slot = read(err);
+  if (!slot) ADD_FAILURE() << "cannot read " << name << ": " << err;
+  return slot ? &*slot : nullptr;
+}
+
+}  // namespace
+
+const convert::SourceModel* stories260k_source() {
+  static std::optional<convert::SourceModel> src;
+  return read_once(src, "stories260K", [](std::string& err) {
+    return convert::read_llama2c(require_file(shared_path("models/stories260K/stories260K.bin")),
+                                 require_file(shared_path("models/stories260K/tok512.bin")), err);
+  });
+}
+
+const convert::SourceModel* smollm2_source() {
+  static std::optional<convert::SourceModel> src;
+  return read_once(src, "SmolLM2",
+                   [](std::string& err) { return convert::read_gguf(require_file(smollm2_gguf()), err); });
+}
+
+const convert::SourceModel* gemma3_source() {
+  static std::optional<convert::SourceModel> src;
+  return read_once(src, "Gemma 3",
+                   [](std::string& err) { return convert::read_gguf(require_file(gemma3_gguf()), err); });
+}
 
 std::unique_ptr<LoadedModel> load_keel(const std::string& path) {
   auto l = std::make_unique<LoadedModel>();
@@ -28,6 +62,11 @@ std::unique_ptr<LoadedModel> convert_and_load(const convert::SourceModel& src, c
                                               const std::string& file_name) {
   convert::WriteOptions opts;
   opts.quant = quant;
+  return convert_and_load(src, opts, file_name);
+}
+
+std::unique_ptr<LoadedModel> convert_and_load(const convert::SourceModel& src, const convert::WriteOptions& opts,
+                                              const std::string& file_name) {
   convert::WriteStats stats;
   std::string err;
   const std::string path = tmp_path(file_name);
@@ -42,10 +81,7 @@ const LoadedModel& stories260k(convert::QuantMode quant) {
   static std::map<convert::QuantMode, std::unique_ptr<LoadedModel>> converted;
   std::unique_ptr<LoadedModel>& slot = converted[quant];
   if (slot) return *slot;
-  std::string err;
-  auto src = convert::read_llama2c(require_file(shared_path("models/stories260K/stories260K.bin")),
-                                   require_file(shared_path("models/stories260K/tok512.bin")), err);
-  if (!src) ADD_FAILURE() << "cannot read stories260K: " << err;
+  const convert::SourceModel* src = stories260k_source();
   if (src) slot = convert_and_load(*src, quant, "stories260K_q" + std::to_string(int(quant)) + ".keel");
   if (!slot) slot = std::make_unique<LoadedModel>();  // not loaded: the callers' checks fail
   return *slot;

@@ -24,10 +24,19 @@ struct LoadedModel {
   Model model;
 };
 
+// The source models the tests convert, each read once per process; nullptr, and the calling test
+// failed, when it cannot be read (a later call tries again and fails again).
+const convert::SourceModel* stories260k_source();  // ../shared, llama2.c format
+const convert::SourceModel* smollm2_source();      // the GGUF of scripts/setup.sh
+const convert::SourceModel* gemma3_source();       // the GGUF of scripts/setup.sh (models/gemma3.recipe)
+
 // Maps and loads a .keel file.
 std::unique_ptr<LoadedModel> load_keel(const std::string& path);
 // Writes `src` with `quant` to tmp/<file_name> and loads it.
 std::unique_ptr<LoadedModel> convert_and_load(const convert::SourceModel& src, convert::QuantMode quant,
+                                              const std::string& file_name);
+// The same with every write option, for a file whose KV defaults or plan the test chooses.
+std::unique_ptr<LoadedModel> convert_and_load(const convert::SourceModel& src, const convert::WriteOptions& opts,
                                               const std::string& file_name);
 // stories260K (../shared, llama2.c format) converted with `quant`, once per process and quant;
 // `model.loaded()` is false (and the first test to ask failed) when that did not work.

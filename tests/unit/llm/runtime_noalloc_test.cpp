@@ -7,46 +7,24 @@
 #include <memory>
 #include <string>
 
-#include "convert/keel_writer.h"
 #include "llm/generate.h"
 #include "llm/runtime.h"
 #include "ports/linux/backend_plan.h"
-#include "ports/linux/mapped_file.h"
 #include "ports/linux/thread_pool.h"
 #include "support/alloc_counter.h"
+#include "support/runtime_fixture.h"
 #include "support/test_support.h"
 #include "text/stream_decoder.h"
 
 namespace keel {
 namespace {
 
-struct Loaded {
-  port::MappedFile file;
-  Model model;
-};
-
 enum class Source { Stories, SmolLM2, Gemma3 };
 
-std::unique_ptr<Loaded> convert_load(const std::string& name, Source source, convert::QuantMode q) {
-  std::string err;
-  std::optional<convert::SourceModel> src =
-      source == Source::SmolLM2 ? convert::read_gguf(test::require_file(test::smollm2_gguf()), err)
-      : source == Source::Gemma3
-          ? convert::read_gguf(test::require_file(test::gemma3_gguf()), err)
-          : convert::read_llama2c(test::require_file(test::shared_path("models/stories260K/stories260K.bin")),
-                                  test::require_file(test::shared_path("models/stories260K/tok512.bin")), err);
-  EXPECT_TRUE(src.has_value()) << err;
-  auto l = std::make_unique<Loaded>();
-  if (!src) return l;
-  convert::WriteOptions wo;
-  wo.quant = q;
-  convert::WriteStats ws;
-  const std::string path = test::tmp_path(name);
-  EXPECT_TRUE(convert::write_keel(*src, wo, path, ws, err)) << err;
-  EXPECT_TRUE(l->file.open(path, err)) << err;
-  const Error e = l->model.load(Span<const uint8_t>(l->file.data(), l->file.size()));
-  EXPECT_TRUE(e.ok()) << e.message();
-  return l;
+const convert::SourceModel* source_of(Source source) {
+  return source == Source::SmolLM2  ? test::smollm2_source()
+         : source == Source::Gemma3 ? test::gemma3_source()
+                                    : test::stories260k_source();
 }
 
 struct Case {
@@ -64,8 +42,10 @@ struct Case {
 
 void run_case(const Case& c) {
   SCOPED_TRACE(c.name);
-  auto l = convert_load(std::string(c.name) + ".keel", c.source, c.quant);
-  ASSERT_TRUE(l->model.loaded());
+  const convert::SourceModel* src = source_of(c.source);
+  ASSERT_NE(src, nullptr);
+  const std::unique_ptr<test::LoadedModel> l = test::convert_and_load(*src, c.quant, std::string(c.name) + ".keel");
+  ASSERT_TRUE(l && l->model.loaded());
   RuntimeConfig rc;
   rc.backend = c.backend;
   rc.kv.kind = c.policy;

@@ -7,30 +7,18 @@
 #include <random>
 #include <vector>
 
-#include "convert/keel_writer.h"
 #include "llm/runtime.h"
 #include "llm/scheduler.h"
-#include "ports/linux/mapped_file.h"
 #include "support/alloc_counter.h"
+#include "support/runtime_fixture.h"
 #include "support/test_support.h"
 
 namespace keel {
 namespace {
 
 TEST(SchedulerNoAlloc, StepsAllocateNothing) {
-  std::string err;
-  auto src = convert::read_llama2c(test::require_file(test::shared_path("models/stories260K/stories260K.bin")),
-                                   test::require_file(test::shared_path("models/stories260K/tok512.bin")), err);
-  ASSERT_TRUE(src.has_value()) << err;
-  convert::WriteOptions wo;
-  wo.quant = convert::QuantMode::Q8;
-  convert::WriteStats ws;
-  const std::string path = test::tmp_path("scheduler_noalloc.keel");
-  ASSERT_TRUE(convert::write_keel(*src, wo, path, ws, err)) << err;
-  port::MappedFile file;
-  ASSERT_TRUE(file.open(path, err)) << err;
-  Model model;
-  ASSERT_TRUE(model.load(Span<const uint8_t>(file.data(), file.size())).ok());
+  const Model& model = test::stories260k(convert::QuantMode::Q8).model;
+  ASSERT_TRUE(model.loaded());
 
   RuntimeConfig rc;
   rc.backend = BackendKind::Native;

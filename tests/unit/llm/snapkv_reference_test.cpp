@@ -10,9 +10,8 @@
 #include <set>
 #include <vector>
 
-#include "convert/keel_writer.h"
 #include "llm/runtime.h"
-#include "ports/linux/mapped_file.h"
+#include "support/runtime_fixture.h"
 #include "support/test_support.h"
 
 namespace keel {
@@ -25,18 +24,8 @@ TEST(SnapKvReference, KeepsWhatThePaperDefinitionKeeps) {
   const uint32_t budget = g["budget"], window = g["window"], kernel = g["kernel"];
   std::vector<int32_t> ids = g["ids"].get<std::vector<int32_t>>();
 
-  std::string err;
-  auto src = convert::read_llama2c(test::require_file(test::shared_path("models/stories260K/stories260K.bin")),
-                                   test::require_file(test::shared_path("models/stories260K/tok512.bin")), err);
-  ASSERT_TRUE(src.has_value()) << err;
-  const std::string path = test::tmp_path("snapkv_ref.keel");
-  convert::WriteOptions wo;  // keep: F32, as the reference computes
-  convert::WriteStats ws;
-  ASSERT_TRUE(convert::write_keel(*src, wo, path, ws, err)) << err;
-  port::MappedFile file;
-  ASSERT_TRUE(file.open(path, err)) << err;
-  Model model;
-  ASSERT_TRUE(model.load(Span<const uint8_t>(file.data(), file.size())).ok());
+  const Model& model = test::stories260k(convert::QuantMode::Keep).model;  // F32, as the reference computes
+  ASSERT_TRUE(model.loaded());
 
   // The whole prompt in one chunk, so the one compression sees exactly the reference's attention.
   RuntimeConfig rc;
