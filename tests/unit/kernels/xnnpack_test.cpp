@@ -20,13 +20,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "convert/keel_writer.h"
-#include "convert/source_model.h"
 #include "backend/xnnpack/xnnpack_backend.h"
 #include "kernels/kernels.h"
 #include "kernels/xnnpack/xnn_memory.h"
@@ -35,8 +32,8 @@
 #include "llm/plan_model.h"
 #include "llm/runtime.h"
 #include "llm/transformer.h"
-#include "ports/linux/mapped_file.h"
 #include "ports/linux/thread_pool.h"
+#include "support/runtime_fixture.h"
 #include "support/test_support.h"
 
 namespace keel {
@@ -200,34 +197,6 @@ TEST(XnnpackOps, NoRegionNoMemory) {
 
 // ---- stories260K ----
 
-struct Loaded {
-  port::MappedFile file;
-  Model model;
-};
-
-const Loaded& stories(convert::QuantMode q) {
-  static std::unique_ptr<Loaded> f32, q8;
-  std::unique_ptr<Loaded>& slot = q == convert::QuantMode::Q8 ? q8 : f32;
-  if (slot) return *slot;
-  slot = std::make_unique<Loaded>();
-  std::string err;
-  std::optional<convert::SourceModel> src =
-      convert::read_llama2c(test::require_file(test::shared_path("models/stories260K/stories260K.bin")),
-                            test::require_file(test::shared_path("models/stories260K/tok512.bin")), err);
-  EXPECT_TRUE(src.has_value()) << err;
-  if (!src) return *slot;
-  convert::WriteOptions wo;
-  wo.quant = q;
-  convert::WriteStats ws;
-  const std::string path =
-      test::tmp_path(q == convert::QuantMode::Q8 ? "xnnpack_stories_q8.keel" : "xnnpack_stories_f32.keel");
-  EXPECT_TRUE(convert::write_keel(*src, wo, path, ws, err)) << err;
-  EXPECT_TRUE(slot->file.open(path, err)) << err;
-  const Error e = slot->model.load(Span<const uint8_t>(slot->file.data(), slot->file.size()));
-  EXPECT_TRUE(e.ok()) << e.message();
-  return *slot;
-}
-
 // Runs backend_state_bytes() the way a host program does before reserving the arenas.
 uint64_t measure_backend_bytes(const Model& m, const PlanConfig& pc, BackendKind kind) {
   const uint64_t work_bytes = backend_state_work_bytes(m, kind, backend_plan(pc));
@@ -238,7 +207,7 @@ uint64_t measure_backend_bytes(const Model& m, const PlanConfig& pc, BackendKind
 }
 
 TEST(XnnpackModel, MeasuredBytesEqualUse) {
-  const Model& m = stories(convert::QuantMode::Keep).model;
+  const Model& m = test::stories260k(convert::QuantMode::Keep).model;
   ASSERT_TRUE(m.loaded());
   xnn::ModelOpsConfig c;
   c.fully_connected_f32 = true;
@@ -275,8 +244,8 @@ TEST(XnnpackModel, MeasuredBytesEqualUse) {
 }
 
 TEST(XnnpackModel, BytesPerBackend) {
-  const Model& f32 = stories(convert::QuantMode::Keep).model;
-  const Model& q8 = stories(convert::QuantMode::Q8).model;
+  const Model& f32 = test::stories260k(convert::QuantMode::Keep).model;
+  const Model& q8 = test::stories260k(convert::QuantMode::Q8).model;
   ASSERT_TRUE(f32.loaded() && q8.loaded());
   PlanConfig pc;
   pc.kv_budget_tokens = 256;
@@ -353,7 +322,7 @@ std::vector<int32_t> prompt_ids(Runtime& rt) {
 }
 
 TEST(XnnpackModel, ForwardMatchesRefGreedyIdenticalNoAllocation) {
-  const Model& m = stories(convert::QuantMode::Keep).model;
+  const Model& m = test::stories260k(convert::QuantMode::Keep).model;
   ASSERT_TRUE(m.loaded());
   auto ref = start(m, BackendKind::Ref, 1);
   ASSERT_TRUE(ref->error.ok()) << ref->error.message();
@@ -404,7 +373,7 @@ TEST(XnnpackModel, ForwardMatchesRefGreedyIdenticalNoAllocation) {
 // The forward pass really hands its F32 matrices and softmax to XNNPACK (the backend's
 // operators can be inspected).
 TEST(XnnpackModel, ForwardDispatchesToXnnpack) {
-  const Model& m = stories(convert::QuantMode::Keep).model;
+  const Model& m = test::stories260k(convert::QuantMode::Keep).model;
   ASSERT_TRUE(m.loaded());
   for (BackendKind kind : {BackendKind::Xnnpack, BackendKind::Auto}) {
     SCOPED_TRACE(backend_name(kind));
@@ -433,7 +402,7 @@ TEST(XnnpackModel, ForwardDispatchesToXnnpack) {
 }
 
 TEST(XnnpackModel, AutoWithoutReservedBytesIsNative) {
-  const Model& m = stories(convert::QuantMode::Keep).model;
+  const Model& m = test::stories260k(convert::QuantMode::Keep).model;
   ASSERT_TRUE(m.loaded());
   auto nat = start(m, BackendKind::Native, 1);
   auto aut = start(m, BackendKind::Auto, 1, /*reserve_backend=*/false);
@@ -448,7 +417,7 @@ TEST(XnnpackModel, AutoWithoutReservedBytesIsNative) {
 }
 
 TEST(XnnpackModel, XnnpackWithoutReservedBytesIsRefused) {
-  const Model& m = stories(convert::QuantMode::Keep).model;
+  const Model& m = test::stories260k(convert::QuantMode::Keep).model;
   ASSERT_TRUE(m.loaded());
   auto e = start(m, BackendKind::Xnnpack, 1, /*reserve_backend=*/false);
   EXPECT_EQ(e->error.status(), Status::ArenaTooSmall);

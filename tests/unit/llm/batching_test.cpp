@@ -11,48 +11,20 @@
 #include <random>
 #include <vector>
 
-#include "convert/keel_writer.h"
 #include "keel.h"
 #include "keel.hpp"
 #include "llm/generate.h"
 #include "llm/runtime.h"
 #include "llm/scheduler.h"
-#include "ports/linux/mapped_file.h"
 #include "ports/linux/thread_pool.h"
+#include "support/runtime_fixture.h"
 #include "support/test_support.h"
 
 namespace keel {
 namespace {
 
-struct Loaded {
-  port::MappedFile file;
-  Model model;
-};
-
-std::unique_ptr<Loaded> convert_load(const std::string& name, bool smollm2) {
-  std::string err;
-  std::optional<convert::SourceModel> src =
-      smollm2 ? convert::read_gguf(test::require_file(test::smollm2_gguf()), err)
-              : convert::read_llama2c(test::require_file(test::shared_path("models/stories260K/stories260K.bin")),
-                                      test::require_file(test::shared_path("models/stories260K/tok512.bin")), err);
-  EXPECT_TRUE(src.has_value()) << err;
-  auto l = std::make_unique<Loaded>();
-  if (!src) return l;
-  convert::WriteOptions wo;
-  wo.quant = smollm2 ? convert::QuantMode::Keep : convert::QuantMode::Q8;
-  convert::WriteStats ws;
-  const std::string path = test::tmp_path(name);
-  EXPECT_TRUE(convert::write_keel(*src, wo, path, ws, err)) << err;
-  EXPECT_TRUE(l->file.open(path, err)) << err;
-  const Error e = l->model.load(Span<const uint8_t>(l->file.data(), l->file.size()));
-  EXPECT_TRUE(e.ok()) << e.message();
-  return l;
-}
-
-const Loaded& stories() {
-  static std::unique_ptr<Loaded> s = convert_load("batching_stories.keel", false);
-  return *s;
-}
+// Every stories260K test here runs the Q8 conversion.
+const test::LoadedModel& stories() { return test::stories260k(convert::QuantMode::Q8); }
 
 struct Host {
   std::vector<uint8_t> persistent, scratch;
@@ -312,8 +284,11 @@ TEST(Batching, BatchedEqualsAloneWithTwoThreads) {
 }
 
 TEST(Batching, SmolLM2BatchedEqualsAlone) {
-  std::unique_ptr<Loaded> l = convert_load("batching_smollm2.keel", true);
-  ASSERT_TRUE(l->model.loaded());
+  const convert::SourceModel* src = test::smollm2_source();
+  ASSERT_NE(src, nullptr);
+  const std::unique_ptr<test::LoadedModel> l =
+      test::convert_and_load(*src, convert::QuantMode::Keep, "batching_smollm2.keel");
+  ASSERT_TRUE(l && l->model.loaded());
   // A budget of 96 and chunks of 32: the 150-token prompt is compressed with the lookahead.
   check_batched_equals_alone(l->model, KvPolicyKind::SnapStream, 96, 32, 3,
                              {{20, 12, 1}, {150, 10, 2}, {60, 14, 3}, {7, 12, 4}});

@@ -18,8 +18,8 @@
 #include "llm/runtime.h"
 #include "model/model.h"
 #include "ports/linux/backend_plan.h"
-#include "ports/linux/mapped_file.h"
 #include "ports/linux/thread_pool.h"
+#include "support/runtime_fixture.h"
 #include "support/test_support.h"
 
 namespace keel {
@@ -35,59 +35,23 @@ Buffer aligned_buffer(uint64_t bytes) {
 }
 
 struct Converted {
-  port::MappedFile file;
-  Model model;
+  std::unique_ptr<test::LoadedModel> loaded;
+  const Model& model;        // loaded->model
   PlanShape source_shape{};  // the converter's view of the plan inputs
 };
 
-std::unique_ptr<Converted> convert_and_load(const convert::SourceModel& src, const std::string& name) {
-  convert::WriteOptions opts;
-  opts.quant = convert::QuantMode::Keep;
-  convert::WriteStats stats;
-  std::string err;
-  const std::string path = test::tmp_path(name);
-  if (!convert::write_keel(src, opts, path, stats, err)) {
-    ADD_FAILURE() << err;
-    return nullptr;
-  }
-  auto c = std::make_unique<Converted>();
-  c->source_shape = convert::plan_shape(src);
-  if (!c->file.open(path, err)) {
-    ADD_FAILURE() << err;
-    return nullptr;
-  }
-  const Error e = c->model.load(Span<const uint8_t>(c->file.data(), c->file.size()));
-  if (!e.ok()) {
-    ADD_FAILURE() << to_string(e.status()) << ": " << e.message();
-    return nullptr;
-  }
-  return c;
+// `src` converted with --quant keep; nullptr, and the test failed, when that did not work.
+std::unique_ptr<Converted> convert_keep(const convert::SourceModel* src, const std::string& name) {
+  if (!src) return nullptr;
+  std::unique_ptr<test::LoadedModel> loaded = test::convert_and_load(*src, convert::QuantMode::Keep, name);
+  if (!loaded) return nullptr;
+  const Model& model = loaded->model;
+  return std::unique_ptr<Converted>(new Converted{std::move(loaded), model, convert::plan_shape(*src)});
 }
 
-std::unique_ptr<Converted> load_stories() {
-  const std::string ckpt = test::require_file(test::shared_path("models/stories260K/stories260K.bin"));
-  const std::string tok = test::require_file(test::shared_path("models/stories260K/tok512.bin"));
-  if (ckpt.empty() || tok.empty()) return nullptr;
-  std::string err;
-  auto src = convert::read_llama2c(ckpt, tok, err);
-  if (!src) {
-    ADD_FAILURE() << err;
-    return nullptr;
-  }
-  return convert_and_load(*src, "plan_stories260K.keel");
-}
+std::unique_ptr<Converted> load_stories() { return convert_keep(test::stories260k_source(), "plan_stories260K.keel"); }
 
-std::unique_ptr<Converted> load_smollm2() {
-  const std::string gguf = test::require_file(test::smollm2_gguf());
-  if (gguf.empty()) return nullptr;
-  std::string err;
-  auto src = convert::read_gguf(gguf, err);
-  if (!src) {
-    ADD_FAILURE() << err;
-    return nullptr;
-  }
-  return convert_and_load(*src, "plan_smollm2.keel");
-}
+std::unique_ptr<Converted> load_smollm2() { return convert_keep(test::smollm2_source(), "plan_smollm2.keel"); }
 
 std::string describe(const PlanConfig& c) {
   return "budget " + std::to_string(c.kv_budget_tokens) + ", slots " + std::to_string(c.slots) + ", chunk " +

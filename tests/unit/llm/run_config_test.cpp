@@ -3,37 +3,24 @@
 // top, with zero meaning "the default" as in keel_config.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 
 #include "convert/keel_writer.h"
 #include "keel.h"
 #include "keel.hpp"
 #include "llm/run_config.h"
-#include "ports/linux/mapped_file.h"
+#include "support/runtime_fixture.h"
 #include "support/test_support.h"
 
 namespace keel {
 namespace {
 
-// stories260K converted with `wo`, loaded from a mapped file.
-struct Converted {
-  port::MappedFile file;
-  Model model;
-  explicit Converted(const convert::WriteOptions& wo, const std::string& name) {
-    std::string err;
-    auto src = convert::read_llama2c(test::require_file(test::shared_path("models/stories260K/stories260K.bin")),
-                                     test::require_file(test::shared_path("models/stories260K/tok512.bin")), err);
-    EXPECT_TRUE(src.has_value()) << err;
-    const std::string p = test::tmp_path(name);
-    convert::WriteStats ws;
-    if (src) {
-      EXPECT_TRUE(convert::write_keel(*src, wo, p, ws, err)) << err;
-    }
-    EXPECT_TRUE(file.open(p, err)) << err;
-    const Error e = model.load(Span<const uint8_t>(file.data(), file.size()));
-    EXPECT_TRUE(e.ok()) << e.message();
-  }
-};
+// stories260K converted with `wo`; nullptr, and the test failed, when that did not work.
+std::unique_ptr<test::LoadedModel> stories_with(const convert::WriteOptions& wo, const std::string& name) {
+  const convert::SourceModel* src = test::stories260k_source();
+  return src ? test::convert_and_load(*src, wo, name) : nullptr;
+}
 
 TEST(RunConfig, EngineConstantsAreDefinedOnce) {
   EXPECT_EQ(kDefaultKvBudgetTokens, PlanConfig{}.kv_budget_tokens);
@@ -51,7 +38,9 @@ TEST(RunConfig, EngineConstantsAreDefinedOnce) {
 }
 
 TEST(RunConfig, ConvertedDefaultsResolveToWhatRunsUse) {
-  Converted c(convert::WriteOptions{}, "run_config_default.keel");
+  const auto loaded = stories_with(convert::WriteOptions{}, "run_config_default.keel");
+  ASSERT_NE(loaded, nullptr);
+  const test::LoadedModel& c = *loaded;
   // The file says what runs use: the snapstream kernel is 31, not a placeholder.
   ASSERT_NE(c.model.meta()->kv_defaults(), nullptr);
   EXPECT_EQ(c.model.meta()->kv_defaults()->snap_kernel(), kSnapKernelSnapStream);
@@ -90,7 +79,9 @@ TEST(RunConfig, FileDefaultsAreUsed) {
   wo.kv.obs_window = 16;
   wo.kv.snap_kernel = 9;
   wo.chunk_tokens = 24;
-  Converted c(wo, "run_config_custom.keel");
+  const auto loaded = stories_with(wo, "run_config_custom.keel");
+  ASSERT_NE(loaded, nullptr);
+  const test::LoadedModel& c = *loaded;
   const RuntimeConfig rc = default_runtime_config(c.model);
   EXPECT_EQ(rc.kv.kind, KvPolicyKind::SnapKV);
   EXPECT_EQ(rc.plan.kv_budget_tokens, 300u);
@@ -203,7 +194,9 @@ TEST(RunConfig, KernelsArePerPolicyAndRocketKvsPerArchitecture) {
   convert::WriteOptions wo;
   wo.kv.policy = fb::KvPolicy::SnapKV;
   wo.kv.snap_kernel = 9;
-  Converted c(wo, "run_config_kernels.keel");
+  const auto loaded = stories_with(wo, "run_config_kernels.keel");
+  ASSERT_NE(loaded, nullptr);
+  const test::LoadedModel& c = *loaded;
   const RunDefaults d = model_run_defaults(c.model);
   EXPECT_EQ(d.snap_kernel(KvPolicyKind::SnapKV), 9u);
   EXPECT_EQ(d.snap_kernel(KvPolicyKind::SnapStream), kSnapKernelSnapStream);
@@ -214,13 +207,17 @@ TEST(RunConfig, LegacySnapStreamKernelReadsAsTheOneRunsUsed) {
   // Converters before run_config.h wrote 7 under snapstream; runs used 31 and still do.
   convert::WriteOptions wo;
   wo.kv.snap_kernel = 7;
-  Converted c(wo, "run_config_legacy.keel");
+  const auto loaded = stories_with(wo, "run_config_legacy.keel");
+  ASSERT_NE(loaded, nullptr);
+  const test::LoadedModel& c = *loaded;
   EXPECT_EQ(c.model.meta()->kv_defaults()->snap_kernel(), 7u);
   EXPECT_EQ(default_runtime_config(c.model).kv.snap_kernel, 31u);
 }
 
 TEST(RunConfig, BadOverridesNameTheParameter) {
-  Converted c(convert::WriteOptions{}, "run_config_bad.keel");
+  const auto loaded = stories_with(convert::WriteOptions{}, "run_config_bad.keel");
+  ASSERT_NE(loaded, nullptr);
+  const test::LoadedModel& c = *loaded;
   RuntimeConfig rc;
   RunOverrides o;
   o.kv_policy = 7;  // one past rocketkv
@@ -269,7 +266,9 @@ struct Shape {
 
 // The three entry points agree: keel_config zeroed, Engine<>'s template and the C++ function.
 TEST(RunConfig, EntryPointsAgree) {
-  Converted c(convert::WriteOptions{}, "run_config_entry.keel");
+  const auto loaded = stories_with(convert::WriteOptions{}, "run_config_entry.keel");
+  ASSERT_NE(loaded, nullptr);
+  const test::LoadedModel& c = *loaded;
   const RuntimeConfig rc = default_runtime_config(c.model);
   keel_plan_info info{};
   ASSERT_EQ(keel_plan(c.file.data(), c.file.size(), nullptr, &info), KEEL_OK);
