@@ -11,10 +11,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "convert/keel_writer.h"
 #include "keel.h"
 #include "keel.hpp"
 #include "ports/linux/mapped_file.h"
+#include "support/runtime_fixture.h"
 #include "support/test_support.h"
 
 namespace {
@@ -31,23 +31,8 @@ struct StoriesShape {
   static constexpr uint32_t tokenizer_bytes = 5140;  // pinned by the tokenizer tests
 };
 
-const std::string& stories_keel() {
-  static const std::string path = [] {
-    std::string err;
-    auto src = keel::convert::read_llama2c(
-        keel::test::require_file(keel::test::shared_path("models/stories260K/stories260K.bin")),
-        keel::test::require_file(keel::test::shared_path("models/stories260K/tok512.bin")), err);
-    EXPECT_TRUE(src.has_value()) << err;
-    const std::string p = keel::test::tmp_path("api_stories.keel");
-    keel::convert::WriteOptions wo;
-    keel::convert::WriteStats ws;
-    if (src) {
-      EXPECT_TRUE(keel::convert::write_keel(*src, wo, p, ws, err)) << err;
-    }
-    return p;
-  }();
-  return path;
-}
+// The bytes the APIs load themselves: stories260K converted with --quant keep.
+const keel::port::MappedFile& stories_file() { return keel::test::stories260k(keel::convert::QuantMode::Keep).file; }
 
 std::vector<int32_t> golden_ids(size_t n) {
   std::ifstream f(keel::test::require_file(keel::test::source_path("tests/golden/stories260K_greedy.json")));
@@ -62,9 +47,8 @@ std::vector<int32_t> golden_ids(size_t n) {
 }
 
 TEST(CApi, GreedyContinuationInOneCallerBlock) {
-  keel::port::MappedFile file;
-  std::string err;
-  ASSERT_TRUE(file.open(stories_keel(), err)) << err;
+  const keel::port::MappedFile& file = stories_file();
+  ASSERT_NE(file.data(), nullptr);
   keel_config cfg{};
   cfg.kv_budget_tokens = 256;
   cfg.backend = KEEL_BACKEND_NATIVE;
@@ -115,9 +99,8 @@ TEST(CApi, GreedyContinuationInOneCallerBlock) {
 // policy in the planned block, `full` refuses it and stays usable, and a zeroed config takes
 // the model's default policy (snapstream for converted models).
 TEST(CApi, KvPoliciesBoundAPromptLongerThanTheBudget) {
-  keel::port::MappedFile file;
-  std::string err;
-  ASSERT_TRUE(file.open(stories_keel(), err)) << err;
+  const keel::port::MappedFile& file = stories_file();
+  ASSERT_NE(file.data(), nullptr);
   std::vector<int32_t> prompt(1, 1);
   for (int i = 0; prompt.size() < 400; ++i) prompt.push_back(int32_t(3 + (i * 37 + i / 7) % 500));
   auto run = [&](uint32_t policy, std::vector<int32_t>& out, uint32_t positions = 0) -> keel_status {
@@ -217,9 +200,8 @@ static_assert(sizeof(keel::Engine<StoriesShape, 256>) >=
               keel::Engine<StoriesShape, 256>::kPersistentBytes + keel::Engine<StoriesShape, 256>::kScratchBytes);
 
 TEST(CppApi, CompileTimeEngineRunsTheModel) {
-  keel::port::MappedFile file;
-  std::string err;
-  ASSERT_TRUE(file.open(stories_keel(), err)) << err;
+  const keel::port::MappedFile& file = stories_file();
+  ASSERT_NE(file.data(), nullptr);
   const keel::Error e = g_engine.init(file.data(), file.size(), keel::BackendKind::Native);
   ASSERT_TRUE(e.ok()) << e.message();
   keel::Runtime& rt = g_engine.runtime();

@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "convert/keel_writer.h"
 #include "keel.h"
 #include "keel.hpp"
 #include "llm/generate.h"
 #include "ports/linux/mapped_file.h"
+#include "support/runtime_fixture.h"
 #include "support/test_support.h"
 #include "text/stream_decoder.h"
 
@@ -26,25 +26,8 @@ constexpr uint32_t kBudget = 256;
 using StoriesEngine = Engine<StoriesShape, kBudget, 1, 16, KvPolicyKind::Full>;
 StoriesEngine g_engine;  // static storage: the arenas are members
 
-const port::MappedFile& stories() {
-  static port::MappedFile file;
-  static const bool ok = [] {
-    std::string err;
-    auto src = convert::read_llama2c(test::require_file(test::shared_path("models/stories260K/stories260K.bin")),
-                                     test::require_file(test::shared_path("models/stories260K/tok512.bin")), err);
-    EXPECT_TRUE(src.has_value()) << err;
-    const std::string p = test::tmp_path("generate_stories.keel");
-    convert::WriteOptions wo;
-    convert::WriteStats ws;
-    if (src) {
-      EXPECT_TRUE(convert::write_keel(*src, wo, p, ws, err)) << err;
-    }
-    EXPECT_TRUE(file.open(p, err)) << err;
-    return true;
-  }();
-  (void)ok;
-  return file;
-}
+// The bytes the engine loads itself: stories260K converted with --quant keep.
+const port::MappedFile& stories() { return test::stories260k(convert::QuantMode::Keep).file; }
 
 Runtime& fresh_runtime() {
   static const bool init = [] {

@@ -10,31 +10,11 @@
 #include "convert/source_model.h"
 #include "kernels/dequant.h"
 #include "model/model.h"
-#include "ports/linux/mapped_file.h"
+#include "support/runtime_fixture.h"
 #include "support/test_support.h"
 
 namespace keel {
 namespace {
-
-struct Converted {
-  port::MappedFile file;
-  Model model;
-};
-
-std::unique_ptr<Converted> convert_and_load(const convert::SourceModel& src, convert::QuantMode mode,
-                                            const std::string& name) {
-  convert::WriteOptions opts;
-  opts.quant = mode;
-  convert::WriteStats stats;
-  std::string err;
-  const std::string path = test::tmp_path(name);
-  EXPECT_TRUE(convert::write_keel(src, opts, path, stats, err)) << err;
-  auto c = std::make_unique<Converted>();
-  EXPECT_TRUE(c->file.open(path, err)) << err;
-  const Error e = c->model.load(Span<const uint8_t>(c->file.data(), c->file.size()));
-  EXPECT_TRUE(e.ok()) << e.message();
-  return c;
-}
 
 // Largest |a - b| relative to the block's absolute maximum, over blocks of 32 of every row.
 struct Diff {
@@ -71,11 +51,10 @@ Diff compare_tensor(const convert::SourceTensor& st, const Model& m) {
 }
 
 TEST(Roundtrip, SmolLM2KeepIsBitExact) {
-  std::string err;
-  auto src = convert::read_gguf(test::require_file(test::smollm2_gguf()), err);
-  ASSERT_TRUE(src.has_value()) << err;
-  auto c = convert_and_load(*src, convert::QuantMode::Keep, "rt_smollm2_keep.keel");
-  ASSERT_TRUE(c->model.loaded());
+  const convert::SourceModel* src = test::smollm2_source();
+  ASSERT_NE(src, nullptr);
+  auto c = test::convert_and_load(*src, convert::QuantMode::Keep, "rt_smollm2_keep.keel");
+  ASSERT_TRUE(c && c->model.loaded());
   size_t checked = 0;
   for (const auto& st : src->tensors) {
     // Every tensor of a few layers plus the embedding: all three source types are covered.
@@ -91,16 +70,14 @@ TEST(Roundtrip, TinyRandomF16KeepIsBitExact) {
   std::string err;
   auto src = convert::read_gguf(test::require_file(test::shared_path("fixtures/llama-2-tiny-random.gguf")), err);
   ASSERT_TRUE(src.has_value()) << err;
-  auto c = convert_and_load(*src, convert::QuantMode::Keep, "rt_tiny_keep.keel");
-  ASSERT_TRUE(c->model.loaded());
+  auto c = test::convert_and_load(*src, convert::QuantMode::Keep, "rt_tiny_keep.keel");
+  ASSERT_TRUE(c && c->model.loaded());
   for (const auto& st : src->tensors) EXPECT_EQ(compare_tensor(st, c->model).mismatches, 0u) << st.name;
 }
 
 TEST(Roundtrip, StoriesRequantizedWithinBound) {
-  std::string err;
-  auto src = convert::read_llama2c(test::require_file(test::shared_path("models/stories260K/stories260K.bin")),
-                                   test::require_file(test::shared_path("models/stories260K/tok512.bin")), err);
-  ASSERT_TRUE(src.has_value()) << err;
+  const convert::SourceModel* src = test::stories260k_source();
+  ASSERT_NE(src, nullptr);
   // f32 keep: exact. q8: error <= half a quantization step (amax/254) plus f16 rounding of the
   // scale. q4 (Q4, as GGUF Q4_0: d = signed max / -8, levels d * (u - 8) for u in 0..15) covers
   // [-amax, 7/8 amax] on the side of the max, so values near -amax on the other side clamp at
@@ -114,8 +91,8 @@ TEST(Roundtrip, StoriesRequantizedWithinBound) {
                         Case{convert::QuantMode::F16, "rt_st_f16.keel", 1.0 / 1024},
                         Case{convert::QuantMode::Q8, "rt_st_q8.keel", 1.0 / 254 * 1.01},
                         Case{convert::QuantMode::Q4, "rt_st_q4.keel", 1.0 / 8 * 1.01}}) {
-    auto c = convert_and_load(*src, k.mode, k.name);
-    ASSERT_TRUE(c->model.loaded());
+    auto c = test::convert_and_load(*src, k.mode, k.name);
+    ASSERT_TRUE(c && c->model.loaded());
     double worst = 0;
     for (const auto& st : src->tensors) {
       const Diff d = compare_tensor(st, c->model);
