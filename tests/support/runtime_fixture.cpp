@@ -43,6 +43,18 @@ const convert::SourceModel* gemma3_source() {
                    [](std::string& err) { return convert::read_gguf(require_file(gemma3_gguf()), err); });
 }
 
+std::string convert_to_file(const convert::SourceModel& src, const convert::WriteOptions& opts,
+                            const std::string& file_name) {
+  convert::WriteStats stats;
+  std::string err;
+  const std::string path = tmp_path(file_name);
+  if (!convert::write_keel(src, opts, path, stats, err)) {
+    ADD_FAILURE() << "cannot write '" << path << "': " << err;
+    return std::string();
+  }
+  return path;
+}
+
 std::unique_ptr<LoadedModel> load_keel(const std::string& path) {
   auto l = std::make_unique<LoadedModel>();
   std::string err;
@@ -67,14 +79,8 @@ std::unique_ptr<LoadedModel> convert_and_load(const convert::SourceModel& src, c
 
 std::unique_ptr<LoadedModel> convert_and_load(const convert::SourceModel& src, const convert::WriteOptions& opts,
                                               const std::string& file_name) {
-  convert::WriteStats stats;
-  std::string err;
-  const std::string path = tmp_path(file_name);
-  if (!convert::write_keel(src, opts, path, stats, err)) {
-    ADD_FAILURE() << "cannot write '" << path << "': " << err;
-    return nullptr;
-  }
-  return load_keel(path);
+  const std::string path = convert_to_file(src, opts, file_name);
+  return path.empty() ? nullptr : load_keel(path);
 }
 
 const LoadedModel& stories260k(convert::QuantMode quant) {

@@ -30,6 +30,10 @@ const convert::SourceModel* stories260k_source();  // ../shared, llama2.c format
 const convert::SourceModel* smollm2_source();      // the GGUF of scripts/setup.sh
 const convert::SourceModel* gemma3_source();       // the GGUF of scripts/setup.sh (models/gemma3.recipe)
 
+// Writes `src` with `opts` to tmp/<file_name>: its path, or empty and the test failed. For a test
+// that hands the file to a tool or loads it more than once.
+std::string convert_to_file(const convert::SourceModel& src, const convert::WriteOptions& opts,
+                            const std::string& file_name);
 // Maps and loads a .keel file.
 std::unique_ptr<LoadedModel> load_keel(const std::string& path);
 // Writes `src` with `quant` to tmp/<file_name> and loads it.

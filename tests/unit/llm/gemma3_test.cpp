@@ -44,23 +44,11 @@ using Engine = test::TestRuntime;
 // The GGUF converted with --quant keep, once per process; empty (and a failure) when it cannot be.
 const std::string& converted() {
   static const std::string path = [] {
-    const std::string gguf = test::require_file(test::gemma3_gguf());
-    if (gguf.empty()) return std::string();
-    std::string err;
-    auto src = convert::read_gguf(gguf, err);
-    if (!src) {
-      ADD_FAILURE() << err;
-      return std::string();
-    }
+    const convert::SourceModel* src = test::gemma3_source();
+    if (!src) return std::string();
     convert::WriteOptions opts;
     opts.quant = convert::QuantMode::Keep;
-    convert::WriteStats stats;
-    const std::string out = test::tmp_path("gemma3_keep.keel");
-    if (!convert::write_keel(*src, opts, out, stats, err)) {
-      ADD_FAILURE() << err;
-      return std::string();
-    }
-    return out;
+    return test::convert_to_file(*src, opts, "gemma3_keep.keel");
   }();
   return path;
 }
@@ -116,9 +104,8 @@ TEST(Gemma3, ConverterReadsTheArchitecture) {
     EXPECT_TRUE(e->model.tensor(r, 17).present()) << fb::EnumNameTensorRole(r);
   }
   // --quant keep: every GGUF block type kept as its own format, none re-quantized.
-  std::string err;
-  const auto src = convert::read_gguf(test::gemma3_gguf(), err);
-  ASSERT_TRUE(src.has_value()) << err;
+  const convert::SourceModel* src = test::gemma3_source();
+  ASSERT_NE(src, nullptr);
   ASSERT_EQ(m->tensors()->size(), src->tensors.size());
   std::map<std::string, int> kept;
   for (size_t i = 0; i < src->tensors.size(); ++i) {

@@ -120,14 +120,8 @@ bool load_golden(Golden& g) {
 using Engine = test::TestRuntime;
 
 std::unique_ptr<Engine> make_engine(uint32_t kv_budget) {
-  const std::string gguf = test::require_file(test::smollm2_gguf());
-  if (gguf.empty()) return nullptr;
-  std::string err;
-  auto src = convert::read_gguf(gguf, err);
-  if (!src) {
-    ADD_FAILURE() << err;
-    return nullptr;
-  }
+  const convert::SourceModel* src = test::smollm2_source();
+  if (!src) return nullptr;
   RuntimeConfig cfg;
   cfg.backend = BackendKind::Auto;
   cfg.plan.kv_budget_tokens = kv_budget;

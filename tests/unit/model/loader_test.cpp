@@ -11,6 +11,7 @@
 #include "model/file_checksums.h"
 #include "model/model.h"
 #include "model/weight_format.h"
+#include "support/runtime_fixture.h"
 #include "support/test_support.h"
 
 namespace keel {
@@ -30,17 +31,12 @@ struct Image {
 
 const std::vector<uint8_t>& stories_keel() {
   static std::vector<uint8_t> bytes = [] {
-    std::string err;
-    auto m = convert::read_llama2c(test::require_file(test::shared_path("models/stories260K/stories260K.bin")),
-                                   test::require_file(test::shared_path("models/stories260K/tok512.bin")), err);
-    EXPECT_TRUE(m.has_value()) << err;
-    if (!m) return std::vector<uint8_t>();
+    const convert::SourceModel* src = test::stories260k_source();
+    if (!src) return std::vector<uint8_t>();
     convert::WriteOptions opts;
     opts.quant = convert::QuantMode::Q8;  // quantized tensors exercise the packed-size checks
-    convert::WriteStats stats;
-    const std::string path = test::tmp_path("loader_stories_q8.keel");
-    EXPECT_TRUE(convert::write_keel(*m, opts, path, stats, err)) << err;
-    return test::read_bytes(path);
+    const std::string path = test::convert_to_file(*src, opts, "loader_stories_q8.keel");
+    return path.empty() ? std::vector<uint8_t>() : test::read_bytes(path);
   }();
   return bytes;
 }
