@@ -245,8 +245,8 @@ TEST(ArenaPin, EngineRefusesAShapeWithAnotherArchitecturesKvChoices) {
 }
 
 TEST(ArenaPin, SmolLM2) {
-  std::optional<convert::SourceModel> src = robust::smollm2_source();
-  ASSERT_TRUE(src.has_value());
+  const convert::SourceModel* src = test::smollm2_source();
+  ASSERT_NE(src, nullptr);
   const std::vector<uint8_t> bytes = robust::write_model(*src, convert::QuantMode::Keep, "robust_smollm2.keel");
   ASSERT_FALSE(bytes.empty());
   auto l = robust::load_image(bytes);

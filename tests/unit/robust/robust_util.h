@@ -16,6 +16,7 @@
 #include "convert/source_model.h"
 #include "llm/runtime.h"
 #include "model/model.h"
+#include "support/runtime_fixture.h"
 #include "support/test_support.h"
 
 namespace keel::robust {
@@ -50,44 +51,20 @@ struct Image {
   fb::Model* meta() { return fb::GetMutableModel(buf.data()); }
 };
 
-inline std::optional<convert::SourceModel> stories_source() {
-  const std::string ckpt = test::require_file(test::shared_path("models/stories260K/stories260K.bin"));
-  const std::string tok = test::require_file(test::shared_path("models/stories260K/tok512.bin"));
-  if (ckpt.empty() || tok.empty()) return std::nullopt;
-  std::string err;
-  std::optional<convert::SourceModel> src = convert::read_llama2c(ckpt, tok, err);
-  EXPECT_TRUE(src.has_value()) << err;
-  return src;
-}
-
-inline std::optional<convert::SourceModel> smollm2_source() {
-  const std::string gguf = test::require_file(test::smollm2_gguf());
-  if (gguf.empty()) return std::nullopt;
-  std::string err;
-  std::optional<convert::SourceModel> src = convert::read_gguf(gguf, err);
-  EXPECT_TRUE(src.has_value()) << err;
-  return src;
-}
-
-// Writes `src` with the converter and returns the file's bytes (empty on failure).
+// Writes `src` with the converter and returns the file's bytes (empty, and the test failed, on
+// failure): the images the hostile tests copy and corrupt.
 inline std::vector<uint8_t> write_model(const convert::SourceModel& src, convert::QuantMode quant,
                                         const std::string& name) {
   convert::WriteOptions wo;
   wo.quant = quant;
-  convert::WriteStats ws;
-  std::string err;
-  const std::string path = test::tmp_path(name);
-  if (!convert::write_keel(src, wo, path, ws, err)) {
-    ADD_FAILURE() << "convert " << name << ": " << err;
-    return {};
-  }
-  return test::read_bytes(path);
+  const std::string path = test::convert_to_file(src, wo, name);
+  return path.empty() ? std::vector<uint8_t>() : test::read_bytes(path);
 }
 
 // stories260K converted once per process (quant Q8: packed panels exercise the size checks).
 inline const std::vector<uint8_t>& stories_keel_bytes() {
   static const std::vector<uint8_t> bytes = [] {
-    std::optional<convert::SourceModel> src = stories_source();
+    const convert::SourceModel* src = test::stories260k_source();
     return src ? write_model(*src, convert::QuantMode::Q8, "robust_stories_q8.keel") : std::vector<uint8_t>();
   }();
   return bytes;
@@ -96,7 +73,7 @@ inline const std::vector<uint8_t>& stories_keel_bytes() {
 // stories260K with its weights as in the checkpoint (F32): flipped exponent bits give Inf/NaN.
 inline const std::vector<uint8_t>& stories_f32_keel_bytes() {
   static const std::vector<uint8_t> bytes = [] {
-    std::optional<convert::SourceModel> src = stories_source();
+    const convert::SourceModel* src = test::stories260k_source();
     return src ? write_model(*src, convert::QuantMode::Keep, "robust_stories_f32.keel") : std::vector<uint8_t>();
   }();
   return bytes;
