@@ -89,15 +89,6 @@ std::optional<convert::SourceModel> read_hf() {
   return m;
 }
 
-std::optional<convert::SourceModel> read_gguf() {
-  const std::string gguf = test::require_file(test::gemma3_gguf());
-  if (gguf.empty()) return std::nullopt;
-  std::string err;
-  auto m = convert::read_gguf(gguf, err);
-  if (!m) ADD_FAILURE() << err;
-  return m;
-}
-
 nlohmann::json reference() {
   const std::string path = test::require_file(KEEL_GEMMA3_HF_REFERENCE);
   if (path.empty()) return nlohmann::json();
@@ -137,7 +128,7 @@ int32_t argmax(Span<const float> logits) {
 
 TEST(HfGemma3, ReadsWhatTheGgufStates) {
   const auto hf = read_hf();
-  const auto gguf = read_gguf();
+  const convert::SourceModel* gguf = test::gemma3_source();
   ASSERT_TRUE(hf && gguf);
   const convert::SourceHyper &a = hf->hyper, &b = gguf->hyper;
   EXPECT_EQ(a.family, convert::ArchFamily::Gemma3);
