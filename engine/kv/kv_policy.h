@@ -25,7 +25,8 @@ enum class KvPositions : uint8_t { Cache, Original };
 constexpr uint32_t kDefaultSinks = 4;       // attention sinks of streaming and snapstream
 constexpr uint32_t kDefaultObsWindow = 32;  // SnapKV observation window w
 // The max-pool kernel a policy uses when none is given (an architecture may name its own for
-// snapkv and rocketkv, Architecture::snapkv_kernel): 7 for snapkv (the SnapKV paper); 31 for
+// snapkv and rocketkv, Architecture::snapkv_kernel; both llama and Gemma 3 give snapkv 31):
+// 7 for snapkv (the SnapKV paper); 31 for
 // snapstream, whose prompt goes through a compression after every chunk: a kept token must carry
 // its neighbourhood, or a multi-token fact (a number, a name) survives in pieces (docs/kv.md).
 constexpr uint32_t kSnapKernelSnapKV = 7;

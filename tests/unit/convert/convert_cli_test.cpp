@@ -164,7 +164,7 @@ TEST(ConvertCli, HeaderCompilesAndMatchesInfo) {
       << "static_assert(stories::kKvBytes == " << j["memory"]["kv_bytes"].get<uint64_t>() << "ull);\n"
       << "static_assert(stories::Shape::n_layers == 5 && stories::Shape::dim == 64);\n"
       << "static_assert(stories::Shape::sparse_ranking == 0 && stories::Shape::rocketkv_kernel == 63);\n"
-      << "static_assert(stories::Shape::snapkv_kernel == 7);\n"
+      << "static_assert(stories::Shape::snapkv_kernel == 31);\n"
       << "constexpr keel::PlanShape kShape{stories::Shape::vocab_size, stories::Shape::dim, stories::Shape::n_layers,\n"
       << "  stories::Shape::n_heads, stories::Shape::n_kv_heads, stories::Shape::head_dim, stories::Shape::ffn_dim,\n"
       << "  stories::Shape::tokenizer_bytes};\n"

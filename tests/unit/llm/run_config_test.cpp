@@ -173,7 +173,7 @@ TEST(RunConfig, KernelsArePerPolicyAndRocketKvsPerArchitecture) {
   EXPECT_EQ(llama.snap_kernel(KvPolicyKind::RocketKV), kSnapKernelRocketKV);
   EXPECT_EQ(gemma.rocket_select, RocketSelect::Head);
   EXPECT_EQ(gemma.snap_kernel(KvPolicyKind::RocketKV), kSnapKernelSnapStream);
-  EXPECT_EQ(llama.snap_kernel(KvPolicyKind::SnapKV), kSnapKernelSnapKV);
+  EXPECT_EQ(llama.snap_kernel(KvPolicyKind::SnapKV), kSnapKernelSnapStream);
   EXPECT_EQ(gemma.snap_kernel(KvPolicyKind::SnapKV), kSnapKernelSnapStream);
   for (const RunDefaults& d : {llama, gemma}) EXPECT_EQ(d.snap_kernel(KvPolicyKind::SnapStream), kSnapKernelSnapStream);
   EXPECT_EQ(gemma.snap_kernel(static_cast<KvPolicyKind>(200)), kSnapKernelSnapKV) << "a hostile number stays in bounds";
@@ -185,7 +185,7 @@ TEST(RunConfig, KernelsArePerPolicyAndRocketKvsPerArchitecture) {
   EXPECT_EQ(resolve_runtime_config(llama, o).kv.snap_kernel, 63u);
   o.kv_policy = run_policy(KvPolicyKind::SnapKV);
   EXPECT_EQ(resolve_runtime_config(gemma, o).kv.snap_kernel, 31u);
-  EXPECT_EQ(resolve_runtime_config(llama, o).kv.snap_kernel, 7u);
+  EXPECT_EQ(resolve_runtime_config(llama, o).kv.snap_kernel, 31u);
   o.kv_policy = run_policy(KvPolicyKind::RocketKV);
   o.snap_kernel = 15;
   EXPECT_EQ(resolve_runtime_config(gemma, o).kv.snap_kernel, 15u) << "the caller's kernel wins";

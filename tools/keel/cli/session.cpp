@@ -98,8 +98,8 @@ const OptionSpec<SessionOptions> kSessionOptions[] = {
      .field = &SessionOptions::obs_window},
     {.long_name = "--snap-kernel",
      .metavar = "N",
-     .help = "SnapKV max-pool kernel, odd; 0 = adaptive (default: 31 for snapstream;\n"
-             "snapkv and rocketkv the architecture's: 7 and 63 llama, 31 gemma3)",
+     .help = "SnapKV max-pool kernel, odd; 0 = adaptive (default: 31 for snapstream\n"
+             "and snapkv; rocketkv the architecture's: 63 llama, 31 gemma3)",
      .kind = OptionKind::ZeroIsNone,
      .field = &SessionOptions::snap_kernel},
     {.long_name = "--snap-hold",

@@ -119,7 +119,7 @@ const OptionSpec<ConvertOptions> kConvertOptions[] = {
     {.long_name = "--snap-kernel",
      .metavar = "N",
      .help = "SnapKV pooling kernel, odd; 0 = adaptive (default: the policy's:\n"
-             "31 for snapstream; for snapkv 7 on llama, 31 on gemma3)",
+             "31 for snapstream and snapkv)",
      .kind = OptionKind::U32,
      .field = &ConvertOptions::snap_kernel},
     {.long_name = "--slots",
