@@ -30,7 +30,7 @@ struct NeonDot {
                                                          int16x8_t& p23) {
     unrolled<4>([&](auto di) {
       constexpr int i = kI0 + di;
-      const int8x16_t a = vreinterpretq_s8_s32(vdupq_n_s32(wide_load_i32(q + 4 * i)));
+      const int8x16_t a = vreinterpretq_s8_s32(vdupq_n_s32(load_i32(q + 4 * i)));
       const int8x16_t w = vreinterpretq_s8_u8(u[i]);
       if constexpr (kFirst && di == 0) {
         p01 = vmull_s8(vget_low_s8(w), vget_low_s8(a));

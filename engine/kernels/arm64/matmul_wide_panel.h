@@ -19,9 +19,8 @@
 
 #include <arm_neon.h>
 
-#include <cstring>
-
 #include "kernels/kquant_kernels.h"
+#include "kernels/load_i32.h"
 #include "kernels/matmul_driver.h"
 #include "kernels/unrolled.h"
 #include "model/weight_format.h"
@@ -34,12 +33,6 @@ namespace keel::arm64 {
 namespace {
 
 using fb::DType;
-
-inline int32_t wide_load_i32(const void* p) {
-  int32_t v;
-  memcpy(&v, p, 4);
-  return v;
-}
 
 // 4 f16 from 8 bytes (FCVTL is Armv8.0).
 inline float32x4_t wide_load_f16x4(const uint8_t* p) { return vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(p))); }

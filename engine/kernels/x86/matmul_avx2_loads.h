@@ -1,22 +1,16 @@
-// The loads both AVX2 matmul translation units use (matmul_avx2.cpp, matmul_wide_avx2.cpp).
-// Internal linkage on purpose: each ISA's units are compiled with their own -m flags, and an
-// inline function with external linkage shared by an AVX2 and an AVX-512 unit could be merged by
-// the linker into the AVX-512 copy, which an AVX2-only CPU cannot run.
+// The loads both AVX2 matmul translation units use (matmul_avx2.cpp, matmul_wide_avx2.cpp), with
+// internal linkage for the reason kernels/load_i32.h gives.
 #pragma once
 
 #include <immintrin.h>
 
 #include <cstdint>
-#include <cstring>
+
+#include "kernels/load_i32.h"
 
 namespace keel::x86 {
 namespace {
 
-inline int32_t load_i32(const void* p) {
-  int32_t v;
-  memcpy(&v, p, 4);
-  return v;
-}
 inline __m256i loadu256(const void* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 // Eight f16 (a panel half's scales) as f32.
 inline __m256 load_f16x8(const uint8_t* p) {
