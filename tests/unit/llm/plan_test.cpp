@@ -36,8 +36,8 @@ Buffer aligned_buffer(uint64_t bytes) {
 
 struct Converted {
   std::unique_ptr<test::LoadedModel> loaded;
-  const Model& model;        // loaded->model
   PlanShape source_shape{};  // the converter's view of the plan inputs
+  const Model& model() const { return loaded->model; }
 };
 
 // `src` converted with --quant keep; nullptr, and the test failed, when that did not work.
@@ -45,8 +45,7 @@ std::unique_ptr<Converted> convert_keep(const convert::SourceModel* src, const s
   if (!src) return nullptr;
   std::unique_ptr<test::LoadedModel> loaded = test::convert_and_load(*src, convert::QuantMode::Keep, name);
   if (!loaded) return nullptr;
-  const Model& model = loaded->model;
-  return std::unique_ptr<Converted>(new Converted{std::move(loaded), model, convert::plan_shape(*src)});
+  return std::make_unique<Converted>(Converted{std::move(loaded), convert::plan_shape(*src)});
 }
 
 std::unique_ptr<Converted> load_stories() { return convert_keep(test::stories260k_source(), "plan_stories260K.keel"); }
@@ -120,8 +119,8 @@ void check_plan_is_exact(const Converted& c, const char* model_name) {
       cfg.plan = pc;
       cfg.backend = kind;
       std::string err;
-      ASSERT_TRUE(port::reserve_backend_bytes(c.model, cfg, err)) << err;
-      const MemoryPlan plan = Runtime::plan(c.model, cfg);
+      ASSERT_TRUE(port::reserve_backend_bytes(c.model(), cfg, err)) << err;
+      const MemoryPlan plan = Runtime::plan(c.model(), cfg);
       // What a firmware header computes from the converter's shape is what the engine plans.
       const MemoryPlan from_source = plan_memory(c.source_shape, cfg.plan, cfg.kv);
       EXPECT_EQ(from_source.persistent_bytes, plan.persistent_bytes);
@@ -133,7 +132,7 @@ void check_plan_is_exact(const Converted& c, const char* model_name) {
       std::unique_ptr<port::LinuxThreadPool> pool;
       if (pc.threads > 1) pool = std::make_unique<port::LinuxThreadPool>(pc.threads);
       auto rt = std::make_unique<Runtime>();
-      const Error e = rt->init(c.model, cfg, Span<uint8_t>(persistent.get(), plan.persistent_bytes),
+      const Error e = rt->init(c.model(), cfg, Span<uint8_t>(persistent.get(), plan.persistent_bytes),
                                Span<uint8_t>(scratch.get(), plan.scratch_bytes), pool ? pool->pool() : nullptr);
       ASSERT_TRUE(e.ok()) << to_string(e.status()) << ": " << e.message();
       RuntimeStats st = rt->stats();
@@ -175,36 +174,36 @@ void check_one_byte_short(const Converted& c, const char* model_name) {
   cfg.plan = PlanConfig{128, 1, 16, 1, 1};
   cfg.backend = BackendKind::Auto;
   std::string err;
-  ASSERT_TRUE(port::reserve_backend_bytes(c.model, cfg, err)) << err;
-  const MemoryPlan plan = Runtime::plan(c.model, cfg);
+  ASSERT_TRUE(port::reserve_backend_bytes(c.model(), cfg, err)) << err;
+  const MemoryPlan plan = Runtime::plan(c.model(), cfg);
   Buffer persistent = aligned_buffer(plan.persistent_bytes), scratch = aligned_buffer(plan.scratch_bytes);
   const Span<uint8_t> p_ok(persistent.get(), plan.persistent_bytes), s_ok(scratch.get(), plan.scratch_bytes);
   const Span<uint8_t> p_short(persistent.get(), plan.persistent_bytes - 1),
       s_short(scratch.get(), plan.scratch_bytes - 1);
   auto rt = std::make_unique<Runtime>();
 
-  Error e = rt->init(c.model, cfg, p_short, s_ok, nullptr);
+  Error e = rt->init(c.model(), cfg, p_short, s_ok, nullptr);
   std::printf("[plan] %s, persistent one byte short: %s: %s\n", model_name, to_string(e.status()), e.message());
   EXPECT_EQ(e.status(), Status::ArenaTooSmall) << e.message();
   EXPECT_TRUE(mentions(e.message(), plan.persistent_bytes - 1)) << e.message();
   EXPECT_TRUE(mentions(e.message(), plan.persistent_bytes)) << e.message();
   EXPECT_FALSE(rt->initialized());
 
-  e = rt->init(c.model, cfg, p_ok, s_short, nullptr);
+  e = rt->init(c.model(), cfg, p_ok, s_short, nullptr);
   std::printf("[plan] %s, scratch one byte short: %s: %s\n", model_name, to_string(e.status()), e.message());
   EXPECT_EQ(e.status(), Status::ArenaTooSmall) << e.message();
   EXPECT_TRUE(mentions(e.message(), plan.scratch_bytes - 1)) << e.message();
   EXPECT_TRUE(mentions(e.message(), plan.scratch_bytes)) << e.message();
   EXPECT_FALSE(rt->initialized());
 
-  e = rt->init(c.model, cfg, p_short, s_short, nullptr);
+  e = rt->init(c.model(), cfg, p_short, s_short, nullptr);
   EXPECT_EQ(e.status(), Status::ArenaTooSmall) << e.message();
   EXPECT_FALSE(rt->initialized());
   // Calls on the refused runtime fail cleanly.
   const int32_t one = 1;
   EXPECT_FALSE(rt->prefill(0, Span<const int32_t>(&one, 1)).ok());
 
-  e = rt->init(c.model, cfg, p_ok, s_ok, nullptr);
+  e = rt->init(c.model(), cfg, p_ok, s_ok, nullptr);
   ASSERT_TRUE(e.ok()) << to_string(e.status()) << ": " << e.message();
   EXPECT_TRUE(rt->initialized());
   const RuntimeStats st = rt->stats();
@@ -215,7 +214,7 @@ void check_one_byte_short(const Converted& c, const char* model_name) {
   e = rt->prefill(0, Span<const int32_t>(prompt.data(), prompt.size()));
   ASSERT_TRUE(e.ok()) << to_string(e.status()) << ": " << e.message();
   const Span<const float> got = rt->logits(0);
-  const std::vector<float> want = reference_logits(c.model, cfg, prompt);
+  const std::vector<float> want = reference_logits(c.model(), cfg, prompt);
   ASSERT_EQ(got.size(), want.size());
   size_t differing = 0;
   for (size_t i = 0; i < want.size(); ++i) {
