@@ -132,20 +132,18 @@ void KvCache::pin_sinks(uint32_t sinks) {
   }
 }
 
-void KvCache::hold_to_positions(uint32_t l, uint32_t h, void (*rotate)(void*, uint16_t*, int64_t, int64_t),
-                                void* rotate_ctx) {
+void KvCache::hold_to_positions(uint32_t l, uint32_t h, KeyRotator rotate, void* rotate_ctx) {
   uint16_t* hk = hold_keys_ + slab_hold(l, h) * row_halves_;
   int32_t* hp = hold_pos_ + 2 * slab_hold(l, h);
   int32_t* hr = hp + shape_.hold;
   for (uint32_t i = 0; i < hold_len_; ++i) {
-    if (hr[i] != hp[i]) rotate(rotate_ctx, hk + uint64_t(i) * row_halves_, hr[i], hp[i]);
+    if (hr[i] != hp[i]) rotate(rotate_ctx, hk + uint64_t(i) * row_halves_, 1, int64_t(hp[i]) - hr[i]);
     hr[i] = hp[i];
   }
 }
 
 void KvCache::compact_head(uint32_t l, uint32_t h, const uint32_t* keep, uint32_t n_keep, uint32_t n_ring,
-                           uint32_t staged, void (*rotate)(void*, uint16_t*, int64_t, int64_t), void* rotate_ctx,
-                           void* scratch, HoldMode hold) {
+                           uint32_t staged, KeyRotator rotate, void* rotate_ctx, void* scratch, HoldMode hold) {
   const uint32_t hd = row_halves_;
   const uint32_t total = visible() + staged;
   const uint32_t cap_hold = hold_keys_ ? shape_.hold : 0;
@@ -161,6 +159,11 @@ void KvCache::compact_head(uint32_t l, uint32_t h, const uint32_t* keep, uint32_
   uint16_t* v = values(l, h);
   int32_t* p = positions(l, h);
   const bool index_rotated_prefix = shape_.positions == KvPositions::Cache;
+  // Keys that move by the same distance are rotated as one run: between two evicted entries every
+  // kept key moves by as much as its neighbour, so a compaction has about as many runs as
+  // evictions, not keys.
+  uint32_t run_begin = 0, run_len = 0;
+  int64_t run_by = 0;
   for (uint32_t i = 0; i < n_keep; ++i) {
     int64_t was;
     if (hold == HoldMode::Take && cap_hold && keep[i] >= total && keep[i] - total < hold_len_) {
@@ -180,8 +183,17 @@ void KvCache::compact_head(uint32_t l, uint32_t h, const uint32_t* keep, uint32_
     // The new prefix's keys go to their cache index (Cache positions) or stay at their position;
     // ring entries keep the rotation of their position.
     const int64_t to = i < n_keep - n_ring && index_rotated_prefix ? int64_t(i) : int64_t(pbuf[i]);
-    if (was != to) rotate(rotate_ctx, kbuf + uint64_t(i) * hd, was, to);
+    const int64_t by = to - was;
+    if (run_len > 0 && by != run_by) {
+      rotate(rotate_ctx, kbuf + uint64_t(run_begin) * hd, run_len, run_by);
+      run_len = 0;
+    }
+    if (by != 0) {
+      if (run_len == 0) run_begin = i, run_by = by;
+      ++run_len;
+    }
   }
+  if (run_len > 0) rotate(rotate_ctx, kbuf + uint64_t(run_begin) * hd, run_len, run_by);
   if (hold == HoldMode::Fill && cap_hold) {
     // The evicted entries (not in the increasing keep[]) join the hold behind its newest; when
     // more leave than it holds, the newest of them (the nearest the question) stay.

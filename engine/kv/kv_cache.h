@@ -49,6 +49,10 @@ struct KvShape {
 // compression judged by the real question).
 enum class HoldMode : uint8_t { None, Fill, Take };
 
+// Re-rotates `n` consecutive key rows (the cache's kv_type) by `by` positions (RoPE composes by
+// addition); `ctx` is the caller's.
+using KeyRotator = void (*)(void* ctx, uint16_t* keys, uint32_t n, int64_t by);
+
 // A slot's buffers, from the memory plan (llm/plan.h regions kv_*).
 struct KvBuffers {
   uint16_t* keys_values = nullptr;       // [K,V][layers][kv_heads][capacity] rows of kv_type
@@ -106,15 +110,17 @@ class KvCache {
   // keep[0..n_keep) (increasing, over prefix + ring + the `staged` staged entries), in that
   // order. The first n_keep - n_ring become the new prefix; the last n_ring (which must be the
   // newest n_ring logical entries, all from ring or staging) become the ring, oldest first,
-  // keeping their rotation. `rotate(ctx, key, from, to)` re-rotates a half key from rotation
-  // position `from` to its new cache index `to` (a row of the cache's kv_type). `scratch` holds
+  // keeping their rotation. `rotate(ctx, keys, n, by)` re-rotates n consecutive keys (rows of
+  // the cache's kv_type) by `by` positions: a key that moves from rotation position `from` to its
+  // new cache index `to` is turned by to - from, and the keys that move by the same distance are
+  // handed over together (RoPE's angles depend on the distance alone). `scratch` holds
   // compact_scratch_bytes().
   // HoldMode::Fill: the entries not kept go to the hold, the oldest held ones making room.
   // HoldMode::Take: keep[] may also name held entries, as visible() + staged + i for held entry
   // i, in increasing position with the others (no longer increasing ids); the hold is emptied.
   void compact_head(uint32_t layer, uint32_t head, const uint32_t* keep, uint32_t n_keep, uint32_t n_ring,
-                    uint32_t staged, void (*rotate)(void* ctx, uint16_t* key, int64_t from, int64_t to),
-                    void* rotate_ctx, void* scratch, HoldMode hold = HoldMode::None);
+                    uint32_t staged, KeyRotator rotate, void* rotate_ctx, void* scratch,
+                    HoldMode hold = HoldMode::None);
   void finish_compact(uint32_t n_keep, uint32_t n_ring, uint32_t staged, HoldMode hold = HoldMode::None);
   uint64_t compact_scratch_bytes() const { return kv_compact_scratch_bytes(shape_.capacity, row_halves_); }
   // The rotation position of the key at logical index `logical` (below index_rotated(): its
@@ -197,8 +203,7 @@ class KvCache {
   }
   // Re-rotates the held keys of (layer, head) to their original positions, where a query scores
   // them as it scores the ring (docs/kv.md, "The hold").
-  void hold_to_positions(uint32_t layer, uint32_t head,
-                         void (*rotate)(void* ctx, uint16_t* key, int64_t from, int64_t to), void* rotate_ctx);
+  void hold_to_positions(uint32_t layer, uint32_t head, KeyRotator rotate, void* rotate_ctx);
 
   // Lookahead (docs/kv.md, "Chunked prefill"): the observation queries of a prompt's last
   // tokens, computed before the prompt is prefilled so that every chunk's compression can

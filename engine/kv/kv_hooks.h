@@ -13,8 +13,9 @@ class KvModelHooks {
   virtual uint32_t rope_pairs() const = 0;
   // cos/sin [rope_pairs()] of the rotation by `position`.
   virtual void rope_angles(int64_t position, float* cos, float* sin) const = 0;
-  // Re-rotates a half key from rotation position `from` to `to` (RoPE composes by addition).
-  virtual void rotate_key(uint16_t* key, int64_t from, int64_t to) const = 0;
+  // Re-rotates `n` consecutive key rows (the cache's kv_type) by `by` positions (RoPE composes
+  // by addition): the angles are formed once for all of them.
+  virtual void rotate_keys(uint16_t* keys, uint32_t n, int64_t by) const = 0;
   // One softmaxed attention row over `total` entries of a cache head: the unrotated query q
   // ([head_dim]) rotated by angles_c (cos then sin) against keys [0, prefix) (rotated at their
   // cache index) and by angles_t against keys [prefix, total) (rotated at their position);

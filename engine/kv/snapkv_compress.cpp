@@ -18,8 +18,8 @@
 namespace keel {
 namespace {
 
-void rotate_key_trampoline(void* hooks, uint16_t* key, int64_t from, int64_t to) {
-  static_cast<const KvModelHooks*>(hooks)->rotate_key(key, from, to);
+void rotate_keys_trampoline(void* hooks, uint16_t* keys, uint32_t n, int64_t by) {
+  static_cast<const KvModelHooks*>(hooks)->rotate_keys(keys, n, by);
 }
 
 }  // namespace
@@ -62,7 +62,7 @@ void KvManager::snap_head(const SnapJob& j, uint32_t worker, uint32_t l, uint32_
   const int32_t* pos = kv.positions(l, h);
   const uint32_t held = j.held;
   // Held keys are scored as the ring's are, at their original positions.
-  if (held > 0) kv.hold_to_positions(l, h, rotate_key_trampoline, hooks_);
+  if (held > 0) kv.hold_to_positions(l, h, rotate_keys_trampoline, hooks_);
   const uint16_t* hold_keys = held > 0 ? kv.hold_keys(l, h) : nullptr;
   const int32_t* hold_pos = held > 0 ? kv.hold_positions(l, h) : nullptr;
   for (uint32_t p = 0; p < total + held; ++p) sums[p] = 0.0f;
@@ -104,7 +104,7 @@ void KvManager::snap_head(const SnapJob& j, uint32_t worker, uint32_t l, uint32_
     for (uint32_t i = 0; i < got; ++i) keep[s + i] = ids[keep[s + i]];
   }
   for (uint32_t i = 0; i < j.tail; ++i) keep[s + got + i] = total - j.tail + i;
-  kv.compact_head(l, h, keep, s + got + j.tail, j.ring_keep, j.staged, rotate_key_trampoline, hooks_, compact, j.hold);
+  kv.compact_head(l, h, keep, s + got + j.tail, j.ring_keep, j.staged, rotate_keys_trampoline, hooks_, compact, j.hold);
 }
 
 uint32_t KvManager::merge_hold(const SnapJob& j, uint32_t worker, uint32_t l, uint32_t h, const float* sums,

@@ -12,13 +12,17 @@ void ModelKvHooks::rope_angles(int64_t position, float* cos, float* sin) const {
   keel::rope_angles(double(position), c_.inv_freq, c_.rope_dim / 2, cos, sin);
 }
 
-void ModelKvHooks::rotate_key(uint16_t* key, int64_t from, int64_t to) const {
+void ModelKvHooks::rotate_keys(uint16_t* keys, uint32_t n, int64_t by) const {
   float tmp[kMaxHeadDim], cs[kMaxHeadDim / 2], sn[kMaxHeadDim / 2];
   const uint32_t hd = c_.head_dim, pairs = c_.rope_dim / 2;
-  kv_dequantize_row(c_.kv_type, key, hd, tmp);
-  keel::rope_angles(double(to - from), c_.inv_freq, pairs, cs, sn);
-  rope_rotate(tmp, pairs, c_.rope_halves, cs, sn);
-  kv_quantize_row(c_.kv_type, tmp, hd, key);
+  const uint64_t row = kv_row_halves(c_.kv_type, hd);
+  keel::rope_angles(double(by), c_.inv_freq, pairs, cs, sn);
+  for (uint32_t i = 0; i < n; ++i) {
+    uint16_t* key = keys + i * row;
+    kv_dequantize_row(c_.kv_type, key, hd, tmp);
+    rope_rotate(tmp, pairs, c_.rope_halves, cs, sn);
+    kv_quantize_row(c_.kv_type, tmp, hd, key);
+  }
 }
 
 void ModelKvHooks::attention_row(uint32_t worker, const float* q, const float* angles_t, const float* angles_c,

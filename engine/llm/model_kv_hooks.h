@@ -28,7 +28,7 @@ class ModelKvHooks final : public KvModelHooks {
 
   uint32_t rope_pairs() const override { return c_.rope_dim / 2; }
   void rope_angles(int64_t position, float* cos, float* sin) const override;
-  void rotate_key(uint16_t* key, int64_t from, int64_t to) const override;
+  void rotate_keys(uint16_t* keys, uint32_t n, int64_t by) const override;
   void attention_row(uint32_t worker, const float* q, const float* angles_t, const float* angles_c,
                      const uint16_t* keys, const int32_t* positions, uint32_t prefix, uint32_t total,
                      const uint16_t* extra_keys, const int32_t* extra_positions, uint32_t extra, int64_t t,

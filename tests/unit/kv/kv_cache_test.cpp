@@ -102,7 +102,7 @@ TEST(KvCache, SinksStayWhileTheRestStreams) {
   EXPECT_EQ(c.logical(), want);
 }
 
-void no_rotation(void*, uint16_t*, int64_t, int64_t) {}
+void no_rotation(void*, uint16_t*, uint32_t, int64_t) {}
 
 TEST(KvCache, CompactionKeepsTheChosenEntriesInOrder) {
   Cache c(8, 4);
@@ -130,12 +130,19 @@ TEST(KvCache, CompactionKeepsTheChosenEntriesInOrder) {
 // Original positions nothing is ever rotated, rotation_of() is every entry's position, and what
 // goes to the hold is recorded at its position.
 TEST(KvCache, CompactionRotatesThePrefixOnlyWithCachePositions) {
+  // A run of keys re-rotated alike: its first key's index in the compaction's new order, its
+  // length and the distance.
   struct Rotation {
-    int64_t from, to;
-    bool operator==(const Rotation& o) const { return from == o.from && to == o.to; }
+    int64_t first, n, by;
+    bool operator==(const Rotation& o) const { return first == o.first && n == o.n && by == o.by; }
   };
-  auto record = [](void* ctx, uint16_t*, int64_t from, int64_t to) {
-    static_cast<std::vector<Rotation>*>(ctx)->push_back({from, to});
+  struct Recorder {
+    const uint16_t* scratch;  // the compaction's gathered keys, 2 halves a row here
+    std::vector<Rotation> got;
+  };
+  auto record = [](void* ctx, uint16_t* keys, uint32_t n, int64_t by) {
+    auto* r = static_cast<Recorder*>(ctx);
+    r->got.push_back({(keys - r->scratch) / 2, n, by});
   };
   for (KvPositions mode : {KvPositions::Cache, KvPositions::Original}) {
     SCOPED_TRACE(mode == KvPositions::Cache ? "cache" : "original");
@@ -159,13 +166,15 @@ TEST(KvCache, CompactionRotatesThePrefixOnlyWithCachePositions) {
     stage(4);
     kv.append_ring(4);
     stage(3);  // logical 8..10
-    std::vector<Rotation> got;
     std::vector<uint8_t> scratch(kv.compact_scratch_bytes());
+    Recorder rec{reinterpret_cast<const uint16_t*>(scratch.data()), {}};
+    std::vector<Rotation>& got = rec.got;
     const uint32_t keep[] = {0, 2, 5, 9, 10};  // prefix 0, 2, 5; ring 9, 10
-    kv.compact_head(0, 0, keep, 5, 2, 3, record, &got, scratch.data(), HoldMode::Fill);
+    kv.compact_head(0, 0, keep, 5, 2, 3, record, &rec, scratch.data(), HoldMode::Fill);
     kv.finish_compact(5, 2, 3, HoldMode::Fill);
     const bool cache = mode == KvPositions::Cache;
-    EXPECT_EQ(got, cache ? (std::vector<Rotation>{{2, 1}, {5, 2}}) : std::vector<Rotation>{});
+    // Position 2 to index 1, position 5 to index 2: two runs of one key.
+    EXPECT_EQ(got, cache ? (std::vector<Rotation>{{1, 1, -1}, {2, 1, -3}}) : std::vector<Rotation>{});
     EXPECT_EQ(kv.index_rotated(), cache ? 3u : 0u);
     for (uint32_t i = 0; i < kv.visible(); ++i) {
       const int64_t position = kv.positions(0, 0)[kv.physical(i)];
@@ -183,9 +192,9 @@ TEST(KvCache, CompactionRotatesThePrefixOnlyWithCachePositions) {
     got.clear();
     stage(2);  // logical 5..6 (positions 11, 12)
     const uint32_t keep2[] = {0, 2, 3, 4, 5, 6};
-    kv.compact_head(0, 0, keep2, 6, 3, 2, record, &got, scratch.data(), HoldMode::Fill);
+    kv.compact_head(0, 0, keep2, 6, 3, 2, record, &rec, scratch.data(), HoldMode::Fill);
     kv.finish_compact(6, 3, 2, HoldMode::Fill);
-    EXPECT_EQ(got, cache ? (std::vector<Rotation>{{2, 1}, {9, 2}}) : std::vector<Rotation>{});
+    EXPECT_EQ(got, cache ? (std::vector<Rotation>{{1, 1, -1}, {2, 1, -7}}) : std::vector<Rotation>{});
     bool found = false;
     for (uint32_t i = 0; i < kv.hold_len(); ++i) {
       if (kv.hold_positions(0, 0)[i] != 2) continue;
@@ -194,6 +203,51 @@ TEST(KvCache, CompactionRotatesThePrefixOnlyWithCachePositions) {
     }
     EXPECT_TRUE(found) << "position 2 went to the hold";
   }
+}
+
+// Keys that move by the same distance reach the rotator as one run of consecutive rows: RoPE's
+// angles are formed once for all of them.
+TEST(KvCache, KeysMovingAlikeRotateAsOneRun) {
+  constexpr uint32_t kBudget = 8, kChunk = 4;
+  KvShape s{1, 1, 2, kBudget + kChunk, kBudget, 2, 0, KvType::F16, 0, 0, 0, KvPositions::Cache};
+  std::vector<uint16_t> rows(2ull * s.capacity * 2);
+  std::vector<int32_t> positions(s.capacity);
+  KvBuffers b;
+  b.keys_values = rows.data();
+  b.positions = positions.data();
+  KvCache kv;
+  ASSERT_TRUE(kv.init(s, b).ok());
+  auto stage = [&](uint32_t n) {
+    for (uint32_t j = 0; j < n; ++j) kv.positions(0, 0)[kv.visible() + j] = int32_t(kv.next_position() + j);
+    kv.advance(n);
+  };
+  stage(8);
+  kv.append_ring(8);
+  stage(3);  // logical 8..10
+  struct Run {
+    uint16_t* keys;
+    uint32_t n;
+    int64_t by;
+  };
+  std::vector<Run> runs;
+  auto record = [](void* ctx, uint16_t* keys, uint32_t n, int64_t by) {
+    static_cast<std::vector<Run>*>(ctx)->push_back({keys, n, by});
+  };
+  std::vector<uint8_t> scratch(kv.compact_scratch_bytes());
+  const uint32_t keep[] = {0, 3, 4, 5, 7, 9, 10};  // prefix 0, 3, 4, 5, 7; ring 9, 10
+  kv.compact_head(0, 0, keep, 7, 2, 3, record, &runs, scratch.data());
+  kv.finish_compact(7, 2, 3);
+  // Positions 3, 4, 5 go to indices 1, 2, 3 (by -2 each), position 7 to index 4 (by -3); the
+  // sink at 0 and the ring do not move.
+  const auto* gathered = reinterpret_cast<uint16_t*>(scratch.data());
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].keys, gathered + 1 * 2);
+  EXPECT_EQ(runs[0].n, 3u);
+  EXPECT_EQ(runs[0].by, -2);
+  EXPECT_EQ(runs[1].keys, gathered + 4 * 2);
+  EXPECT_EQ(runs[1].n, 1u);
+  EXPECT_EQ(runs[1].by, -3);
+  EXPECT_EQ(kv.index_rotated(), 5u);
 }
 
 // Quantized rows (q8, q4) move whole: after ring overwrites and a compaction every logical

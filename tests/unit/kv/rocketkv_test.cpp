@@ -339,7 +339,7 @@ struct PagedCache {
   }
 };
 
-void no_rotate(void*, uint16_t*, int64_t, int64_t) {}
+void no_rotate(void*, uint16_t*, uint32_t, int64_t) {}
 
 void exercise(KvType type) {
   PagedCache c(type, 23, 5, 4);  // ring and prefix lengths not multiples of the page

@@ -34,7 +34,7 @@ class ChosenScores final : public KvModelHooks {
     cos[0] = 1.0f;
     sin[0] = 0.0f;
   }
-  void rotate_key(uint16_t*, int64_t, int64_t) const override {}  // keys name positions here
+  void rotate_keys(uint16_t*, uint32_t, int64_t) const override {}  // keys name positions here
   void attention_row(uint32_t, const float* q, const float*, const float*, const uint16_t* keys, const int32_t*,
                      uint32_t, uint32_t total, const uint16_t* extra_keys, const int32_t* extra_positions,
                      uint32_t extra, int64_t t, float* row) override {
