@@ -19,6 +19,7 @@
 #include "core/span.h"
 #include "core/threads.h"
 #include "kernels/kernels.h"
+#include "kernels/rope.h"
 #include "model/model.h"
 
 namespace keel {
@@ -99,6 +100,14 @@ class Backend {
   virtual void scores(KvType type, const float* q, const uint16_t* keys, uint32_t n, uint32_t head_dim, float scale,
                       float* out) = 0;
   virtual void to_half(const float* x, uint32_t n, uint16_t* out) = 0;
+  // Turns n consecutive key rows of `type` (head_dim numbers each) in place by one set of RoPE
+  // angles, bit for bit as rope_rotate_rows (kernels/rope.h): keys a compaction moved alike.
+  // Not counted by the dataflow backend: the compaction it belongs to runs outside the backend.
+  virtual void rotate_keys(KvType type, uint16_t* rows, uint32_t n, uint32_t head_dim, uint32_t pairs, bool halves,
+                           const float* cos, const float* sin) {
+    float row[kMaxHeadDim];
+    rope_rotate_rows(type, rows, n, head_dim, pairs, halves, cos, sin, row);
+  }
 
  protected:
   Backend(BackendKind kind, const ThreadPool* pool) : kind_(kind), pool_(pool) {}

@@ -33,6 +33,11 @@ class KernelBackend : public Backend {
     ak_.scores_of(type)(q, keys, n, head_dim, scale, out);
   }
   void to_half(const float* x, uint32_t n, uint16_t* out) override { ak_.to_half(x, n, out); }
+  void rotate_keys(KvType type, uint16_t* rows, uint32_t n, uint32_t head_dim, uint32_t pairs, bool halves,
+                   const float* cos, const float* sin) override {
+    if (type == KvType::F16 && ak_.rotate_rows) return ak_.rotate_rows(rows, n, head_dim, pairs, halves, cos, sin);
+    Backend::rotate_keys(type, rows, n, head_dim, pairs, halves, cos, sin);
+  }
 
  protected:
   const MatmulKernels& mk_;

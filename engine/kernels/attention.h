@@ -51,6 +51,11 @@ struct AttentionKernels {
   KvWeightedSumGroupFn weighted_sum_q8_group = nullptr;
   KvScoresGroupFn scores_q4_group = nullptr;
   KvWeightedSumGroupFn weighted_sum_q4_group = nullptr;
+  // n consecutive f16 rows of head_dim numbers turned in place by one set of RoPE angles
+  // (cos[pairs], sin[pairs]; a pair is (i, i + pairs) with `halves`, else (2i, 2i + 1)), bit for
+  // bit what rope_rotate_rows (kernels/rope.h) gives for KvType::F16. nullptr: that function.
+  void (*rotate_rows)(uint16_t* rows, uint32_t n, uint32_t head_dim, uint32_t pairs, bool halves, const float* cos,
+                      const float* sin) = nullptr;
 
   KvScoresFn scores_of(KvType t) const { return t == KvType::Q8 ? scores_q8 : t == KvType::Q4 ? scores_q4 : scores; }
   KvWeightedSumFn weighted_sum_of(KvType t) const {

@@ -13,16 +13,10 @@ void ModelKvHooks::rope_angles(int64_t position, float* cos, float* sin) const {
 }
 
 void ModelKvHooks::rotate_keys(uint16_t* keys, uint32_t n, int64_t by) const {
-  float tmp[kMaxHeadDim], cs[kMaxHeadDim / 2], sn[kMaxHeadDim / 2];
-  const uint32_t hd = c_.head_dim, pairs = c_.rope_dim / 2;
-  const uint64_t row = kv_row_halves(c_.kv_type, hd);
+  float cs[kMaxHeadDim / 2], sn[kMaxHeadDim / 2];
+  const uint32_t pairs = c_.rope_dim / 2;
   keel::rope_angles(double(by), c_.inv_freq, pairs, cs, sn);
-  for (uint32_t i = 0; i < n; ++i) {
-    uint16_t* key = keys + i * row;
-    kv_dequantize_row(c_.kv_type, key, hd, tmp);
-    rope_rotate(tmp, pairs, c_.rope_halves, cs, sn);
-    kv_quantize_row(c_.kv_type, tmp, hd, key);
-  }
+  c_.backend->rotate_keys(c_.kv_type, keys, n, c_.head_dim, pairs, c_.rope_halves, cs, sn);
 }
 
 void ModelKvHooks::attention_row(uint32_t worker, const float* q, const float* angles_t, const float* angles_c,

@@ -141,6 +141,54 @@ void to_half_avx2(const float* x, uint32_t n, uint16_t* out) {
   for (; i < n; ++i) out[i] = f32_to_f16(x[i]);
 }
 
+// Products and sums rounded one by one as the scalar rope_rotate's (x86's baseline has no fused
+// multiply-add; this unit has, and GCC would fuse a * b - c * d here, vector or scalar, under
+// its default contraction), the halves converted by F16C, which rounds to nearest even as
+// f32_to_f16.
+__attribute__((optimize("fp-contract=off"))) void rotate_rows_avx2(uint16_t* rows, uint32_t n, uint32_t head_dim,
+                                                                   uint32_t pairs, bool halves, const float* cos,
+                                                                   const float* sin) {
+  for (uint32_t r = 0; r < n; ++r) {
+    uint16_t* row = rows + uint64_t(r) * head_dim;
+    uint32_t i = 0;
+    if (halves) {
+      uint16_t* second = row + pairs;
+      for (; i + 8 <= pairs; i += 8) {
+        const __m256 x0 = load_half8(row + i), x1 = load_half8(second + i);
+        const __m256 c = _mm256_loadu_ps(cos + i), s = _mm256_loadu_ps(sin + i);
+        const __m256 a = _mm256_sub_ps(_mm256_mul_ps(x0, c), _mm256_mul_ps(x1, s));
+        const __m256 b = _mm256_add_ps(_mm256_mul_ps(x0, s), _mm256_mul_ps(x1, c));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(row + i),
+                         _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(second + i),
+                         _mm256_cvtps_ph(b, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      }
+    } else {
+      // Four pairs (x, y) a vector: even lanes x c + y (-s) = x c - y s, odd lanes y c + x s
+      // (a sum's operands commute, a negation is exact): the scalar results' bits.
+      const __m256 even_negative =
+          _mm256_castsi256_ps(_mm256_setr_epi32(INT32_MIN, 0, INT32_MIN, 0, INT32_MIN, 0, INT32_MIN, 0));
+      for (; i + 4 <= pairs; i += 4) {
+        const __m256 v = load_half8(row + 2 * i);
+        const __m256 swapped = _mm256_permute_ps(v, 0xb1);
+        const __m128 c4 = _mm_loadu_ps(cos + i), s4 = _mm_loadu_ps(sin + i);
+        const __m256 c = _mm256_set_m128(_mm_unpackhi_ps(c4, c4), _mm_unpacklo_ps(c4, c4));
+        const __m256 s =
+            _mm256_xor_ps(_mm256_set_m128(_mm_unpackhi_ps(s4, s4), _mm_unpacklo_ps(s4, s4)), even_negative);
+        const __m256 r = _mm256_add_ps(_mm256_mul_ps(v, c), _mm256_mul_ps(swapped, s));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(row + 2 * i),
+                         _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      }
+    }
+    for (; i < pairs; ++i) {
+      const uint32_t ia = halves ? i : 2 * i, ib = halves ? i + pairs : 2 * i + 1;
+      const float x0 = f16_to_f32(row[ia]), x1 = f16_to_f32(row[ib]);
+      row[ia] = f32_to_f16(x0 * cos[i] - x1 * sin[i]);
+      row[ib] = f32_to_f16(x0 * sin[i] + x1 * cos[i]);
+    }
+  }
+}
+
 // Quantized rows (core/kv_type.h) with 32-number groups, at most kMaxGroups per row; other
 // shapes take the ref kernels.
 //
@@ -539,7 +587,8 @@ const AttentionKernels* attention_kernels_x86_avx2_table() {
                                   scores_quant_group<Q8Rows>,
                                   weighted_sum_quant_group<Q8Rows>,
                                   scores_quant_group<Q4Rows>,
-                                  weighted_sum_quant_group<Q4Rows>};
+                                  weighted_sum_quant_group<Q4Rows>,
+                                  rotate_rows_avx2};
   return &k;
 }
 

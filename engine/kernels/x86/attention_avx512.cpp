@@ -495,7 +495,8 @@ const AttentionKernels* attention_kernels_x86_avx512_table() {
                                   scores_group_quant<Q8Rows>,
                                   weighted_sum_group_quant<Q8Rows>,
                                   scores_group_quant<Q4Rows>,
-                                  weighted_sum_group_quant<Q4Rows>};
+                                  weighted_sum_group_quant<Q4Rows>,
+                                  a.rotate_rows};
   return &k;
 }
 

@@ -14,6 +14,7 @@
 #include "core/f16.h"
 #include "core/kv_type.h"
 #include "kernels/attention.h"
+#include "kernels/rope.h"
 
 namespace keel {
 namespace {
@@ -299,6 +300,39 @@ TEST(AttentionKernels, ToHalfRoundsToNearestEven) {
     k->to_half(x.data(), uint32_t(x.size()), got.data());
     for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(got[i], f32_to_f16(x[i])) << k->name << " at " << i << ": " << x[i];
   }
+}
+
+// Re-rotating f16 keys: each table's rotate_rows (where it has one) gives rope_rotate_rows' bits,
+// for both pair layouts, partial rotations (pairs < head_dim / 2) and odd pair counts.
+TEST(AttentionKernels, RotateRowsEqualsTheScalarRotation) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::uniform_real_distribution<float> angle(-3.2f, 3.2f);
+  uint32_t checked = 0;
+  for (const AttentionKernels* k : tables()) {
+    if (!k->rotate_rows) continue;
+    for (const uint32_t hd : {8u, 64u, 80u, 128u, 256u, 6u})
+      for (const uint32_t pairs : {hd / 2, hd / 4, 3u})
+        for (const bool halves : {true, false}) {
+          if (pairs == 0 || 2 * pairs > hd) continue;
+          const uint32_t n = 5;
+          std::vector<uint16_t> rows(uint64_t(n) * hd);
+          for (uint16_t& h : rows) h = f32_to_f16(nd(rng));
+          std::vector<float> c(pairs), s(pairs), tmp(hd);
+          for (uint32_t i = 0; i < pairs; ++i) {
+            const float a = angle(rng);
+            c[i] = std::cos(a), s[i] = std::sin(a);
+          }
+          std::vector<uint16_t> want = rows;
+          rope_rotate_rows(KvType::F16, want.data(), n, hd, pairs, halves, c.data(), s.data(), tmp.data());
+          k->rotate_rows(rows.data(), n, hd, pairs, halves, c.data(), s.data());
+          EXPECT_EQ(rows, want) << k->name << " hd " << hd << " pairs " << pairs << (halves ? " halves" : " pairs");
+          ++checked;
+        }
+  }
+#if !defined(__aarch64__)
+  if (attention_kernels_x86() != nullptr) EXPECT_GT(checked, 0u) << "the x86 tables rotate f16 rows";
+#endif
 }
 
 }  // namespace
