@@ -15,6 +15,7 @@
 
 #include "backend/backend_plan.h"
 #include "core/kv_type.h"
+#include "core/snap_compression.h"
 #include "core/result.h"
 #include "core/span.h"
 #include "core/threads.h"
@@ -102,12 +103,15 @@ class Backend {
   virtual void to_half(const float* x, uint32_t n, uint16_t* out) = 0;
   // Turns n consecutive key rows of `type` (head_dim numbers each) in place by one set of RoPE
   // angles, bit for bit as rope_rotate_rows (kernels/rope.h): keys a compaction moved alike.
-  // Not counted by the dataflow backend: the compaction it belongs to runs outside the backend.
+  // Part of the compaction, which the dataflow backend counts from snap_compacted, not here.
   virtual void rotate_keys(KvType type, uint16_t* rows, uint32_t n, uint32_t head_dim, uint32_t pairs, bool halves,
                            const float* cos, const float* sin) {
     float row[kMaxHeadDim];
     rope_rotate_rows(type, rows, n, head_dim, pairs, halves, cos, sin, row);
   }
+  // A SnapKV compression of this shape ran its selection and compaction in the slot's memory (its
+  // scoring came through scores() and softmax()). Only a backend that counts work does anything.
+  virtual void snap_compacted(const SnapCompression&) {}
 
  protected:
   Backend(BackendKind kind, const ThreadPool* pool) : kind_(kind), pool_(pool) {}

@@ -303,4 +303,8 @@ void DataflowBackend::to_half(const float* x, uint32_t n, uint16_t* out) {
   ak_.to_half(x, n, out);
 }
 
+void DataflowBackend::snap_compacted(const SnapCompression& shape) {
+  df_count_snap_compaction(state_->schedule, shape_, shape, ctr(DfOp::KvCompact));
+}
+
 }  // namespace keel

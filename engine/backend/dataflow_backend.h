@@ -35,6 +35,7 @@ class DataflowBackend final : public KernelBackend {
   void scores(KvType type, const float* q, const uint16_t* keys, uint32_t n, uint32_t head_dim, float scale,
               float* out) override;
   void to_half(const float* x, uint32_t n, uint16_t* out) override;
+  void snap_compacted(const SnapCompression& shape) override;
 
   // Valid after create_state.
   const DfSchedule& schedule() const { return state_->schedule; }

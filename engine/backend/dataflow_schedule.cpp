@@ -146,6 +146,7 @@ const char* df_op_name(DfOp op) {
     case DfOp::Residual: return "residual_act";
     case DfOp::KvWrite: return "kv_write";
     case DfOp::KvPolicy: return "kv_policy";
+    case DfOp::KvCompact: return "kv_compact";
     case DfOp::Count: break;
   }
   return "?";
@@ -380,7 +381,7 @@ void df_count_forward(const DfSchedule& s, const DfModel& m, uint32_t n, uint32_
   }
 }
 
-void df_count_snap_scoring(const DfSchedule& s, const DfModel& m, const DfSnapScoring& j, DfCounterSet& out) {
+void df_count_snap_scoring(const DfSchedule& s, const DfModel& m, const SnapCompression& j, DfCounterSet& out) {
   DfCounters& c = out.op[uint32_t(DfOp::KvPolicy)];
   const ModelShape& sh = m.shape;
   const uint32_t hd = sh.head_dim, group = sh.n_kv_heads ? sh.n_heads / sh.n_kv_heads : 1;
@@ -396,6 +397,27 @@ void df_count_snap_scoring(const DfSchedule& s, const DfModel& m, const DfSnapSc
     c.tier_bytes[s.kv_tier] += bytes;
     c.tier_transfers[s.kv_tier] += rows * calls_per_row;
   }
+}
+
+void df_count_snap_compaction(const DfSchedule& s, const ModelShape& sh, const SnapCompression& j, DfCounters& c) {
+  const uint64_t pairs = uint64_t(sh.n_layers) * sh.n_kv_heads;
+  const uint64_t group = sh.n_kv_heads ? sh.n_heads / sh.n_kv_heads : 1;
+  const uint64_t hd = sh.head_dim, row_bytes = hd * 2;
+  c.calls += pairs;
+  c.vector_elems += pairs * (uint64_t(j.queries) * group * j.total + uint64_t(j.candidates) * (j.pool_kernel + 2) +
+                             uint64_t(j.rotated) * hd * 3);
+  // The kept keys and values into SRAM and back; the rotated keys read and written there.
+  const uint64_t gathered = pairs * j.kept * 2 * row_bytes;
+  c.sram_bytes += 2 * gathered + pairs * j.rotated * row_bytes * 2;
+  if (!s.kv_onchip) {
+    c.tier_bytes[s.kv_tier] += 2 * gathered;
+    c.tier_transfers[s.kv_tier] += 2 * pairs;
+  }
+}
+
+void df_count_snap_compression(const DfSchedule& s, const DfModel& m, const SnapCompression& j, DfCounterSet& out) {
+  df_count_snap_scoring(s, m, j, out);
+  df_count_snap_compaction(s, m.shape, j, out.op[uint32_t(DfOp::KvCompact)]);
 }
 
 }  // namespace keel

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "backend/dataflow_hw.h"
+#include "core/snap_compression.h"
 #include "model/model.h"
 #include "model/weight_format.h"
 
@@ -25,9 +26,10 @@ enum class DfOp : uint8_t {
   FfnIn,      // gate and up projections
   FfnDown,
   LmHead,
-  Residual,  // residual adds, SwiGLU, biases
-  KvWrite,   // new keys and values converted to f16 into the cache
-  KvPolicy,  // SnapKV scoring (scores and softmax outside attention)
+  Residual,   // residual adds, SwiGLU, biases
+  KvWrite,    // new keys and values converted to f16 into the cache
+  KvPolicy,   // SnapKV scoring (scores and softmax outside attention)
+  KvCompact,  // SnapKV selection and compaction: score rows summed, pooled, the kept entries gathered, keys re-rotated
   Count
 };
 constexpr uint32_t kDfOps = uint32_t(DfOp::Count);
@@ -109,15 +111,22 @@ DfSchedule df_schedule(const DfScheduleInput& in);
 void df_count_forward(const DfSchedule& s, const DfModel& m, uint32_t n, uint32_t visible, uint32_t prefix,
                       uint32_t n_logits, DfCounterSet& out);
 
-// SnapKV scoring of one compression (a prefill chunk that overflows a snapkv or snapstream
-// budget, kv/snapkv_compress.cpp): per layer and KV head, each of `queries` observation queries
-// of each query head of the group scores all `total` entries (the chunk's own included), the
-// first `prefix` with one scores call and the rest with another; each row is softmaxed. The
-// backend counts the same calls into KvPolicy as the policy makes them.
-struct DfSnapScoring {
-  uint32_t queries = 0, total = 0, prefix = 0;
-};
-void df_count_snap_scoring(const DfSchedule& s, const DfModel& m, const DfSnapScoring& j, DfCounterSet& out);
+// One SnapKV compression (a prefill chunk that overflows a snapkv or snapstream budget,
+// kv/snapkv_compress.cpp; its shape in core/snap_compression.h).
+//  - Scoring, into KvPolicy: per layer and KV head, each of `queries` observation queries of
+//    each query head of the group scores all `total` entries, the first `prefix` with one scores
+//    call and the rest with another; each row is softmaxed. The backend counts the same calls as
+//    the policy makes them.
+//  - Selection and compaction, into KvCompact: per layer and KV head one task; the score rows
+//    summed (queries x group x total), every candidate max-pooled over pool_kernel neighbours and
+//    ranked (candidates x (pool_kernel + 2)); the kept keys and values read from where the cache
+//    lives into SRAM and written back (2 transfers), and each rotated key dequantized, turned and
+//    requantized there (3 x head_dim elements, its f16 row read and written in SRAM). The backend
+//    counts this from the shape the KV manager reports (Backend::snap_compacted).
+void df_count_snap_scoring(const DfSchedule& s, const DfModel& m, const SnapCompression& j, DfCounterSet& out);
+void df_count_snap_compaction(const DfSchedule& s, const ModelShape& shape, const SnapCompression& j, DfCounters& out);
+// Both: what one compression costs.
+void df_count_snap_compression(const DfSchedule& s, const DfModel& m, const SnapCompression& j, DfCounterSet& out);
 
 // Bytes one weight tile of rows [row0, row0 + rows) takes (whole panels for quantized types).
 uint64_t df_weight_rows_bytes(fb::DType t, uint32_t rows, uint32_t cols);

@@ -1,9 +1,12 @@
 // What a KV policy needs from the model it serves, and nothing more: the model's RoPE (to
-// rotate observation queries and to re-rotate keys that move), and attention score rows of a
-// query over one cache head. The transformer implements it with its backend's kernels.
+// rotate observation queries and to re-rotate keys that move), attention score rows of a query
+// over one cache head, and word of the work a compression did beside them. The transformer
+// implements it with its backend's kernels.
 #pragma once
 
 #include <cstdint>
+
+#include "core/snap_compression.h"
 
 namespace keel {
 
@@ -26,6 +29,9 @@ class KvModelHooks {
                              const uint16_t* keys, const int32_t* positions, uint32_t prefix, uint32_t total,
                              const uint16_t* extra_keys, const int32_t* extra_positions, uint32_t extra, int64_t t,
                              float* row) = 0;
+  // A compression of this shape ran its selection and compaction in the slot's memory, outside
+  // the backend's kernels: a model whose backend counts work (the dataflow emulator's) counts it.
+  virtual void compacted(const SnapCompression&) {}
 
  protected:
   ~KvModelHooks() = default;

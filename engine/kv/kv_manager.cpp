@@ -54,37 +54,43 @@ bool KvManager::lookahead_due(const KvCache& kv, uint32_t chunks) const {
   return chunks >= period;
 }
 
-Error KvManager::settle(KvCache& kv, uint32_t n, bool prefill, bool lookahead) {
+KvManager::SettleStep KvManager::settle_step(const KvCache& kv, uint32_t n, bool prefill) const {
   const KvPolicyConfig& p = policy_;
   const bool overflow = kv.visible() + n > budget_;
+  SettleStep step;
   switch (p.kind) {
     case KvPolicyKind::Full:
-    case KvPolicyKind::Window: kv.append_ring(n); return Error();
-    case KvPolicyKind::Streaming:
-      if (overflow && kv.prefix() == 0 && kv.evicted() == 0) kv.pin_sinks(p.sinks);
-      kv.append_ring(n);
-      return Error();
+    case KvPolicyKind::Window: break;
+    case KvPolicyKind::Streaming: step.pin_sinks = overflow && kv.prefix() == 0 && kv.evicted() == 0; break;
     case KvPolicyKind::SnapKV:
-      if (!overflow) {
-        kv.append_ring(n);
-        return Error();
-      }
-      return compress_snapkv(kv, n, prefill ? budget_ : snapkv_decode_target(budget_, chunk_), 0, snap_kernel_of(p),
-                             lookahead, 0);
+      if (overflow) step = {prefill ? budget_ : snapkv_decode_target(budget_, chunk_), 0, snap_kernel_of(p), 0};
+      break;
     case KvPolicyKind::SnapStream:
-    case KvPolicyKind::RocketKV: {
-      const uint32_t ring = snapstream_window(p, budget_);
+    case KvPolicyKind::RocketKV:
       // Prompt chunks (and a first overflow while decoding) are compressed by SnapKV: the newest
       // `ring` tokens stay whole in the recent ring, the older ones compete for the prefix.
       // Afterwards generated tokens cycle through the ring, pushing out the prompt's tail.
-      if (overflow && (prefill || kv.prefix() == 0)) {
-        return compress_snapkv(kv, n, budget_, p.sinks, snap_kernel_of(p), lookahead, ring);
-      }
-      kv.append_ring(n);
-      return Error();
-    }
+      if (overflow && (prefill || kv.prefix() == 0))
+        step = {budget_, p.sinks, snap_kernel_of(p), snapstream_window(p, budget_)};
+      break;
   }
-  return Error(Status::Internal, "unknown KV policy");
+  return step;
+}
+
+Error KvManager::settle(KvCache& kv, uint32_t n, bool prefill, bool lookahead) {
+  KEEL_ENSURE(uint32_t(policy_.kind) < kKvPolicyCount, Status::Internal, "unknown KV policy %u",
+              unsigned(policy_.kind));
+  const SettleStep step = settle_step(kv, n, prefill);
+  if (step.target > 0) return compress_snapkv(kv, n, step, lookahead);
+  if (step.pin_sinks) kv.pin_sinks(policy_.sinks);
+  kv.append_ring(n);
+  return Error();
+}
+
+SnapCompression KvManager::next_compression(const KvCache& kv, uint32_t n, bool prefill, bool lookahead) const {
+  const SettleStep step = settle_step(kv, n, prefill);
+  if (step.target == 0 || kv.visible() + n <= step.target) return SnapCompression();
+  return snap_shape(kv, snap_plan(kv, n, step, lookahead), step);
 }
 
 }  // namespace keel

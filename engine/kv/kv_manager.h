@@ -52,13 +52,29 @@ class KvManager {
   // After a forward pass staged `n` entries: back within the budget. `prefill`: they are
   // prompt tokens; `lookahead`: the cache holds the prompt end's queries, which score too.
   Error settle(KvCache& kv, uint32_t n, bool prefill, bool lookahead);
+  // The shape of the SnapKV compression settle(kv, n, prefill, lookahead) would run now
+  // (queries 0: it runs none), what the dataflow emulator counts it by.
+  SnapCompression next_compression(const KvCache& kv, uint32_t n, bool prefill, bool lookahead) const;
 
  private:
-  // SnapKV: keeps `target` entries of prefix + ring + `staged` per (layer, KV head): the first
-  // `sinks`, the last `window` (the observation window) and the best-scored others. `kernel` 0
-  // = adaptive pooling. The newest `recent` entries stay whole as the ring (snapstream).
-  Error compress_snapkv(KvCache& kv, uint32_t staged, uint32_t target, uint32_t sinks, uint32_t kernel, bool lookahead,
-                        uint32_t recent);
+  // What settle does with `n` staged entries: a SnapKV compression to `target` entries of
+  // prefix + ring + staged per (layer, KV head), keeping the first `sinks`, the newest `recent`
+  // whole as the ring (snapstream) and the best-scored others, pooled with `kernel` (0 =
+  // adaptive); else (target 0) the entries join the ring, the sinks pinned first if `pin_sinks`.
+  struct SettleStep {
+    uint32_t target = 0, sinks = 0, kernel = 0, recent = 0;
+    bool pin_sinks = false;
+  };
+  SettleStep settle_step(const KvCache& kv, uint32_t n, bool prefill) const;
+  // A compression's numbers, from the step and the cache as it is before it.
+  struct SnapPlan {
+    uint32_t total, obs, look, first, ring_keep, tail, sinks, held, candidates, keep_candidates, pool_kernel;
+    int64_t last;
+    HoldMode hold;
+  };
+  SnapPlan snap_plan(const KvCache& kv, uint32_t staged, const SettleStep& step, bool lookahead) const;
+  SnapCompression snap_shape(const KvCache& kv, const SnapPlan& plan, const SettleStep& step) const;
+  Error compress_snapkv(KvCache& kv, uint32_t staged, const SettleStep& step, bool lookahead);
   struct SnapJob;
   // The candidates of (layer, head) in position order with the hold merged in: ids (cache
   // logical index, or total + held entry) into `ids`, their scores (physical `sums`, the hold's

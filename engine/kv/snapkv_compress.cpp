@@ -138,42 +138,67 @@ uint32_t KvManager::merge_hold(const SnapJob& j, uint32_t worker, uint32_t l, ui
   return n;
 }
 
-Error KvManager::compress_snapkv(KvCache& kv, uint32_t staged, uint32_t target, uint32_t sinks, uint32_t kernel,
-                                 bool lookahead, uint32_t recent) {
-  KEEL_ENSURE(snap_.rows != nullptr, Status::InvalidArgument, "SnapKV compression without SnapKV buffers in the plan");
-  const uint32_t total = kv.visible() + staged;
-  if (total <= target) return Error();
+KvManager::SnapPlan KvManager::snap_plan(const KvCache& kv, uint32_t staged, const SettleStep& step,
+                                         bool lookahead) const {
+  SnapPlan p{};
+  p.total = kv.visible() + staged;
   const uint32_t planned = kv.shape().obs_window;
-  const int64_t last = kv.next_position() - 1;
+  p.last = kv.next_position() - 1;
   // Observation queries: the last `obs` tokens, all of which the cache still holds (the window
   // is always kept), at logical indices total - obs .. total - 1.
-  uint32_t obs = policy_.obs_window < planned ? policy_.obs_window : planned;
-  if (int64_t(obs) > last + 1) obs = uint32_t(last + 1);
-  if (obs > total) obs = total;
+  p.obs = policy_.obs_window < planned ? policy_.obs_window : planned;
+  if (int64_t(p.obs) > p.last + 1) p.obs = uint32_t(p.last + 1);
+  if (p.obs > p.total) p.obs = p.total;
   // The newest `tail` entries are kept whole: the observation window, and the recent ring
   // (snapstream) when it is longer; the ring part stays a ring.
-  const uint32_t ring_keep = recent < kv.ring_len() + staged ? recent : kv.ring_len() + staged;
-  const uint32_t tail = ring_keep > obs ? ring_keep : obs;
-  const uint32_t s = sinks < total - tail ? sinks : total - tail;
-  const uint32_t look = lookahead ? kv.lookahead_count() : 0;
-  KEEL_ENSURE(target >= s + tail, Status::BudgetTooSmall,
-              "SnapKV target of %" PRIu32 " entries cannot hold %" PRIu32 " sinks and the last %" PRIu32 " tokens",
-              target, s, tail);
-  KEEL_ENSURE(obs + look <= 2 * planned, Status::Internal, "%" PRIu32 " observation queries; the plan holds %" PRIu32,
-              obs + look, 2 * planned);
-
+  p.ring_keep = step.recent < kv.ring_len() + staged ? step.recent : kv.ring_len() + staged;
+  p.tail = p.ring_keep > p.obs ? p.ring_keep : p.obs;
+  p.sinks = step.sinks < p.total - p.tail ? step.sinks : p.total - p.tail;
+  p.look = lookahead ? kv.lookahead_count() : 0;
   // The observers: the prompt's last queries when they were computed ahead (the chunk's own
   // window only stays whole), else the window's own queries, as SnapKV defines them.
-  const uint32_t first = look > 0 ? obs : 0;
+  p.first = p.look > 0 ? p.obs : 0;
   // The hold: filled by the lookahead's judgements, emptied by the real question's.
   const bool has_hold = kv.shape().hold > 0;
-  const HoldMode hold = !has_hold           ? HoldMode::None
-                        : look > 0          ? HoldMode::Fill
-                        : kv.hold_len() > 0 ? HoldMode::Take
-                                            : HoldMode::None;
-  const uint32_t held = hold == HoldMode::Take ? kv.hold_len() : 0;
-  KEEL_ENSURE(total + held <= snap_.row_entries, Status::Internal,
-              "%" PRIu32 " SnapKV candidates; the plan's score rows hold %" PRIu32, total + held, snap_.row_entries);
+  p.hold = !has_hold           ? HoldMode::None
+           : p.look > 0        ? HoldMode::Fill
+           : kv.hold_len() > 0 ? HoldMode::Take
+                               : HoldMode::None;
+  p.held = p.hold == HoldMode::Take ? kv.hold_len() : 0;
+  const uint32_t fixed = p.sinks + p.tail;
+  p.candidates = p.total - fixed + p.held;
+  p.keep_candidates = step.target > fixed ? step.target - fixed : 0;
+  p.pool_kernel = snapkv_kernel(step.kernel, p.candidates, p.keep_candidates);
+  return p;
+}
+
+SnapCompression KvManager::snap_shape(const KvCache& kv, const SnapPlan& p, const SettleStep& step) const {
+  SnapCompression c;
+  c.queries = p.obs + p.look - p.first;
+  c.total = p.total;
+  c.prefix = kv.index_rotated();
+  c.candidates = p.candidates;
+  c.pool_kernel = p.pool_kernel;
+  c.kept = step.target;
+  c.rotated = kv.shape().positions == KvPositions::Original ? 0 : step.target - p.ring_keep;
+  return c;
+}
+
+Error KvManager::compress_snapkv(KvCache& kv, uint32_t staged, const SettleStep& step, bool lookahead) {
+  KEEL_ENSURE(snap_.rows != nullptr, Status::InvalidArgument, "SnapKV compression without SnapKV buffers in the plan");
+  const uint32_t target = step.target;
+  if (kv.visible() + staged <= target) return Error();
+  const SnapPlan p = snap_plan(kv, staged, step, lookahead);
+  const uint32_t planned = kv.shape().obs_window;
+  KEEL_ENSURE(target >= p.sinks + p.tail, Status::BudgetTooSmall,
+              "SnapKV target of %" PRIu32 " entries cannot hold %" PRIu32 " sinks and the last %" PRIu32 " tokens",
+              target, p.sinks, p.tail);
+  KEEL_ENSURE(p.obs + p.look <= 2 * planned, Status::Internal,
+              "%" PRIu32 " observation queries; the plan holds %" PRIu32, p.obs + p.look, 2 * planned);
+  KEEL_ENSURE(p.total + p.held <= snap_.row_entries, Status::Internal,
+              "%" PRIu32 " SnapKV candidates; the plan's score rows hold %" PRIu32, p.total + p.held,
+              snap_.row_entries);
+  const SnapCompression shape = snap_shape(kv, p, step);
 
   // Rotations of every observation query: at its position t (against ring and staging) and at
   // its cache index c (against a prefix rotated at cache indices). The window's own queries sit
@@ -182,10 +207,10 @@ Error KvManager::compress_snapkv(KvCache& kv, uint32_t staged, uint32_t target, 
   // original positions every key is scored at its position: c = t.
   const uint32_t pairs = hooks_->rope_pairs();
   const bool original = kv.shape().positions == KvPositions::Original;
-  for (uint32_t i = first; i < obs + look; ++i) {
-    const bool own = i < obs;
-    const int64_t t = own ? last - (obs - 1 - i) : last + 1 + (i - obs);
-    const int64_t c = original ? t : own ? int64_t(total - obs + i) : int64_t(total) + (i - obs);
+  for (uint32_t i = p.first; i < p.obs + p.look; ++i) {
+    const bool own = i < p.obs;
+    const int64_t t = own ? p.last - (p.obs - 1 - i) : p.last + 1 + (i - p.obs);
+    const int64_t c = original ? t : own ? int64_t(p.total - p.obs + i) : int64_t(p.total) + (i - p.obs);
     float* r = snap_.rope + uint64_t(i) * pairs * 4;
     hooks_->rope_angles(t, r, r + pairs);
     hooks_->rope_angles(c, r + 2 * pairs, r + 3 * pairs);
@@ -194,25 +219,26 @@ Error KvManager::compress_snapkv(KvCache& kv, uint32_t staged, uint32_t target, 
   SnapJob j{};
   j.self = this;
   j.kv = &kv;
-  j.total = total;
+  j.total = p.total;
   j.staged = staged;
-  j.obs = obs;
-  j.first = first;
-  j.look = look;
-  j.sinks = s;
-  j.tail = tail;
-  j.ring_keep = ring_keep;
-  j.candidates = total - tail - s + held;
-  j.keep_candidates = target - s - tail;
-  j.hold = hold;
-  j.held = held;
-  j.pool_kernel = snapkv_kernel(kernel, j.candidates, j.keep_candidates);
-  j.last = last;
+  j.obs = p.obs;
+  j.first = p.first;
+  j.look = p.look;
+  j.sinks = p.sinks;
+  j.tail = p.tail;
+  j.ring_keep = p.ring_keep;
+  j.candidates = p.candidates;
+  j.keep_candidates = p.keep_candidates;
+  j.hold = p.hold;
+  j.held = p.held;
+  j.pool_kernel = p.pool_kernel;
+  j.last = p.last;
   const uint32_t heads = kv.shape().n_layers * kv.shape().n_kv_heads;
   const uint32_t threads = pool_ ? uint32_t(pool_->threads) : 1;
   j.tasks = heads < threads ? heads : threads;
   parallel_for(pool_, j.tasks, snap_task, &j);
-  kv.finish_compact(target, ring_keep, staged, hold);
+  kv.finish_compact(target, p.ring_keep, staged, p.hold);
+  hooks_->compacted(shape);
   return Error();
 }
 

@@ -33,6 +33,7 @@ class ModelKvHooks final : public KvModelHooks {
                      const uint16_t* keys, const int32_t* positions, uint32_t prefix, uint32_t total,
                      const uint16_t* extra_keys, const int32_t* extra_positions, uint32_t extra, int64_t t,
                      float* row) override;
+  void compacted(const SnapCompression& shape) override { c_.backend->snap_compacted(shape); }
 
  private:
   ModelKvHooksConfig c_;

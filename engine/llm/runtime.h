@@ -98,6 +98,8 @@ class Runtime {
   // The slot's cache of the global layers (every layer's, for models without local layers),
   // which the KV policy governs; and the local layers' ring (empty shape when there are none).
   const KvCache& kv_cache(uint32_t slot) const { return slot_at(slot).kv.cache(); }
+  // The KV policy's owner, shared by the slots (what its next compression would be, for the emulator).
+  const KvManager& kv_manager() const { return kv_; }
   const KvCache& local_kv_cache(uint32_t slot) const { return slot_at(slot).kv.local_or_empty(); }
   // Forgets the slot's sequence.
   Error reset(uint32_t slot);

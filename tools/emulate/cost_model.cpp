@@ -38,7 +38,7 @@ double df_cached_fraction(const HwDesc& hw, uint64_t footprint_bytes) {
   return hw.cache_bytes >= footprint_bytes ? 1.0 : double(hw.cache_bytes) / double(footprint_bytes);
 }
 
-double df_snap_reread_fraction(const HwDesc& hw, const DfModel& m, const DfSnapScoring& j) {
+double df_snap_reread_fraction(const HwDesc& hw, const DfModel& m, const SnapCompression& j) {
   const uint32_t group = m.shape.n_kv_heads ? m.shape.n_heads / m.shape.n_kv_heads : 1;
   const uint64_t rows = uint64_t(j.queries) * group;
   const uint64_t head_keys_bytes = uint64_t(j.total) * m.shape.head_dim * 2;

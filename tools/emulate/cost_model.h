@@ -42,6 +42,6 @@ double df_cached_fraction(const HwDesc& hw, uint64_t footprint_bytes);
 // row. When they fit the SRAM, a schedule keeps them there for all of that head's rows: every
 // read but the first is a re-read from SRAM. The fraction of the counted off-chip bytes that are
 // such re-reads (0 when one head's keys do not fit).
-double df_snap_reread_fraction(const HwDesc& hw, const DfModel& m, const DfSnapScoring& j);
+double df_snap_reread_fraction(const HwDesc& hw, const DfModel& m, const SnapCompression& j);
 
 }  // namespace keel

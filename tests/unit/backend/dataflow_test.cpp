@@ -13,6 +13,7 @@
 #include "backend/dataflow_backend.h"
 #include "emulate/cost_model.h"
 #include "emulate/hw_json.h"
+#include "kv/snapkv.h"
 #include "llm/runtime.h"
 #include "ports/linux/backend_plan.h"
 #include "ports/linux/mapped_file.h"
@@ -228,7 +229,7 @@ TEST(DataflowCost, HostCacheAndCallOverhead) {
   // read are re-reads while they fit the SRAM, none when they do not.
   DfModel m;
   m.shape.n_heads = 9, m.shape.n_kv_heads = 3, m.shape.head_dim = 64;
-  DfSnapScoring j;
+  SnapCompression j;
   j.queries = 32, j.total = 100;
   hw.sram_bytes = 12800;
   EXPECT_DOUBLE_EQ(df_snap_reread_fraction(hw, m, j), 1.0 - 1.0 / 96);
@@ -414,9 +415,11 @@ TEST(DataflowBackend, BoundedPolicySameCountersEveryToken) {
   }
 }
 
-// Snapstream's SnapKV scoring, prompt chunk by prompt chunk past the budget (each chunk one
-// prefill call, so no lookahead): the backend's kv_policy counters equal df_count_snap_scoring's
-// and every other class equals the forward walk, through several compressions.
+// Snapstream's SnapKV compressions, prompt chunk by prompt chunk past the budget (each chunk one
+// prefill call, so no lookahead): the backend's kv_policy counters (scoring) and kv_compact
+// counters (selection and compaction, as the KV manager reports them) equal
+// df_count_snap_compression's for the shape the policy's settings give, and every other class
+// equals the forward walk, through several compressions.
 TEST(DataflowBackend, SnapScoringExecutedEqualsAnalytic) {
   auto l = load_keel(test::stories260k_keel());
   ASSERT_NE(l, nullptr);
@@ -434,11 +437,27 @@ TEST(DataflowBackend, SnapScoringExecutedEqualsAnalytic) {
     DfCounterSet analytic;
     df_count_forward(dataflow(*df).schedule(), m, chunk, kv.visible(), kv.prefix(), 1, analytic);
     if (kv.visible() + chunk > budget) {
-      const uint32_t planned = kv.shape().obs_window, policy = rt.config().kv.obs_window;
-      DfSnapScoring j;
-      j.queries = policy < planned ? policy : planned;
+      // The shape from the settings: the observation window, the ring (budget / 4) and the
+      // sinks fixed, the rest competing; the kept prefix re-rotated.
+      const KvPolicyConfig& p = rt.config().kv;
+      const uint32_t planned = kv.shape().obs_window;
+      SnapCompression j;
+      j.queries = p.obs_window < planned ? p.obs_window : planned;
       j.total = kv.visible() + chunk, j.prefix = kv.prefix();
-      df_count_snap_scoring(dataflow(*df).schedule(), m, j, analytic);
+      const uint32_t ring = snapstream_window(p, budget);
+      const uint32_t ring_keep = ring < kv.ring_len() + chunk ? ring : kv.ring_len() + chunk;
+      const uint32_t tail = ring_keep > j.queries ? ring_keep : j.queries;
+      j.candidates = j.total - p.sinks - tail;
+      j.kept = budget;
+      j.rotated = budget - ring_keep;
+      j.pool_kernel = snapkv_kernel(snap_kernel_of(p), j.candidates, budget - p.sinks - tail);
+      const SnapCompression planned_by_policy = rt.kv_manager().next_compression(kv, chunk, true, false);
+      EXPECT_EQ(planned_by_policy.queries, j.queries);
+      EXPECT_EQ(planned_by_policy.candidates, j.candidates);
+      EXPECT_EQ(planned_by_policy.pool_kernel, j.pool_kernel);
+      EXPECT_EQ(planned_by_policy.kept, j.kept);
+      EXPECT_EQ(planned_by_policy.rotated, j.rotated);
+      df_count_snap_compression(dataflow(*df).schedule(), m, j, analytic);
       ++compressions;
     }
     const DfCounterSet before = dataflow(*df).counters();
@@ -452,6 +471,7 @@ TEST(DataflowBackend, SnapScoringExecutedEqualsAnalytic) {
   }
   EXPECT_GE(compressions, 5u);
   EXPECT_GT(dataflow(*df).counters().op[uint32_t(DfOp::KvPolicy)].macs_bf16, 0u);
+  EXPECT_GT(dataflow(*df).counters().op[uint32_t(DfOp::KvCompact)].vector_elems, 0u);
 }
 
 // SmolLM2 (Q4_1, GQA, head_dim 64) on the edge preset with 1.25 MiB of SRAM, so that attention

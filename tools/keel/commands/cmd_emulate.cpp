@@ -382,7 +382,15 @@ int cmd_emulate(int argc, char** argv) {
   c.slots = slots;
   c.context = context;
   c.prompt = prompt;
-  c.snap_queries = kv_policy_uses_snapkv(policy) ? kDefaultObsWindow : 0;
+  if (kv_policy_uses_snapkv(policy)) {
+    // The policy's defaults, as a session resolves them (the analytic walk has no session).
+    KvPolicyConfig kv;
+    kv.kind = policy;
+    c.snap_queries = kDefaultObsWindow;
+    c.snap_ring = kv_policy_is_snapstream_like(policy) ? snapstream_window(kv, c.budget) : 0;
+    c.snap_sinks = kv_policy_is_snapstream_like(policy) ? kv.sinks : 0;
+    c.snap_kernel = snap_kernel_of(kv);
+  }
 
   Session session;
   if (!shape_name.empty()) {
@@ -483,9 +491,8 @@ int cmd_emulate(int argc, char** argv) {
     {
       const KvCache& kv = rt.kv_cache(0);
       df_count_forward(s, c.model, last, kv.visible(), kv.index_rotated(), 1, chunk_analytic);
-      DfSnapScoring j;
-      j.queries = emu_snap_queries(rt, last), j.total = kv.visible() + last, j.prefix = kv.index_rotated();
-      if (j.queries > 0) df_count_snap_scoring(s, c.model, j, chunk_analytic);
+      const SnapCompression j = emu_snap_compression(rt, last);
+      if (j.queries > 0) df_count_snap_compression(s, c.model, j, chunk_analytic);
     }
     const DfCounterSet chunk_before = be.counters();
     e = rt.prefill(0, Span<const int32_t>(ids.data() + ids.size() - last, last));
@@ -514,19 +521,22 @@ int cmd_emulate(int argc, char** argv) {
       m.vector_elems -= b.vector_elems, m.sram_bytes -= b.sram_bytes, m.weight_elems -= b.weight_elems;
       for (uint32_t t = 0; t < kHwMaxTiers; ++t)
         m.tier_bytes[t] -= b.tier_bytes[t], m.tier_transfers[t] -= b.tier_transfers[t];
-      // A decode token's SnapKV scoring (snapkv's recompression) is not walked analytically; a
-      // prompt chunk's is (checked above).
-      if (DfOp(i) == DfOp::KvPolicy) continue;
+      // A decode token's SnapKV compression (snapkv's recompression) is not walked analytically;
+      // a prompt chunk's is (checked above).
+      if (DfOp(i) == DfOp::KvPolicy || DfOp(i) == DfOp::KvCompact) continue;
       const bool same = m == r.decode.op[i];
       executed_equal = executed_equal && same;
       ex.push_back({{"op", df_op_name(DfOp(i))}, {"equal", same}, {"executed", counters_json(m)}});
     }
-    out["executed"] = {{"cached_tokens", cached_before},
-                       {"counters_equal_analytic", executed_equal},
-                       {"prompt_chunk_equal_analytic", chunk_equal},
-                       {"prompt_chunk_kv_policy_counters", counters_json(chunk_analytic.op[uint32_t(DfOp::KvPolicy)])},
-                       {"kv_policy_counters", counters_json(measured.op[uint32_t(DfOp::KvPolicy)])},
-                       {"ops", ex}};
+    out["executed"] = {
+        {"cached_tokens", cached_before},
+        {"counters_equal_analytic", executed_equal},
+        {"prompt_chunk_equal_analytic", chunk_equal},
+        {"prompt_chunk_kv_policy_counters", counters_json(chunk_analytic.op[uint32_t(DfOp::KvPolicy)])},
+        {"prompt_chunk_kv_compact_counters", counters_json(chunk_analytic.op[uint32_t(DfOp::KvCompact)])},
+        {"kv_policy_counters", counters_json(measured.op[uint32_t(DfOp::KvPolicy)])},
+        {"kv_compact_counters", counters_json(measured.op[uint32_t(DfOp::KvCompact)])},
+        {"ops", ex}};
   }
 
   if (as_json) {

@@ -4,6 +4,8 @@
 #include <regex>
 #include <sstream>
 
+#include "kv/snapkv.h"
+
 namespace keel::cli {
 
 uint32_t emu_budget(const EmuConfig& c) { return c.bounded ? c.budget : c.context + 1; }
@@ -32,15 +34,25 @@ EmuResult emulate(const EmuConfig& c) {
   // Prefill: chunk by chunk; a bounded policy settles back to the budget after each chunk.
   uint32_t visible = 0;
   bool evicted = false;
-  DfSnapScoring snap;  // the last chunk's scoring, for its re-reads
+  SnapCompression snap;  // the last chunk's compression, for its re-reads
   for (uint32_t done = 0; done < c.prompt;) {
     const uint32_t n = c.prompt - done < c.chunk ? c.prompt - done : c.chunk;
     df_count_forward(r.schedule, c.model, n, visible, evicted ? 1 : 0, done + n == c.prompt ? 1 : 0, r.prefill);
     if (c.bounded && c.snap_queries > 0 && visible + n > c.budget) {
-      DfSnapScoring j;
+      SnapCompression j;
       j.queries = c.snap_queries < done + n ? c.snap_queries : done + n;
       j.total = visible + n, j.prefix = evicted ? 1 : 0;
-      df_count_snap_scoring(r.schedule, c.model, j, r.prefill);
+      // As the KV manager plans it (kv/snapkv_compress.cpp) with the ring full and the
+      // observation window inside it.
+      const uint32_t ring = c.snap_ring < visible + n ? c.snap_ring : visible + n;
+      const uint32_t tail = ring > j.queries ? ring : j.queries;
+      const uint32_t sinks = c.snap_sinks < j.total - tail ? c.snap_sinks : j.total - tail;
+      const uint32_t fixed = sinks + tail;
+      j.candidates = j.total - fixed;
+      j.kept = c.budget;
+      j.pool_kernel = snapkv_kernel(c.snap_kernel, j.candidates, c.budget > fixed ? c.budget - fixed : 0);
+      j.rotated = c.budget - ring;
+      df_count_snap_compression(r.schedule, c.model, j, r.prefill);
       snap = j;
     }
     visible += n;
@@ -57,15 +69,8 @@ EmuResult emulate(const EmuConfig& c) {
   return r;
 }
 
-uint32_t emu_snap_queries(const Runtime& rt, uint32_t n) {
-  const KvCache& kv = rt.kv_cache(0);
-  if (!kv_policy_uses_snapkv(rt.config().kv.kind) || kv.visible() + n <= rt.config().plan.kv_budget_tokens) return 0;
-  const uint32_t planned = kv.shape().obs_window, policy = rt.config().kv.obs_window;
-  uint32_t q = policy < planned ? policy : planned;
-  const uint64_t positions = uint64_t(kv.next_position()) + n;
-  if (q > positions) q = uint32_t(positions);
-  const uint32_t total = kv.visible() + n;
-  return q < total ? q : total;
+SnapCompression emu_snap_compression(const Runtime& rt, uint32_t n) {
+  return rt.kv_manager().next_compression(rt.kv_cache(0), n, true, false);
 }
 
 const char* builtin_shape_names() { return "llama-3.1-8b, smollm2-135m"; }

@@ -16,8 +16,10 @@ struct EmuConfig {
   bool bounded = false;  // a bounded KV policy (not full): the cache holds at most the budget
   uint32_t budget = 1024, slots = 1, chunk = 64, context = 4096, prompt = 0;
   // Observation queries of the SnapKV scoring a bounded policy runs on every prompt chunk past
-  // its budget (snapkv, snapstream, rocketkv); 0 for the others.
-  uint32_t snap_queries = 0;
+  // its budget (snapkv, snapstream, rocketkv); 0 for the others. Of the entries it keeps (the
+  // budget), `snap_ring` stay whole in the recent ring and `snap_sinks` are sinks; the rest
+  // compete, pooled with `snap_kernel` (0: adaptive), and the new prefix is re-rotated.
+  uint32_t snap_queries = 0, snap_ring = 0, snap_sinks = 0, snap_kernel = 0;
 };
 
 struct EmuResult {
@@ -39,10 +41,9 @@ EmuResult emulate(const EmuConfig& c);
 // Cycles of a counter set: the sum of its ops' costs (ops run one after another).
 double emu_cycles(const DfCounterSet& s, const HwDesc& hw, bool double_buffered, const DfReuse& reuse = {});
 
-// Observation queries of the SnapKV scoring that a prompt chunk of n tokens (one prefill call
-// of at most a chunk: no lookahead) triggers in slot 0 of `rt`, as KvManager::compress_snapkv
-// counts them; 0 when its policy does not compress there.
-uint32_t emu_snap_queries(const Runtime& rt, uint32_t n);
+// The SnapKV compression that a prompt chunk of n tokens (one prefill call of at most a chunk:
+// no lookahead) triggers in slot 0 of `rt`, as its KV manager will run it (queries 0: none).
+SnapCompression emu_snap_compression(const Runtime& rt, uint32_t n);
 
 // Built-in shapes (`llama-3.1-8b`, `smollm2-135m`) or a header from `keel convert --header`.
 bool load_shape(const std::string& name_or_path, ModelShape& out, std::string& error);

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -14,6 +15,8 @@
 #include "keel/cli/cli_util.h"
 #include "keel/emulate/emulate_model.h"
 #include "keel/emulate/validate_fit.h"
+#include "kernels/rope.h"
+#include "kv/snapkv.h"
 #include "llm/plan.h"
 #include "llm/transformer.h"
 
@@ -56,16 +59,22 @@ class OpBench {
       be_.to_half(row.data(), s.head_dim, keys_.data() + i);
       be_.to_half(row.data(), s.head_dim, values_.data() + i);
     }
+    sums_.resize(cap_), pooled_.resize(cap_), order_.resize(cap_), keep_.resize(cap_);
+    gathered_keys_.resize(uint64_t(cap_) * s.head_dim), gathered_values_.resize(uint64_t(cap_) * s.head_dim);
+    cos_.resize(s.head_dim / 2), sin_.resize(s.head_dim / 2);
+    for (uint32_t i = 0; i < s.head_dim / 2; ++i) inv_freq_.push_back(std::pow(10000.0, -2.0 * i / s.head_dim));
     output_norm_ = m.tensor(fb::TensorRole::OutputNorm);
     output_ =
         m.meta()->arch()->tied_output() ? m.tensor(fb::TensorRole::TokenEmbedding) : m.tensor(fb::TensorRole::Output);
   }
 
   // Seconds per op class of a pass of n tokens after `visible` cached entries, one logit row;
-  // with snap_queries > 0 also the SnapKV scoring of the compression that follows it (as
-  // kv/snapkv_compress.cpp scores: every observation query of every query head against all
-  // entries, the prefix apart, each row softmaxed), timed as kv_policy.
-  OpMicros forward(uint32_t n, uint32_t visible, uint32_t prefix, uint32_t snap_queries = 0) {
+  // with snap.queries > 0 also the SnapKV compression that follows it, as kv/snapkv_compress.cpp
+  // runs it: the scoring (every observation query of every query head against all entries, the
+  // prefix apart, each row softmaxed) timed as kv_policy; the rows summed, the candidates pooled
+  // and selected by the engine's snapkv_select, the kept keys and values gathered and written
+  // back, and the new prefix's keys re-rotated in runs of equal distance, timed as kv_compact.
+  OpMicros forward(uint32_t n, uint32_t visible, uint32_t prefix, const SnapCompression& snap = {}) {
     OpMicros us{};
     auto timed = [&](DfOp op, auto&& fn) {
       const double t0 = now_s();
@@ -134,23 +143,29 @@ class OpBench {
           be_.add(&x_[uint64_t(t) * dim], &xb_[uint64_t(t) * dim], dim, &x_[uint64_t(t) * dim]);
       });
     }
-    if (snap_queries > 0) {
+    if (snap.queries > 0) {
       const uint32_t total = visible + n, group = s.n_heads / s.n_kv_heads;
       const float scale = 1.0f / std::sqrt(float(hd));
-      timed(DfOp::KvPolicy, [&] {
-        for (uint32_t l = 0; l < s.n_layers; ++l)
-          for (uint32_t h = 0; h < s.n_kv_heads; ++h) {
-            const uint16_t* keys = keys_.data() + l * per_layer + uint64_t(h) * cap_ * hd;
-            for (uint32_t i = 0; i < snap_queries; ++i)
-              for (uint32_t g = 0; g < group; ++g) {
-                const float* q = &q_[uint64_t(i % n) * q_dim_ + uint64_t(h * group + g) * hd];
+      for (uint32_t l = 0; l < s.n_layers; ++l)
+        for (uint32_t h = 0; h < s.n_kv_heads; ++h) {
+          uint16_t* keys = keys_.data() + l * per_layer + uint64_t(h) * cap_ * hd;
+          uint16_t* values = values_.data() + l * per_layer + uint64_t(h) * cap_ * hd;
+          timed(DfOp::KvCompact, [&] { std::fill(sums_.begin(), sums_.begin() + total, 0.0f); });
+          for (uint32_t i = 0; i < snap.queries; ++i)
+            for (uint32_t g = 0; g < group; ++g) {
+              const float* q = &q_[uint64_t(i % n) * q_dim_ + uint64_t(h * group + g) * hd];
+              timed(DfOp::KvPolicy, [&] {
                 if (prefix > 0) be_.scores(KvType::F16, q, keys, prefix, hd, scale, rows_.data());
                 be_.scores(KvType::F16, q, keys + uint64_t(prefix) * hd, total - prefix, hd, scale,
                            rows_.data() + prefix);
                 be_.softmax(0, rows_.data(), total);
-              }
-          }
-      });
+              });
+              timed(DfOp::KvCompact, [&] {
+                for (uint32_t p = 0; p < total; ++p) sums_[p] += rows_[p];
+              });
+            }
+          timed(DfOp::KvCompact, [&] { compact(snap, keys, values); });
+        }
     }
     const float* onorm = reinterpret_cast<const float*>(output_norm_.data);
     timed(DfOp::Norm, [&] { be_.rmsnorm(&x_[uint64_t(n - 1) * dim], onorm, dim, 1e-5f, xb_.data()); });
@@ -160,10 +175,49 @@ class OpBench {
   }
 
  private:
+  // One (layer, KV head)'s selection and compaction, as KvManager::snap_head and
+  // KvCache::compact_head run them: the best candidates by their pooled summed scores, then
+  // every kept key and value gathered (the candidates chosen, then the sinks' and the tail's
+  // rows, which lie behind them here) and written back, the first `rotated` keys re-rotated from
+  // their old index to their new one, one set of angles per run of equal distance.
+  void compact(const SnapCompression& c, uint16_t* keys, uint16_t* values) {
+    const uint32_t hd = m_.shape().head_dim, pairs = hd / 2;
+    const uint32_t fixed = c.total - c.candidates;
+    const uint32_t want = c.kept > fixed ? c.kept - fixed : 0;
+    uint32_t kept =
+        snapkv_select(sums_.data(), c.candidates, want, c.pool_kernel, pooled_.data(), order_.data(), keep_.data());
+    for (uint32_t i = 0; i < fixed; ++i) keep_[kept++] = c.candidates + i;
+    for (uint32_t i = 0; i < kept; ++i) {
+      memcpy(&gathered_keys_[uint64_t(i) * hd], keys + uint64_t(keep_[i]) * hd, hd * 2);
+      memcpy(&gathered_values_[uint64_t(i) * hd], values + uint64_t(keep_[i]) * hd, hd * 2);
+    }
+    const uint32_t rotated = c.rotated < kept ? c.rotated : kept;
+    for (uint32_t i = 0; i < rotated;) {
+      const int64_t by = int64_t(i) - keep_[i];
+      uint32_t end = i + 1;
+      while (end < rotated && int64_t(end) - keep_[end] == by) ++end;
+      if (by != 0) {
+        rope_angles(double(by), inv_freq_.data(), pairs, cos_.data(), sin_.data());
+        be_.rotate_keys(KvType::F16, &gathered_keys_[uint64_t(i) * hd], end - i, hd, pairs, true, cos_.data(),
+                        sin_.data());
+      }
+      i = end;
+    }
+    memcpy(keys, gathered_keys_.data(), uint64_t(kept) * hd * 2);
+    memcpy(values, gathered_values_.data(), uint64_t(kept) * hd * 2);
+  }
+
   const Model& m_;
   Backend& be_;
   uint32_t cap_, q_dim_ = 0, kv_dim_ = 0, group_ = 1;
   std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_, logits_, rows_, qrot_, shift_cos_, shift_sin_;
+  // SnapKV selection and compaction (one KV head at a time): summed and pooled scores, the
+  // selection's order and kept indices, the gathered rows, RoPE angles (the frequencies of base
+  // 10000: what a rotation costs does not depend on them).
+  std::vector<float> sums_, pooled_, cos_, sin_;
+  std::vector<double> inv_freq_;
+  std::vector<uint32_t> order_, keep_;
+  std::vector<uint16_t> gathered_keys_, gathered_values_;
   std::vector<ActBlock> xq_;
   std::vector<int32_t> positions_;
   std::vector<uint16_t> keys_, values_;
@@ -288,12 +342,12 @@ int run_validate(const SessionOptions& base, const std::string& start_hw, uint32
         t->prefix = kv.index_rotated();
         t->capacity = kv.shape().capacity;
         const uint32_t n = t->tokens();
-        t->snap_queries = t->prefill ? emu_snap_queries(rt, n) : 0;
+        t->snap = t->prefill ? emu_snap_compression(rt, n) : SnapCompression();
         if (t->prefill) {
           const double t0 = now_s();
           if (!check(rt.prefill(0, Span<const int32_t>(ids.data() + p.depth, n)))) return 1;
           t->e2e_us.push_back((now_s() - t0) / n * 1e6);
-          t->ops_us.push_back(bench.forward(n, t->visible, t->prefix, t->snap_queries));
+          t->ops_us.push_back(bench.forward(n, t->visible, t->prefix, t->snap));
         } else {
           for (uint32_t k = 0; k < kDecodeRun; ++k) {
             const double t0 = now_s();
@@ -329,6 +383,7 @@ int run_validate_measured(const SessionOptions& base, const std::string& start_h
       facts.snap_capacity.push_back(rt.kv_cache(0).shape().capacity);
       facts.sinks = rt.config().kv.sinks, facts.window = rt.config().kv.window;
       facts.obs_window = rt.config().kv.obs_window, facts.planned_obs_window = rt.kv_cache(0).shape().obs_window;
+      facts.snap_kernel = snap_kernel_of(rt.config().kv);
     } else {
       facts.full_capacity = rt.kv_cache(0).shape().capacity;
     }

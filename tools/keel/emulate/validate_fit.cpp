@@ -10,6 +10,7 @@
 #include "emulate/hw_json.h"
 #include "keel/cli/cli_util.h"
 #include "kv/kv_policy.h"
+#include "kv/snapkv.h"
 #include "model/weight_format.h"
 
 namespace keel::cli {
@@ -112,11 +113,7 @@ bool count_tests(ValidateRun& run, const DfModel& m, std::string& error) {
     t.counters = DfCounterSet();
     df_count_forward(s, m, t.tokens(), t.visible, t.prefix, 1, t.counters);
     t.model = &m;
-    t.snap = DfSnapScoring();
-    if (t.snap_queries > 0) {
-      t.snap.queries = t.snap_queries, t.snap.total = t.visible + t.tokens(), t.snap.prefix = t.prefix;
-      df_count_snap_scoring(s, m, t.snap, t.counters);
-    }
+    if (t.snap.queries > 0) df_count_snap_compression(s, m, t.snap, t.counters);
     t.footprint_bytes = df_pass_footprint_bytes(s, m, t.visible + t.tokens());
   }
   return true;
@@ -254,7 +251,11 @@ int validate_report(ValidateRun& run, const DfModel& m, bool as_json) {
                     {"visible", t.visible},
                     {"prefix", t.prefix},
                     {"capacity", t.capacity},
-                    {"snap_queries", t.snap_queries},
+                    {"snap_queries", t.snap.queries},
+                    {"snap_candidates", t.snap.candidates},
+                    {"snap_pool_kernel", t.snap.pool_kernel},
+                    {"snap_kept", t.snap.kept},
+                    {"snap_rotated", t.snap.rotated},
                     {"e2e_measured_us", median(t.e2e_us)},
                     {"ops_measured_us", op_sum * 1e6},
                     {"measured_op_us", measured},
@@ -286,6 +287,23 @@ int validate_report(ValidateRun& run, const DfModel& m, bool as_json) {
   printf("%s\n", out.dump().c_str());
   return 0;
 }
+
+namespace {
+
+// The selection and compaction of a snapstream test's compression, for a file written before
+// they were recorded: as the KV manager plans it past its budget, with the ring full.
+void derive_compaction(const ValidatePoint& p, const ValidateSessionFacts& f, ValidateTest& t) {
+  SnapCompression& c = t.snap;
+  const uint32_t ring = std::min(snapstream_window(f.window, p.budget), c.total);
+  const uint32_t tail = std::max(ring, c.queries);
+  const uint32_t sinks = std::min(f.sinks, c.total - tail);
+  c.candidates = c.total - sinks - tail;
+  c.kept = p.budget;
+  c.pool_kernel = snapkv_kernel(f.snap_kernel, c.candidates, p.budget > sinks + tail ? p.budget - sinks - tail : 0);
+  c.rotated = p.budget - ring;
+}
+
+}  // namespace
 
 bool read_measured(const std::string& path, const DfModel& m, const ValidateSessionFacts& facts, ValidateRun& run,
                    std::string& error) {
@@ -404,8 +422,17 @@ bool read_measured(const std::string& path, const DfModel& m, const ValidateSess
     t.ops_us.push_back(ops);
     if (format >= 2) {
       if (!whole(r, "prefix", at, t.prefix) || !whole(r, "capacity", at, t.capacity) ||
-          !whole(r, "snap_queries", at, t.snap_queries))
+          !whole(r, "snap_queries", at, t.snap.queries))
         return false;
+      t.snap.total = t.visible + t.tokens(), t.snap.prefix = t.prefix;
+      if (t.snap.queries > 0 && r.contains("snap_kept")) {
+        if (!whole(r, "snap_candidates", at, t.snap.candidates) ||
+            !whole(r, "snap_pool_kernel", at, t.snap.pool_kernel) || !whole(r, "snap_kept", at, t.snap.kept) ||
+            !whole(r, "snap_rotated", at, t.snap.rotated))
+          return false;
+      } else if (t.snap.queries > 0) {
+        derive_compaction(p, facts, t);
+      }
     } else {
       // What the runtime held, as the measuring run's sessions hold it: full from 0 with one
       // budget for every depth; snapstream past its budget with sinks + SnapKV-kept prefix + a
@@ -416,8 +443,11 @@ bool read_measured(const std::string& path, const DfModel& m, const ValidateSess
         ++snap_index;
         const bool past = t.visible >= p.budget;
         t.prefix = past ? p.budget - snapstream_window(facts.window, p.budget) : 0;
-        if (t.prefill && t.visible + kValidateChunk > p.budget)
-          t.snap_queries = std::min(facts.obs_window, facts.planned_obs_window);
+        if (t.prefill && t.visible + kValidateChunk > p.budget) {
+          t.snap.queries = std::min(facts.obs_window, facts.planned_obs_window);
+          t.snap.total = t.visible + t.tokens(), t.snap.prefix = t.prefix;
+          derive_compaction(p, facts, t);
+        }
       } else {
         t.capacity = facts.full_capacity;
       }

@@ -35,9 +35,10 @@ struct ValidateTest {
   ValidatePoint point;
   bool prefill = false;
   uint32_t visible = 0, prefix = 0, capacity = 0;
-  // Observation queries of the SnapKV scoring the pass runs (a prefill chunk past a snapstream
-  // budget), 0 when it runs none.
-  uint32_t snap_queries = 0;
+  // The SnapKV compression the pass runs (a prefill chunk past a snapstream budget; queries 0
+  // when it runs none): its scoring counted as kv_policy, its selection and compaction as
+  // kv_compact.
+  SnapCompression snap;
   // Samples of microseconds per token (decode: one per token; prefill: one per chunk) and of the
   // op classes' microseconds per pass (decode: kValidateDecodeRun passes per repetition). A
   // neighbour's burst lands in a few samples; the medians skip it. (Microseconds, as the JSON
@@ -48,7 +49,6 @@ struct ValidateTest {
   DfCounterSet counters;
   bool double_buffered = false;
   uint64_t footprint_bytes = 0;  // df_pass_footprint_bytes of the pass
-  DfSnapScoring snap;            // the SnapKV scoring counted (queries 0: none)
   const DfModel* model = nullptr;
   uint32_t tokens() const { return prefill ? kValidateChunk : 1; }
   double e2e_s() const;
@@ -77,7 +77,7 @@ int validate_report(ValidateRun& run, const DfModel& m, bool as_json);
 struct ValidateSessionFacts {
   uint32_t full_capacity = 0;
   std::vector<uint32_t> snap_capacity;  // per snapstream point, in order
-  uint32_t sinks = 0, window = 0, obs_window = 0, planned_obs_window = 0;
+  uint32_t sinks = 0, window = 0, obs_window = 0, planned_obs_window = 0, snap_kernel = 0;
 };
 
 // Reads a previous `--validate --json` output for model `m`. A file that names its model and
