@@ -148,9 +148,11 @@ int run_calibrate(uint32_t threads_opt) {
   h.tiers[0].bandwidth_bytes_per_s = dram_gbps * 1e9;
   h.tiers[0].latency_ns = 100;
   h.dma_engines = threads;
-  // A core waits for what it streams from DRAM between its own computations (no DMA engine
-  // beside it), so its ops cost compute plus transfer.
-  h.serial = true;
+  // One core waits for what it streams from DRAM between its own computations (no DMA engine
+  // beside it), so its ops cost compute plus transfer. With several threads each streams its own
+  // rows while the others compute, and the read curve's rate is what they stream together:
+  // transfer and compute overlap, as on a double-buffered accelerator.
+  h.serial = threads == 1;
 
   // The native kernels' MAC rates on one thread over weights that stay in cache, times threads.
   const MatmulKernels& mk = kernels_best();
@@ -220,10 +222,11 @@ int run_calibrate(uint32_t threads_opt) {
            "Q4M matmul streams beyond "
            "its compute at %.2f GB/s from DRAM (the tier's bandwidth; 0 = not measured, the read rate kept); "
            "native kernels '%s' MAC rates on one thread times %u, 4-bit unpacking from a one-token Q4M matmul; "
-           "latency 100 ns assumed; serial (compute plus transfer); one cycle = 1 ns",
+           "latency 100 ns assumed; %s; one cycle = 1 ns",
            threads, sizes.size(), (unsigned long long)sizes.back(), kRounds, dram_gbps, (unsigned long long)llc,
            cache_gbps, (unsigned long long)private_cache, (unsigned long long)h.cache_bytes, mid_gbps,
-           (unsigned long long)effective, llc_gbps, kernel_dram_gbps, mk.name, threads);
+           (unsigned long long)effective, llc_gbps, kernel_dram_gbps, mk.name, threads,
+           h.serial ? "serial (compute plus transfer)" : "threads overlap transfer and compute");
   const std::string path = hw::host_hw_path();
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
