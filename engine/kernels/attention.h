@@ -53,7 +53,7 @@ struct AttentionKernels {
   KvWeightedSumGroupFn weighted_sum_q4_group = nullptr;
   // n consecutive f16 rows of head_dim numbers turned in place by one set of RoPE angles
   // (cos[pairs], sin[pairs]; a pair is (i, i + pairs) with `halves`, else (2i, 2i + 1)), bit for
-  // bit what rope_rotate_rows (kernels/rope.h) gives for KvType::F16. nullptr: that function.
+  // bit what rope_rotate_rows (kernels/rope.h) gives for KvType::F16 in the engine's build.
   void (*rotate_rows)(uint16_t* rows, uint32_t n, uint32_t head_dim, uint32_t pairs, bool halves, const float* cos,
                       const float* sin) = nullptr;
 

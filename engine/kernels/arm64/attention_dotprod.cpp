@@ -214,7 +214,8 @@ const AttentionKernels& attention_dotprod_table() {
                             scores_quant_group<Q8Rows, SdotDot>,
                             weighted_sum_group<Q8Rows>,
                             scores_quant_group<Q4Rows, SdotDot>,
-                            neon.weighted_sum_q4_group};
+                            neon.weighted_sum_q4_group,
+                            neon.rotate_rows};
   }();
   return table;
 }

@@ -176,6 +176,42 @@ void to_half_neon(const float* x, uint32_t n, uint16_t* out) {
   for (; i < n; ++i) out[i] = f32_to_f16(x[i]);
 }
 
+// f16 rows turned by one set of RoPE angles, four pairs a vector: products rounded one by one
+// (the engine is built without contraction on Arm) and halves converted by FCVTL / FCVTN, so
+// the bits are the scalar rope_rotate_rows'. Interleaved pairs are split and joined by LD2 / ST2.
+void rotate_rows_neon(uint16_t* rows, uint32_t n, uint32_t head_dim, uint32_t pairs, bool halves, const float* cos,
+                      const float* sin) {
+  auto turn = [&](float32x4_t x0, float32x4_t x1, uint32_t i, float32x4_t& a, float32x4_t& b) {
+    const float32x4_t c = vld1q_f32(cos + i), s = vld1q_f32(sin + i);
+    a = vsubq_f32(vmulq_f32(x0, c), vmulq_f32(x1, s));
+    b = vaddq_f32(vmulq_f32(x0, s), vmulq_f32(x1, c));
+  };
+  auto widen = [](uint16x4_t h) { return vcvt_f32_f16(vreinterpret_f16_u16(h)); };
+  auto narrow = [](float32x4_t f) { return vreinterpret_u16_f16(vcvt_f16_f32(f)); };
+  for (uint32_t r = 0; r < n; ++r) {
+    uint16_t* row = rows + uint64_t(r) * head_dim;
+    uint32_t i = 0;
+    for (; i + 4 <= pairs; i += 4) {
+      float32x4_t a, b;
+      if (halves) {
+        turn(widen(vld1_u16(row + i)), widen(vld1_u16(row + pairs + i)), i, a, b);
+        vst1_u16(row + i, narrow(a));
+        vst1_u16(row + pairs + i, narrow(b));
+      } else {
+        const uint16x4x2_t xy = vld2_u16(row + 2 * i);
+        turn(widen(xy.val[0]), widen(xy.val[1]), i, a, b);
+        vst2_u16(row + 2 * i, uint16x4x2_t{{narrow(a), narrow(b)}});
+      }
+    }
+    for (; i < pairs; ++i) {
+      const uint32_t ia = halves ? i : 2 * i, ib = halves ? i + pairs : 2 * i + 1;
+      const float x0 = f16_to_f32(row[ia]), x1 = f16_to_f32(row[ib]);
+      row[ia] = f32_to_f16(x0 * cos[i] - x1 * sin[i]);
+      row[ib] = f32_to_f16(x0 * sin[i] + x1 * cos[i]);
+    }
+  }
+}
+
 // ---- quantized rows ----
 
 // The exact int32 dot product of a group: SMULL/SMLAL pairs (|k|, |q| <= 127, so a pair's sum
@@ -278,7 +314,8 @@ const AttentionKernels& attention_neon_table() {
                                       scores_quant_group<Q8Rows, SmullDot>,
                                       weighted_sum_quant_group<Q8Rows>,
                                       scores_quant_group<Q4Rows, SmullDot>,
-                                      weighted_sum_quant_group<Q4Rows>};
+                                      weighted_sum_quant_group<Q4Rows>,
+                                      rotate_rows_neon};
   return table;
 }
 

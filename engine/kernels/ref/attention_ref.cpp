@@ -99,12 +99,30 @@ void weighted_sum_q4_ref(const float* p, const uint16_t* v, uint32_t n, uint32_t
   }
 }
 
+// rope_rotate_rows for f16 rows, pair by pair (a number outside the pairs is left as it is,
+// which its f16 round trip gives too).
+void rotate_rows_ref(uint16_t* rows, uint32_t n, uint32_t head_dim, uint32_t pairs, bool halves, const float* cos,
+                     const float* sin) {
+  for (uint32_t r = 0; r < n; ++r) {
+    uint16_t* row = rows + uint64_t(r) * head_dim;
+    for (uint32_t i = 0; i < pairs; ++i) {
+      const uint32_t ia = halves ? i : 2 * i, ib = halves ? i + pairs : 2 * i + 1;
+      const float x0 = f16_to_f32(row[ia]), x1 = f16_to_f32(row[ib]);
+      row[ia] = f32_to_f16(x0 * cos[i] - x1 * sin[i]);
+      row[ib] = f32_to_f16(x0 * sin[i] + x1 * cos[i]);
+    }
+  }
+}
+
 }  // namespace
 
 const AttentionKernels& attention_kernels_ref() {
-  static const AttentionKernels k{
-      "ref",         scores_ref,          weighted_sum_ref, to_half_ref,        weighted_sum_more_ref,
-      scores_q8_ref, weighted_sum_q8_ref, scores_q4_ref,    weighted_sum_q4_ref};
+  static const AttentionKernels k = [] {
+    AttentionKernels t{"ref",         scores_ref,          weighted_sum_ref, to_half_ref,        weighted_sum_more_ref,
+                       scores_q8_ref, weighted_sum_q8_ref, scores_q4_ref,    weighted_sum_q4_ref};
+    t.rotate_rows = rotate_rows_ref;
+    return t;
+  }();
   return k;
 }
 
