@@ -8,16 +8,6 @@
 
 namespace keel {
 
-namespace {
-
-inline uint16_t load_u16(const uint8_t* p) {
-  uint16_t v;
-  memcpy(&v, p, 2);
-  return v;
-}
-
-}  // namespace
-
 void dequantize_row(fb::DType dtype, const uint8_t* tensor, uint32_t rows, uint32_t cols, uint32_t row, float* out) {
   (void)rows;
   switch (dtype) {

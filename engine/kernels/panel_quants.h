@@ -8,15 +8,10 @@
 #include <cstring>
 
 #include "core/f16.h"
+#include "kernels/unaligned_load.h"
 #include "model/weight_format.h"
 
 namespace keel {
-
-inline uint16_t panel_load_u16(const uint8_t* p) {
-  uint16_t v;
-  memcpy(&v, p, 2);
-  return v;
-}
 
 // u[i] of column 32b + i, lane `lane`; `qb` is the block's first quant byte
 // (quants + b * quant_block_bytes(t)).
@@ -67,22 +62,22 @@ inline BlockParams block_params(fb::DType t, const uint8_t* panel, uint64_t cols
   BlockParams p;
   if (is_kquant(t)) {
     const uint32_t s = b / (kSuperBlock / kQuantBlock);
-    p.d = f16_to_f32(panel_load_u16(panel + (s * kPanelRows + lane) * 2));
+    p.d = f16_to_f32(load_u16(panel + (s * kPanelRows + lane) * 2));
     if (t == fb::DType::Q6K) {
       const uint8_t* sc = panel + ns * kPanelRows * 2;  // [nb][2][16] int8
       p.sc[0] = int8_t(sc[(b * 2 + 0) * kPanelRows + lane]);
       p.sc[1] = int8_t(sc[(b * 2 + 1) * kPanelRows + lane]);
     } else {
-      p.m = f16_to_f32(panel_load_u16(panel + ns * kPanelRows * 2 + (s * kPanelRows + lane) * 2));
+      p.m = f16_to_f32(load_u16(panel + ns * kPanelRows * 2 + (s * kPanelRows + lane) * 2));
       const uint8_t* sc = panel + ns * kPanelRows * 4;  // [nb][16] u8, then mins [nb][16] u8
       p.sc[0] = sc[b * kPanelRows + lane];
       p.mn = sc[nb * kPanelRows + b * kPanelRows + lane];
     }
     return p;
   }
-  p.d = f16_to_f32(panel_load_u16(panel + (b * kPanelRows + lane) * 2));
+  p.d = f16_to_f32(load_u16(panel + (b * kPanelRows + lane) * 2));
   if (t == fb::DType::Q4M || t == fb::DType::Q5M)
-    p.m = f16_to_f32(panel_load_u16(panel + nb * kPanelRows * 2 + (b * kPanelRows + lane) * 2));
+    p.m = f16_to_f32(load_u16(panel + nb * kPanelRows * 2 + (b * kPanelRows + lane) * 2));
   return p;
 }
 

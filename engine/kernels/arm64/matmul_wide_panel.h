@@ -20,7 +20,7 @@
 #include <arm_neon.h>
 
 #include "kernels/kquant_kernels.h"
-#include "kernels/load_i32.h"
+#include "kernels/unaligned_load.h"
 #include "kernels/matmul_driver.h"
 #include "kernels/unrolled.h"
 #include "model/weight_format.h"

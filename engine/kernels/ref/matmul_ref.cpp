@@ -5,16 +5,11 @@
 #include "core/f16.h"
 #include "kernels/kernels.h"
 #include "kernels/kquant_kernels.h"
+#include "kernels/unaligned_load.h"
 
 namespace keel {
 
 namespace {
-
-inline uint16_t load_u16(const uint8_t* p) {
-  uint16_t v;
-  memcpy(&v, p, 2);
-  return v;
-}
 
 inline float abs_f(float x) { return x < 0.0f ? -x : x; }
 

@@ -1,12 +1,12 @@
 // The loads both AVX2 matmul translation units use (matmul_avx2.cpp, matmul_wide_avx2.cpp), with
-// internal linkage for the reason kernels/load_i32.h gives.
+// internal linkage for the reason kernels/unaligned_load.h gives.
 #pragma once
 
 #include <immintrin.h>
 
 #include <cstdint>
 
-#include "kernels/load_i32.h"
+#include "kernels/unaligned_load.h"
 
 namespace keel::x86 {
 namespace {

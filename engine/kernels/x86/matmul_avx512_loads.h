@@ -1,10 +1,10 @@
 // The loads both AVX-512 matmul translation units use (matmul_avx512.cpp, matmul_wide_avx512.cpp),
-// with internal linkage for the reason kernels/load_i32.h gives.
+// with internal linkage for the reason kernels/unaligned_load.h gives.
 #pragma once
 
 #include <cstdint>
 
-#include "kernels/load_i32.h"
+#include "kernels/unaligned_load.h"
 #include "kernels/x86/avx512_intrin.h"
 
 namespace keel::x86 {
