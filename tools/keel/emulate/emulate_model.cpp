@@ -39,19 +39,9 @@ EmuResult emulate(const EmuConfig& c) {
     const uint32_t n = c.prompt - done < c.chunk ? c.prompt - done : c.chunk;
     df_count_forward(r.schedule, c.model, n, visible, evicted ? 1 : 0, done + n == c.prompt ? 1 : 0, r.prefill);
     if (c.bounded && c.snap_queries > 0 && visible + n > c.budget) {
-      SnapCompression j;
-      j.queries = c.snap_queries < done + n ? c.snap_queries : done + n;
-      j.total = visible + n, j.prefix = evicted ? 1 : 0;
-      // As the KV manager plans it (kv/snapkv_compress.cpp) with the ring full and the
-      // observation window inside it.
-      const uint32_t ring = c.snap_ring < visible + n ? c.snap_ring : visible + n;
-      const uint32_t tail = ring > j.queries ? ring : j.queries;
-      const uint32_t sinks = c.snap_sinks < j.total - tail ? c.snap_sinks : j.total - tail;
-      const uint32_t fixed = sinks + tail;
-      j.candidates = j.total - fixed;
-      j.kept = c.budget;
-      j.pool_kernel = snapkv_kernel(c.snap_kernel, j.candidates, c.budget > fixed ? c.budget - fixed : 0);
-      j.rotated = c.budget - ring;
+      const uint32_t queries = c.snap_queries < done + n ? c.snap_queries : done + n;
+      const SnapCompression j = emu_compression_past_budget(visible + n, evicted ? 1 : 0, queries, c.budget,
+                                                            c.snap_ring, c.snap_sinks, c.snap_kernel);
       df_count_snap_compression(r.schedule, c.model, j, r.prefill);
       snap = j;
     }
@@ -67,6 +57,21 @@ EmuResult emulate(const EmuConfig& c) {
   r.decode_cycles = emu_cycles(r.decode, c.hw, r.schedule.double_buffered, r.decode_reuse);
   r.prefill_cycles = emu_cycles(r.prefill, c.hw, r.schedule.double_buffered, r.prefill_reuse);
   return r;
+}
+
+SnapCompression emu_compression_past_budget(uint32_t total, uint32_t prefix, uint32_t queries, uint32_t budget,
+                                            uint32_t ring, uint32_t sinks, uint32_t kernel) {
+  SnapCompression j;
+  j.queries = queries, j.total = total, j.prefix = prefix;
+  const uint32_t ring_keep = ring < total ? ring : total;
+  const uint32_t tail = ring_keep > queries ? ring_keep : queries;
+  const uint32_t sinks_kept = sinks < total - tail ? sinks : total - tail;
+  const uint32_t fixed = sinks_kept + tail;
+  j.candidates = total - fixed;
+  j.kept = budget;
+  j.pool_kernel = snapkv_kernel(kernel, j.candidates, budget > fixed ? budget - fixed : 0);
+  j.rotated = budget - ring_keep;
+  return j;
 }
 
 SnapCompression emu_snap_compression(const Runtime& rt, uint32_t n) {

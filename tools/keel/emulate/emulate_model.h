@@ -41,6 +41,12 @@ EmuResult emulate(const EmuConfig& c);
 // Cycles of a counter set: the sum of its ops' costs (ops run one after another).
 double emu_cycles(const DfCounterSet& s, const HwDesc& hw, bool double_buffered, const DfReuse& reuse = {});
 
+// A compression past the budget as the KV manager plans it (kv/snapkv_compress.cpp), for the
+// walks that have no runtime to ask: `total` entries (`prefix` of them index-rotated), `queries`
+// observers, the budget kept, the newest `ring` whole and `sinks` sinks, the rest competing,
+// pooled with `kernel` (0: adaptive); the new prefix re-rotated.
+SnapCompression emu_compression_past_budget(uint32_t total, uint32_t prefix, uint32_t queries, uint32_t budget,
+                                            uint32_t ring, uint32_t sinks, uint32_t kernel);
 // The SnapKV compression that a prompt chunk of n tokens (one prefill call of at most a chunk:
 // no lookahead) triggers in slot 0 of `rt`, as its KV manager will run it (queries 0: none).
 SnapCompression emu_snap_compression(const Runtime& rt, uint32_t n);

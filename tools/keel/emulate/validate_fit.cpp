@@ -9,8 +9,8 @@
 
 #include "emulate/hw_json.h"
 #include "keel/cli/cli_util.h"
+#include "keel/emulate/emulate_model.h"
 #include "kv/kv_policy.h"
-#include "kv/snapkv.h"
 #include "model/weight_format.h"
 
 namespace keel::cli {
@@ -293,14 +293,8 @@ namespace {
 // The selection and compaction of a snapstream test's compression, for a file written before
 // they were recorded: as the KV manager plans it past its budget, with the ring full.
 void derive_compaction(const ValidatePoint& p, const ValidateSessionFacts& f, ValidateTest& t) {
-  SnapCompression& c = t.snap;
-  const uint32_t ring = std::min(snapstream_window(f.window, p.budget), c.total);
-  const uint32_t tail = std::max(ring, c.queries);
-  const uint32_t sinks = std::min(f.sinks, c.total - tail);
-  c.candidates = c.total - sinks - tail;
-  c.kept = p.budget;
-  c.pool_kernel = snapkv_kernel(f.snap_kernel, c.candidates, p.budget > sinks + tail ? p.budget - sinks - tail : 0);
-  c.rotated = p.budget - ring;
+  t.snap = emu_compression_past_budget(t.visible + t.tokens(), t.prefix, t.snap.queries, p.budget,
+                                       snapstream_window(f.window, p.budget), f.sinks, f.snap_kernel);
 }
 
 }  // namespace
@@ -445,7 +439,6 @@ bool read_measured(const std::string& path, const DfModel& m, const ValidateSess
         t.prefix = past ? p.budget - snapstream_window(facts.window, p.budget) : 0;
         if (t.prefill && t.visible + kValidateChunk > p.budget) {
           t.snap.queries = std::min(facts.obs_window, facts.planned_obs_window);
-          t.snap.total = t.visible + t.tokens(), t.snap.prefix = t.prefix;
           derive_compaction(p, facts, t);
         }
       } else {
