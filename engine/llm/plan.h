@@ -16,6 +16,7 @@
 #include "kv/kv_cache_size.h"
 #include "kv/kv_policy.h"
 #include "kv/rocketkv_split.h"
+#include "llm/record_sizes.h"
 #include "text/text_sizes.h"
 
 namespace keel {
@@ -68,15 +69,6 @@ struct PlanConfig {
 
 constexpr uint64_t kPlanAlign = 64;
 constexpr uint64_t plan_align(uint64_t n) { return (n + kPlanAlign - 1) / kPlanAlign * kPlanAlign; }
-// Record sizes are fixed numbers, not sizeof: a plan must come out the same on every target, since
-// `keel convert --header` computes it on a 64-bit host and a 32-bit firmware build asserts its own
-// constexpr plan equal to it (ports/cortex-m33/main.cpp). Each owner static_asserts that its
-// record fits (runtime.cpp, runtime.h, scheduler.cpp).
-constexpr uint64_t kSlotStateBytes = 1024;  // slot record: cache view, sampler state, recent tokens
-// Scheduler records (llm/scheduler.h): one per slot and per queue place, and one step entry
-// (Runtime::SlotWork) per slot.
-constexpr uint64_t kRequestRecordBytes = 256;
-constexpr uint64_t kStepEntryBytes = 64;
 
 // A prompt chunk's tokens (at least one), and the entries a global-layer cache holds per layer
 // and KV head: the budget plus one chunk staged before the policy settles it.
@@ -184,9 +176,10 @@ inline constexpr RegionInfo kRegions[kRegionCount] = {
      "[tokenizer_bytes] tables"},
     {Region::RopeInvFreq, "rope_inv_freq", PlanArena::Persistent, RegionGroup::Rope, false, 8, "[2][head_dim/2] f64"},
     {Region::BackendState, "backend_state", PlanArena::Persistent, RegionGroup::Backend, false, 1, "[backend_bytes]"},
-    {Region::SlotRecords, "slot_records", PlanArena::Persistent, RegionGroup::Records, false, 1, "[slots][1024]"},
+    {Region::SlotRecords, "slot_records", PlanArena::Persistent, RegionGroup::Records, false, 1,
+     "[slots][kSlotRecordBytes]"},
     {Region::Requests, "requests", PlanArena::Persistent, RegionGroup::Records, false, 1,
-     "[slots + queue][256] request records, [slots][64] step entries"},
+     "[slots + queue][kRequestRecordBytes] request records, [slots][kSlotWorkBytes] step entries"},
     {Region::KvKeysValues, "kv_keys_values", PlanArena::Persistent, RegionGroup::Kv, true, 2,
      "[K,V][global layers][kv_heads][capacity][row] f16 rows, or q8/q4 rows with scales (core/kv_type.h)"},
     {Region::KvPositions, "kv_positions", PlanArena::Persistent, RegionGroup::Kv, true, 4,
@@ -254,7 +247,7 @@ inline constexpr RegionInfo kRegions[kRegionCount] = {
     {Region::LogitRows, "logit_rows", PlanArena::Scratch, RegionGroup::LogitRows, false, 4,
      "[max(logit_rows, slots)][vocab] f32"},
     {Region::StepSegments, "step_segments", PlanArena::Scratch, RegionGroup::Activations, false, 1,
-     "[slots][64] forward segments"},
+     "[slots][kForwardSegmentBytes] forward segments"},
     {Region::Sampler, "sampler", PlanArena::Scratch, RegionGroup::Sampler, false, 1,
      "[vocab] (logit, id) + seen-token bitmap"},
     {Region::Text, "text", PlanArena::Scratch, RegionGroup::Text, false, 1, "[64 KiB] tokenizer work"},
@@ -314,8 +307,8 @@ constexpr uint64_t region_elements(Region r, const PlanShape& s, const PlanConfi
     case Region::Tokenizer: return s.tokenizer_bytes;
     case Region::RopeInvFreq: return 2 * pairs;  // global layers', then local layers' (Gemma 3)
     case Region::BackendState: return c.backend_bytes;
-    case Region::SlotRecords: return slots * kSlotStateBytes;
-    case Region::Requests: return (slots + c.queue_capacity) * kRequestRecordBytes + slots * kStepEntryBytes;
+    case Region::SlotRecords: return slots * kSlotRecordBytes;
+    case Region::Requests: return (slots + c.queue_capacity) * kRequestRecordBytes + slots * kSlotWorkBytes;
     case Region::KvKeysValues: return 2 * heads * cap * kv_row_halves(c.kv_type, s.head_dim);
     case Region::KvPositions: return heads * cap;
     case Region::KvLocalKeysValues: return 2 * local_heads * local_cap * kv_row_halves(c.kv_type, s.head_dim);
@@ -360,7 +353,7 @@ constexpr uint64_t region_elements(Region r, const PlanShape& s, const PlanConfi
                  ? uint64_t(s.n_kv_heads) * sparse_select_stride(sparse, s.head_dim, s.n_heads / s.n_kv_heads) + q_dim
                  : 0;
     case Region::LogitRows: return logit_rows * s.vocab_size;
-    case Region::StepSegments: return slots * kStepEntryBytes;
+    case Region::StepSegments: return slots * kForwardSegmentBytes;
     case Region::Sampler: return text::sampler_scratch_bytes(s.vocab_size);
     case Region::Text: return text::kTokenizerScratchBytes;
     case Region::kCount: break;

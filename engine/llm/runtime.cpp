@@ -92,10 +92,10 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
                           ps.n_heads * ps.head_dim,
                           0,
                           pc.kv_type};
-  static_assert(sizeof(Slot) <= kSlotStateBytes, "slot record exceeds its planned bytes");
+  static_assert(record_planned<sizeof(Slot), kSlotRecordBytes>());
   slots_ = regions.get<uint8_t>(Region::SlotRecords);
   for (uint32_t i = 0; i < pc.slots; ++i) {
-    Slot* s = new (slots_ + uint64_t(i) * kSlotStateBytes) Slot();
+    Slot* s = new (slots_ + uint64_t(i) * kSlotRecordBytes) Slot();
     KvBuffers kb;
     kb.keys_values = regions.get<uint16_t>(Region::KvKeysValues, i);
     kb.positions = regions.get<int32_t>(Region::KvPositions, i);
@@ -117,7 +117,6 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
   }
   segments_ = reinterpret_cast<ForwardSegment*>(regions.get<uint8_t>(Region::StepSegments));
   requests_ = regions.get<uint8_t>(Region::Requests);
-  static_assert(sizeof(ForwardSegment) <= kStepEntryBytes, "a forward segment exceeds its planned bytes");
   KEEL_ENSURE(segments_ && requests_, Status::Internal, "the plan lacks the step's buffers");
   persistent_used_bytes_ = regions.persistent_reach();
   scratch_used_bytes_ = regions.scratch_reach();
@@ -134,7 +133,7 @@ Error Runtime::check_slot(uint32_t slot) const {
 }
 
 Runtime::Slot& Runtime::slot_at(uint32_t i) const {
-  return *reinterpret_cast<Slot*>(slots_ + uint64_t(i) * kSlotStateBytes);
+  return *reinterpret_cast<Slot*>(slots_ + uint64_t(i) * kSlotRecordBytes);
 }
 
 Error Runtime::prefill(uint32_t slot, Span<const int32_t> tokens) {

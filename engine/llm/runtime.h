@@ -49,7 +49,7 @@ struct SlotWork {
   bool prompt_end = false;          // the prompt's last chunk: its last token's logits are kept
   Status status = Status::Ok;       // out: KvFull (nothing appended) or the slot's own failure
 };
-static_assert(sizeof(SlotWork) <= kStepEntryBytes, "a step entry exceeds its planned bytes");
+static_assert(record_planned<sizeof(SlotWork), kSlotWorkBytes>());
 
 class Runtime {
  public:
@@ -152,7 +152,7 @@ class Runtime {
   uint64_t scratch_used_bytes_ = 0;
   uint8_t* sampler_mem_ = nullptr;      // scratch region shared by the slots' samplers
   uint8_t* text_mem_ = nullptr;         // scratch region for tokenize()
-  uint8_t* slots_ = nullptr;            // [slots][kSlotStateBytes] records in the persistent arena
+  uint8_t* slots_ = nullptr;            // [slots][kSlotRecordBytes] records in the persistent arena
   ForwardSegment* segments_ = nullptr;  // [slots] of one pass (scratch)
   uint8_t* requests_ = nullptr;         // the scheduler's records (plan region `requests`)
 };

@@ -4,6 +4,7 @@
 #include <new>
 
 #include "core/check.h"
+#include "llm/record_sizes.h"
 
 namespace keel {
 
@@ -21,12 +22,12 @@ struct Scheduler::Record {
 };
 
 Error Scheduler::init(Runtime& runtime) {
-  static_assert(sizeof(Record) <= kRequestRecordBytes, "a request record exceeds its planned bytes");
+  static_assert(record_planned<sizeof(Record), kRequestRecordBytes>());
   KEEL_ENSURE(runtime.initialized(), Status::InvalidArgument, "the runtime is not initialized");
   const PlanConfig& pc = runtime.config().plan;
   const Span<uint8_t> block = runtime.request_records();
   const uint64_t records = uint64_t(pc.slots) + pc.queue_capacity;
-  KEEL_ENSURE(block.size() >= records * kRequestRecordBytes + uint64_t(pc.slots) * kStepEntryBytes, Status::Internal,
+  KEEL_ENSURE(block.size() >= records * kRequestRecordBytes + uint64_t(pc.slots) * kSlotWorkBytes, Status::Internal,
               "the plan's requests region holds %zu bytes; %" PRIu32 " slots and a queue of %" PRIu32 " need more",
               block.size(), pc.slots, pc.queue_capacity);
   rt_ = &runtime;

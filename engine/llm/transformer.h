@@ -39,6 +39,7 @@ struct ForwardSegment {
   // The slot's ring of local layers (Gemma 3), at the same position as kv; null without them.
   KvCache* local_kv = nullptr;
 };
+static_assert(record_planned<sizeof(ForwardSegment), kForwardSegmentBytes>());
 
 class Transformer final {
  public:

@@ -54,10 +54,14 @@ struct Record {
 // entries per layer and KV head aside for the prompt's question to judge again (persistent
 // +200 KiB for stories260K, +5.8 MiB for SmolLM2), and the SnapKV score rows grow by as many
 // entries per worker (scratch +3.0% and +0.4%).
-constexpr Record kStoriesCli{1078848, 423872};
-constexpr Record kStoriesEngine{1044288, 199872};
-constexpr Record kSmolLM2Cli{37800576, 2966400};
-constexpr Record kSmolLM2Engine{36677376, 1412864};
+// Re-recorded when the record regions took their records' sizes (llm/record_sizes.h) instead of
+// rounded-up numbers: persistent -384 bytes with one slot (slot record 1024 -> 768, request record
+// 256 -> 144, step entry 64 -> 24), scratch unchanged (a forward segment 64 -> 48 bytes stays
+// inside the region's 64-byte alignment).
+constexpr Record kStoriesCli{1078464, 423872};
+constexpr Record kStoriesEngine{1043904, 199872};
+constexpr Record kSmolLM2Cli{37800192, 2966400};
+constexpr Record kSmolLM2Engine{36676992, 1412864};
 
 constexpr uint32_t kPinnedBudget = 1024;
 constexpr uint32_t kPinnedCliThreads = 2;
