@@ -308,7 +308,7 @@ constexpr uint64_t region_elements(Region r, const PlanShape& s, const PlanConfi
     case Region::RopeInvFreq: return 2 * pairs;  // global layers', then local layers' (Gemma 3)
     case Region::BackendState: return c.backend_bytes;
     case Region::SlotRecords: return slots * kSlotRecordBytes;
-    case Region::Requests: return (slots + c.queue_capacity) * kRequestRecordBytes + slots * kSlotWorkBytes;
+    case Region::Requests: return requests_region_bytes(slots, c.queue_capacity);
     case Region::KvKeysValues: return 2 * heads * cap * kv_row_halves(c.kv_type, s.head_dim);
     case Region::KvPositions: return heads * cap;
     case Region::KvLocalKeysValues: return 2 * local_heads * local_cap * kv_row_halves(c.kv_type, s.head_dim);

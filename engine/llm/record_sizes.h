@@ -19,6 +19,12 @@ constexpr uint64_t kRequestRecordBytes = 144;  // Scheduler::Record (llm/schedul
 constexpr uint64_t kSlotWorkBytes = 24;        // SlotWork (llm/runtime.h): one per slot, a step's entries
 constexpr uint64_t kForwardSegmentBytes = 48;  // ForwardSegment (llm/transformer.h): one per slot of a pass
 
+// The scheduler's region (plan region `requests`): a record per slot and per queue place, then a
+// step entry per slot.
+constexpr uint64_t requests_region_bytes(uint64_t slots, uint64_t queue_capacity) {
+  return (slots + queue_capacity) * kRequestRecordBytes + slots * kSlotWorkBytes;
+}
+
 // For static_assert(record_planned<sizeof(T), kTBytes>()): true when a record of `actual` bytes
 // here is planned as `planned`, equal on a 64-bit target and at most that on a 32-bit one. A
 // mismatch fails inside this template, whose instantiation the compiler prints with both numbers.

@@ -27,7 +27,7 @@ Error Scheduler::init(Runtime& runtime) {
   const PlanConfig& pc = runtime.config().plan;
   const Span<uint8_t> block = runtime.request_records();
   const uint64_t records = uint64_t(pc.slots) + pc.queue_capacity;
-  KEEL_ENSURE(block.size() >= records * kRequestRecordBytes + uint64_t(pc.slots) * kSlotWorkBytes, Status::Internal,
+  KEEL_ENSURE(block.size() >= requests_region_bytes(pc.slots, pc.queue_capacity), Status::Internal,
               "the plan's requests region holds %zu bytes; %" PRIu32 " slots and a queue of %" PRIu32 " need more",
               block.size(), pc.slots, pc.queue_capacity);
   rt_ = &runtime;
