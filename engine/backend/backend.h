@@ -16,6 +16,7 @@
 #include "backend/backend_plan.h"
 #include "core/kv_type.h"
 #include "core/snap_compression.h"
+#include "core/sparse_selection.h"
 #include "core/result.h"
 #include "core/span.h"
 #include "core/threads.h"
@@ -112,6 +113,9 @@ class Backend {
   // A SnapKV compression of this shape ran its selection and compaction in the slot's memory (its
   // scoring came through scores() and softmax()). Only a backend that counts work does anything.
   virtual void snap_compacted(const SnapCompression&) {}
+  // A decode step's RocketKV page selection of this shape ran for one KV head of one layer, in
+  // the transformer; the attention over its pages follows as an attention() call.
+  virtual void sparse_selected(const SparseSelection&) {}
 
  protected:
   Backend(BackendKind kind, const ThreadPool* pool) : kind_(kind), pool_(pool) {}

@@ -307,4 +307,8 @@ void DataflowBackend::snap_compacted(const SnapCompression& shape) {
   df_count_snap_compaction(state_->schedule, shape_, shape, ctr(DfOp::KvCompact));
 }
 
+void DataflowBackend::sparse_selected(const SparseSelection& shape) {
+  df_count_sparse_selection(state_->schedule, shape, ctr(DfOp::KvSelect));
+}
+
 }  // namespace keel

@@ -36,6 +36,7 @@ class DataflowBackend final : public KernelBackend {
               float* out) override;
   void to_half(const float* x, uint32_t n, uint16_t* out) override;
   void snap_compacted(const SnapCompression& shape) override;
+  void sparse_selected(const SparseSelection& shape) override;
 
   // Valid after create_state.
   const DfSchedule& schedule() const { return state_->schedule; }

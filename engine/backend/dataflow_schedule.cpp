@@ -102,31 +102,43 @@ struct Walker {
       }
     }
   }
+  // One attention call over every KV head of the model.
   void attention(uint32_t n, uint32_t visible, uint32_t prefix) {
     DfCounters& c = out.op[uint32_t(DfOp::Attention)];
     c.calls += 1;
-    const uint32_t hd = m.shape.head_dim, group = m.shape.n_heads / m.shape.n_kv_heads;
+    for (uint32_t kvh = 0; kvh < m.shape.n_kv_heads; ++kvh) attention_head(c, n, visible, prefix);
+  }
+  // A decode token's sparse attention: per KV head, its page selection and an attention call of
+  // its own over the gathered entries.
+  void sparse_attention(const DfSparseDecode& d) {
+    DfCounters& c = out.op[uint32_t(DfOp::Attention)];
     for (uint32_t kvh = 0; kvh < m.shape.n_kv_heads; ++kvh) {
-      for (uint32_t t0 = 0; t0 < n; t0 += s.q_block) {
-        const uint32_t t1 = t0 + s.q_block < n ? t0 + s.q_block : n;
-        const uint32_t rows = (t1 - t0) * group;
-        const uint32_t len_max = visible + t1;
-        c.sram_bytes += uint64_t(rows) * hd * 4;                // queries in
-        if (prefix > 0) c.vector_elems += uint64_t(rows) * hd;  // re-rotation for the prefix
-        for (int pass = 0; pass < 2; ++pass) {                  // keys, then values
-          for (uint32_t j = 0; j < len_max; j += s.kv_tile_tokens) {
-            const uint32_t len = j + s.kv_tile_tokens < len_max ? s.kv_tile_tokens : len_max - j;
-            offchip_or_sram(c, s.kv_onchip, s.kv_tier, uint64_t(len) * hd * 2);
-            for (uint32_t t = t0; t < t1; ++t) {
-              const uint32_t visible_t = visible + t + 1;
-              const uint32_t used = visible_t <= j ? 0 : (visible_t - j < len ? visible_t - j : len);
-              c.macs_bf16 += uint64_t(used) * hd * group;
-            }
+      df_count_sparse_selection(s, d.select, out.op[uint32_t(DfOp::KvSelect)]);
+      c.calls += 1;
+      attention_head(c, 1, d.gathered, d.gathered_prefix ? 1 : 0);
+    }
+  }
+  void attention_head(DfCounters& c, uint32_t n, uint32_t visible, uint32_t prefix) {
+    const uint32_t hd = m.shape.head_dim, group = m.shape.n_heads / m.shape.n_kv_heads;
+    for (uint32_t t0 = 0; t0 < n; t0 += s.q_block) {
+      const uint32_t t1 = t0 + s.q_block < n ? t0 + s.q_block : n;
+      const uint32_t rows = (t1 - t0) * group;
+      const uint32_t len_max = visible + t1;
+      c.sram_bytes += uint64_t(rows) * hd * 4;                // queries in
+      if (prefix > 0) c.vector_elems += uint64_t(rows) * hd;  // re-rotation for the prefix
+      for (int pass = 0; pass < 2; ++pass) {                  // keys, then values
+        for (uint32_t j = 0; j < len_max; j += s.kv_tile_tokens) {
+          const uint32_t len = j + s.kv_tile_tokens < len_max ? s.kv_tile_tokens : len_max - j;
+          offchip_or_sram(c, s.kv_onchip, s.kv_tier, uint64_t(len) * hd * 2);
+          for (uint32_t t = t0; t < t1; ++t) {
+            const uint32_t visible_t = visible + t + 1;
+            const uint32_t used = visible_t <= j ? 0 : (visible_t - j < len ? visible_t - j : len);
+            c.macs_bf16 += uint64_t(used) * hd * group;
           }
         }
-        for (uint32_t t = t0; t < t1; ++t) c.vector_elems += uint64_t(visible + t + 1) * group;  // softmax
-        c.sram_bytes += uint64_t(rows) * hd * 4;                                                 // outputs
       }
+      for (uint32_t t = t0; t < t1; ++t) c.vector_elems += uint64_t(visible + t + 1) * group;  // softmax
+      c.sram_bytes += uint64_t(rows) * hd * 4;                                                 // outputs
     }
   }
 };
@@ -147,6 +159,7 @@ const char* df_op_name(DfOp op) {
     case DfOp::KvWrite: return "kv_write";
     case DfOp::KvPolicy: return "kv_policy";
     case DfOp::KvCompact: return "kv_compact";
+    case DfOp::KvSelect: return "kv_select";
     case DfOp::Count: break;
   }
   return "?";
@@ -185,12 +198,34 @@ void DfCounters::add(const DfCounters& o) {
   }
 }
 
+void DfCounters::subtract(const DfCounters& o) {
+  calls -= o.calls;
+  macs_int8 -= o.macs_int8;
+  macs_bf16 -= o.macs_bf16;
+  macs_f32 -= o.macs_f32;
+  vector_elems -= o.vector_elems;
+  weight_elems -= o.weight_elems;
+  sram_bytes -= o.sram_bytes;
+  for (uint32_t i = 0; i < kHwMaxTiers; ++i) {
+    tier_bytes[i] -= o.tier_bytes[i];
+    tier_transfers[i] -= o.tier_transfers[i];
+  }
+}
+
 bool DfCounters::operator==(const DfCounters& o) const {
   bool same = calls == o.calls && macs_int8 == o.macs_int8 && macs_bf16 == o.macs_bf16 && macs_f32 == o.macs_f32 &&
               vector_elems == o.vector_elems && sram_bytes == o.sram_bytes && weight_elems == o.weight_elems;
   for (uint32_t i = 0; i < kHwMaxTiers; ++i)
     same = same && tier_bytes[i] == o.tier_bytes[i] && tier_transfers[i] == o.tier_transfers[i];
   return same;
+}
+
+bool DfCounters::within(const DfCounters& o) const {
+  bool ok = calls == o.calls && macs_int8 <= o.macs_int8 && macs_bf16 <= o.macs_bf16 && macs_f32 <= o.macs_f32 &&
+            vector_elems <= o.vector_elems && sram_bytes <= o.sram_bytes && weight_elems <= o.weight_elems;
+  for (uint32_t i = 0; i < kHwMaxTiers; ++i)
+    ok = ok && tier_bytes[i] <= o.tier_bytes[i] && tier_transfers[i] <= o.tier_transfers[i];
+  return ok;
 }
 
 DfCounters DfCounterSet::total() const {
@@ -343,7 +378,7 @@ DfSchedule df_schedule(const DfScheduleInput& in) {
 }
 
 void df_count_forward(const DfSchedule& s, const DfModel& m, uint32_t n, uint32_t visible, uint32_t prefix,
-                      uint32_t n_logits, DfCounterSet& out) {
+                      uint32_t n_logits, DfCounterSet& out, const DfSparseDecode* sparse) {
   Walker w{s, m, out};
   const ModelShape& sh = m.shape;
   const uint32_t hd = sh.head_dim, q_dim = sh.n_heads * hd, kv_dim = sh.n_kv_heads * hd;
@@ -363,7 +398,11 @@ void df_count_forward(const DfSchedule& s, const DfModel& m, uint32_t n, uint32_
       w.residual(DfOp::Residual, 2 * n, kv_dim);
     }
     w.kv_write(n);
-    w.attention(n, visible, prefix);
+    if (sparse && n == 1) {
+      w.sparse_attention(*sparse);
+    } else {
+      w.attention(n, visible, prefix);
+    }
     w.matmul(wo, n, false);
     w.residual(DfOp::Residual, n, sh.dim);
     w.norm(n, sh.dim);
@@ -418,6 +457,19 @@ void df_count_snap_compaction(const DfSchedule& s, const ModelShape& sh, const S
 void df_count_snap_compression(const DfSchedule& s, const DfModel& m, const SnapCompression& j, DfCounterSet& out) {
   df_count_snap_scoring(s, m, j, out);
   df_count_snap_compaction(s, m.shape, j, out.op[uint32_t(DfOp::KvCompact)]);
+}
+
+void df_count_sparse_selection(const DfSchedule& s, const SparseSelection& j, DfCounters& c) {
+  const uint64_t hd = j.head_dim;
+  c.calls += 1;
+  c.vector_elems += uint64_t(j.frames) * j.group * hd + uint64_t(j.pages) * j.group * j.dims * 2 + j.pages;
+  const uint64_t bytes = uint64_t(j.pages) * 2 * j.dims * 4 + (j.head_ranking ? hd * 4 : 0);
+  if (s.kv_onchip) {
+    c.sram_bytes += bytes;
+  } else {
+    c.tier_bytes[s.kv_tier] += bytes;
+    c.tier_transfers[s.kv_tier] += 1;
+  }
 }
 
 }  // namespace keel

@@ -12,6 +12,7 @@
 
 #include "backend/dataflow_hw.h"
 #include "core/snap_compression.h"
+#include "core/sparse_selection.h"
 #include "model/model.h"
 #include "model/weight_format.h"
 
@@ -30,6 +31,7 @@ enum class DfOp : uint8_t {
   KvWrite,    // new keys and values converted to f16 into the cache
   KvPolicy,   // SnapKV scoring (scores and softmax outside attention)
   KvCompact,  // SnapKV selection and compaction: score rows summed, pooled, the kept entries gathered, keys re-rotated
+  KvSelect,   // RocketKV's page selection at a decode step: page summaries read and bounded, pages ranked
   Count
 };
 constexpr uint32_t kDfOps = uint32_t(DfOp::Count);
@@ -44,7 +46,10 @@ struct DfCounters {
   uint64_t tier_bytes[kHwMaxTiers] = {};
   uint64_t tier_transfers[kHwMaxTiers] = {};
   void add(const DfCounters& o);
+  void subtract(const DfCounters& o);  // o counted within these: what came after it
   bool operator==(const DfCounters& o) const;
+  // The same calls, and no other count above o's: a walk's bound held.
+  bool within(const DfCounters& o) const;
 };
 
 struct DfCounterSet {
@@ -106,10 +111,28 @@ struct DfSchedule {
 
 DfSchedule df_schedule(const DfScheduleInput& in);
 
+// A decode token's RocketKV sparse attention on every layer: per KV head the page
+// selection (KvSelect) and one attention call over `gathered` entries besides the token's own,
+// with the prefix re-rotation when `gathered_prefix`. Which entries are gathered depends on the
+// scores, so walked with no data this is a bound: the most entries and pages a step may take.
+struct DfSparseDecode {
+  SparseSelection select;
+  uint32_t gathered = 0;
+  bool gathered_prefix = false;
+};
+
 // Counts one forward pass of n tokens with `visible` cached entries (`prefix` of them rotated at
 // their cache index) and `n_logits` logit rows, exactly as the dataflow backend's copies do.
+// With `sparse` and n == 1, every layer's attention is that sparse decode instead.
 void df_count_forward(const DfSchedule& s, const DfModel& m, uint32_t n, uint32_t visible, uint32_t prefix,
-                      uint32_t n_logits, DfCounterSet& out);
+                      uint32_t n_logits, DfCounterSet& out, const DfSparseDecode* sparse = nullptr);
+
+// One RocketKV page selection (core/sparse_selection.h), into KvSelect: one call; the summaries
+// (pages x 2 x dims f32, and head_dim f32 of spread with head ranking) read from where the cache
+// lives, one transfer; vector work frames x group x head_dim to choose the dims, pages x group x
+// dims x 2 for the bounds and pages to rank them. The backend counts it from the shape the
+// transformer reports (Backend::sparse_selected).
+void df_count_sparse_selection(const DfSchedule& s, const SparseSelection& j, DfCounters& out);
 
 // One SnapKV compression (a prefill chunk that overflows a snapkv or snapstream budget,
 // kv/snapkv_compress.cpp; its shape in core/snap_compression.h).

@@ -159,7 +159,15 @@ bool Transformer::sparse_attention(KvCache& kv, uint32_t layer, uint32_t row0, u
   parallel_for(pool_, shape_.n_kv_heads, sparse_task, &job);
 
   const uint64_t row = kv.row_halves(), rows = sparse_.gather_rows;
+  SparseSelection selection;
+  selection.group = group;
+  selection.head_dim = hd;
+  selection.frames = kv.index_rotated_pages() > 0 ? 2 : 1;
+  selection.dims = sparse_.dims;
+  selection.pages = kv.page_count();
+  selection.head_ranking = sparse_.select == RocketSelect::Head;
   for (uint32_t h = 0; h < shape_.n_kv_heads; ++h) {
+    backend_->sparse_selected(selection);
     const uint32_t* counts = reinterpret_cast<const uint32_t*>(
         sparse_select_ + h * sparse_select_stride(sparse_, hd, group) + sparse_select_counts_offset(sparse_, hd));
     AttentionArgs a{};

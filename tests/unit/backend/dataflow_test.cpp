@@ -45,13 +45,14 @@ const std::string& smollm2_keel() {
 using Engine = test::TestRuntime;
 
 std::unique_ptr<Engine> start(const Model& model, BackendKind kind, const DfMemory* hw, KvPolicyKind policy,
-                              uint32_t budget, uint32_t chunk) {
+                              uint32_t budget, uint32_t chunk, const KvPolicyConfig* kv = nullptr) {
   RuntimeConfig cfg;
   cfg.backend = kind;
   cfg.plan.kv_budget_tokens = budget;
   cfg.plan.chunk_tokens = chunk;
   cfg.plan.threads = 1;
   cfg.plan.dataflow_memory = hw;
+  if (kv) cfg.kv = *kv;
   cfg.kv.kind = policy;
   auto e = std::make_unique<Engine>(model, cfg);
   EXPECT_TRUE(e->error.ok()) << to_string(e->error.status()) << ": " << e->error.message();
@@ -63,14 +64,7 @@ const DataflowBackend& dataflow(Engine& e) { return static_cast<const DataflowBa
 
 DfCounterSet minus(const DfCounterSet& a, const DfCounterSet& b) {
   DfCounterSet d = a;
-  for (uint32_t i = 0; i < kDfOps; ++i) {
-    DfCounters& x = d.op[i];
-    const DfCounters& y = b.op[i];
-    x.calls -= y.calls, x.macs_int8 -= y.macs_int8, x.macs_bf16 -= y.macs_bf16, x.macs_f32 -= y.macs_f32;
-    x.vector_elems -= y.vector_elems, x.sram_bytes -= y.sram_bytes, x.weight_elems -= y.weight_elems;
-    for (uint32_t t = 0; t < kHwMaxTiers; ++t)
-      x.tier_bytes[t] -= y.tier_bytes[t], x.tier_transfers[t] -= y.tier_transfers[t];
-  }
+  for (uint32_t i = 0; i < kDfOps; ++i) d.op[i].subtract(b.op[i]);
   return d;
 }
 
@@ -472,6 +466,58 @@ TEST(DataflowBackend, SnapScoringExecutedEqualsAnalytic) {
   EXPECT_GE(compressions, 5u);
   EXPECT_GT(dataflow(*df).counters().op[uint32_t(DfOp::KvPolicy)].macs_bf16, 0u);
   EXPECT_GT(dataflow(*df).counters().op[uint32_t(DfOp::KvCompact)].vector_elems, 0u);
+}
+
+// RocketKV's sparse decode with a top-k larger than the cache, so that every page is chosen and
+// what a step gathers is known without its scores: per global layer and KV head the page
+// selection (KvSelect) and an attention call over every cached entry, executed equal to the
+// walk given that shape, decode token by decode token, with an index-rotated prefix (two frames)
+// after the prompt's compressions.
+TEST(DataflowBackend, SparseDecodeExecutedEqualsAnalytic) {
+  auto l = load_keel(test::stories260k_keel());
+  ASSERT_NE(l, nullptr);
+  DfMemory hw = df_memory(preset("edge-npu-2mib"));
+  hw.sram_bytes = 160 << 10;
+  const uint32_t budget = 64, chunk = 16;
+  KvPolicyConfig kv;
+  kv.sparse_budget = 256;
+  kv.rocket_topk = 128;
+  auto df = start(l->model, BackendKind::Dataflow, &hw, KvPolicyKind::RocketKV, budget, chunk, &kv);
+  ASSERT_NE(df, nullptr);
+  Runtime& rt = df->runtime;
+  const SparseSplit& split = rt.memory_plan().sparse;
+  ASSERT_EQ(split.topk, 128u);
+  const DfModel m = df_model(l->model);
+  const std::vector<int32_t> prompt = prompt_ids(160, m.shape.vocab_size);
+  ASSERT_TRUE(rt.prefill(0, Span<const int32_t>(prompt.data(), prompt.size())).ok());
+  for (uint32_t step = 0; step < 8; ++step) {
+    const KvCache& cache = rt.kv_cache(0);
+    ASSERT_GT(cache.page_count(), 0u);
+    DfSparseDecode d;
+    d.select.group = m.shape.n_heads / m.shape.n_kv_heads;
+    d.select.head_dim = m.shape.head_dim;
+    d.select.frames = cache.index_rotated_pages() > 0 ? 2 : 1;
+    d.select.dims = split.dims;
+    d.select.pages = cache.page_count();
+    d.select.head_ranking = split.select == RocketSelect::Head;
+    d.gathered = cache.visible();
+    d.gathered_prefix = cache.index_rotated_pages() > 0;
+    EXPECT_EQ(d.select.frames, 2u) << "no index-rotated prefix after the prompt's compressions";
+    DfCounterSet analytic;
+    df_count_forward(dataflow(*df).schedule(), m, 1, cache.visible(), cache.index_rotated(), 1, analytic, &d);
+    const DfCounterSet before = dataflow(*df).counters();
+    ASSERT_TRUE(rt.decode(0, prompt[step]).ok());
+    const DfCounterSet x = minus(dataflow(*df).counters(), before);
+    for (uint32_t i = 0; i < kDfOps; ++i) {
+      if (DfOp(i) == DfOp::KvPolicy || DfOp(i) == DfOp::KvCompact) continue;  // a decode step's eviction
+      EXPECT_TRUE(x.op[i] == analytic.op[i])
+          << df_op_name(DfOp(i)) << " at step " << step << ": executed " << x.op[i].calls << " calls, "
+          << x.op[i].vector_elems << " vector elements, " << x.op[i].sram_bytes << " SRAM bytes; analytic "
+          << analytic.op[i].calls << ", " << analytic.op[i].vector_elems << ", " << analytic.op[i].sram_bytes;
+    }
+    EXPECT_EQ(x.op[uint32_t(DfOp::KvSelect)].calls, uint64_t(m.shape.n_layers) * m.shape.n_kv_heads);
+    EXPECT_EQ(x.op[uint32_t(DfOp::Attention)].calls, uint64_t(m.shape.n_layers) * m.shape.n_kv_heads);
+  }
 }
 
 // SmolLM2 (Q4_1, GQA, head_dim 64) on the edge preset with 1.25 MiB of SRAM, so that attention

@@ -96,6 +96,38 @@ TEST(Emulate, ExecutedCountersEqualAnalyticOnStories260K) {
   EXPECT_EQ(j["executed"]["cached_tokens"].get<uint32_t>(), 300u);
 }
 
+// Under rocketkv a decode token's attention and page selection depend on which pages its
+// scores choose: the analytic walk counts them at their bound (every page the cache can hold
+// and the top-k rounded up to whole pages), and the executed token stays within it, every other
+// op class equal.
+TEST(Emulate, RocketKvDecodeWithinItsSparseBound) {
+  const auto r = run_cli("emulate -m " + q(test::stories260k_keel()) +
+                         " --hw edge-npu-2mib --sram-bytes 300000 --kv-policy rocketkv --kv-budget 128 --chunk 16"
+                         " --context 200 --execute --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const json j = parse_last_line(r.out);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  const json& e = j["executed"];
+  EXPECT_TRUE(e["counters_within_analytic_bound"].get<bool>()) << e.dump();
+  EXPECT_TRUE(e["prompt_chunk_equal_analytic"].get<bool>()) << e.dump();
+  const json& bound = j["decode_sparse_bound"];
+  EXPECT_EQ(bound["sparse_budget"].get<uint32_t>(), 32u);  // budget / 4
+  EXPECT_EQ(bound["frames"].get<uint32_t>(), 2u);
+  EXPECT_LT(bound["gathered_tokens"].get<uint32_t>(), 128u);
+  bool saw_attention = false, saw_select = false;
+  for (const json& op : e["ops"]) {
+    const std::string name = op["op"].get<std::string>();
+    if (name == "attention" || name == "kv_select") {
+      (name == "attention" ? saw_attention : saw_select) = true;
+      EXPECT_TRUE(op["within_bound"].get<bool>()) << op.dump();
+      EXPECT_GT(op["executed"]["calls"].get<uint64_t>(), 0u);
+    } else {
+      EXPECT_TRUE(op["equal"].get<bool>()) << op.dump();
+    }
+  }
+  EXPECT_TRUE(saw_attention && saw_select) << e.dump();
+}
+
 // With several slots the schedule places every slot's cache, and the first slot's executed
 // token moves what the analytic walk counts.
 TEST(Emulate, ExecutedCountersEqualAnalyticWithSlots) {

@@ -50,13 +50,34 @@ EmuResult emulate(const EmuConfig& c) {
     done += n;
   }
   r.decode_cached = c.bounded && c.context > c.budget ? c.budget : c.context;
-  df_count_forward(r.schedule, c.model, 1, r.decode_cached, c.bounded && c.context > c.budget ? 1 : 0, 1, r.decode);
+  const bool evicted_at_decode = c.bounded && c.context > c.budget;
+  r.decode_sparse = c.bounded && c.sparse.budget > 0;
+  if (r.decode_sparse)
+    r.decode_sparse_bound = emu_sparse_bound(c.sparse, c.model.shape, r.decode_cached, evicted_at_decode);
+  df_count_forward(r.schedule, c.model, 1, r.decode_cached, evicted_at_decode ? 1 : 0, 1, r.decode,
+                   r.decode_sparse ? &r.decode_sparse_bound : nullptr);
   r.decode_reuse.cached = df_cached_fraction(c.hw, df_pass_footprint_bytes(r.schedule, c.model, r.decode_cached + 1));
   r.prefill_reuse.cached = df_cached_fraction(c.hw, df_pass_footprint_bytes(r.schedule, c.model, visible));
   r.prefill_reuse.kv_policy_reread = df_snap_reread_fraction(c.hw, c.model, snap);
   r.decode_cycles = emu_cycles(r.decode, c.hw, r.schedule.double_buffered, r.decode_reuse);
   r.prefill_cycles = emu_cycles(r.prefill, c.hw, r.schedule.double_buffered, r.prefill_reuse);
   return r;
+}
+
+DfSparseDecode emu_sparse_bound(const SparseSplit& split, const ModelShape& shape, uint32_t cached, bool evicted) {
+  DfSparseDecode d;
+  d.select.group = shape.n_kv_heads ? shape.n_heads / shape.n_kv_heads : 1;
+  d.select.head_dim = shape.head_dim;
+  d.select.frames = evicted ? 2 : 1;
+  d.select.dims = split.dims;
+  const uint32_t page = split.page ? split.page : 1;
+  const uint32_t pages = (cached + page - 1) / page + (evicted ? 1 : 0);
+  d.select.pages = pages < split.max_pages ? pages : split.max_pages;
+  d.select.head_ranking = split.select == RocketSelect::Head;
+  const uint32_t most = split.gather_rows > 0 ? split.gather_rows - 1 : 0;  // gather_rows holds the token's own
+  d.gathered = cached < most ? cached : most;
+  d.gathered_prefix = evicted;
+  return d;
 }
 
 SnapCompression emu_compression_past_budget(uint32_t total, uint32_t prefix, uint32_t queries, uint32_t budget,

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "emulate/cost_model.h"
+#include "kv/rocketkv_split.h"
 #include "llm/runtime.h"
 
 namespace keel::cli {
@@ -20,13 +21,18 @@ struct EmuConfig {
   // budget), `snap_ring` stay whole in the recent ring and `snap_sinks` are sinks; the rest
   // compete, pooled with `snap_kernel` (0: adaptive), and the new prefix is re-rotated.
   uint32_t snap_queries = 0, snap_ring = 0, snap_sinks = 0, snap_kernel = 0;
+  // RocketKV's sparse decode (budget 0: a decode token attends to every cached entry).
+  SparseSplit sparse;
 };
 
 struct EmuResult {
   DfSchedule schedule;
   uint32_t decode_cached = 0;  // entries the decode token attends to, besides itself
-  DfCounterSet decode;         // one decode token at `context` tokens of history
-  DfCounterSet prefill;        // the whole prompt (prompt tokens, chunked)
+  // Under sparse decode, the bound the decode token was walked with (emu_sparse_bound).
+  bool decode_sparse = false;
+  DfSparseDecode decode_sparse_bound;
+  DfCounterSet decode;   // one decode token at `context` tokens of history
+  DfCounterSet prefill;  // the whole prompt (prompt tokens, chunked)
   double decode_cycles = 0, prefill_cycles = 0;
   // What a host's cache serves (0 on an accelerator) and what SnapKV scoring re-reads from SRAM.
   DfReuse decode_reuse, prefill_reuse;
@@ -40,6 +46,12 @@ DfSchedule emu_schedule(const EmuConfig& c);
 EmuResult emulate(const EmuConfig& c);
 // Cycles of a counter set: the sum of its ops' costs (ops run one after another).
 double emu_cycles(const DfCounterSet& s, const HwDesc& hw, bool double_buffered, const DfReuse& reuse = {});
+
+// The most a sparse decode step over `cached` entries (an index-rotated prefix among them when
+// `evicted`) may select and gather per KV head, under `split`: every page the cache can hold
+// them in (the prefix's and the ring's last pages partial), and the top-k rounded up to whole
+// pages, no more than there are.
+DfSparseDecode emu_sparse_bound(const SparseSplit& split, const ModelShape& shape, uint32_t cached, bool evicted);
 
 // A compression past the budget as the KV manager plans it (kv/snapkv_compress.cpp), for the
 // walks that have no runtime to ask: `total` entries (`prefix` of them index-rotated), `queries`
