@@ -330,7 +330,9 @@ TEST(Batching, AStepIsOneChunkPlusOneRowPerOtherSlot) {
     ++steps;
     for (uint32_t i = 0; i < 3; ++i) {
       const SlotState now = h.sched.slot_state(i);
-      if (before[i].phase == SlotPhase::Decoding) EXPECT_EQ(now.generated, before[i].generated + 1) << i;
+      if (before[i].phase == SlotPhase::Decoding) {
+        EXPECT_EQ(now.generated, before[i].generated + 1) << i;
+      }
       if (before[i].phase != SlotPhase::Prefilling) continue;
       waited[i] = now.prompt_done == before[i].prompt_done ? waited[i] + 1 : 0;
       EXPECT_LE(waited[i], 2u) << "slot " << i << " waited " << waited[i] << " steps for a chunk";
