@@ -17,6 +17,9 @@ struct BackendPlan {
   uint32_t chunk_tokens = 1;
   const DfMemory* memory = nullptr;  // the emulated accelerator's SRAM and tiers (dataflow only)
   KvType kv_type = KvType::F16;      // how the KV cache stores rows (core/kv_type.h)
+  // Page summaries beside each layer's and KV head's keys in a slot (sparse decode; 0: none),
+  // each the minimum and maximum of head_dim dimensions in f32.
+  uint32_t kv_pages = 0;
 };
 
 }  // namespace keel

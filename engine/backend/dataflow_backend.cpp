@@ -24,6 +24,7 @@ Result<DfSchedule> DataflowBackend::plan_schedule(const Model& model, const Back
   in.model = df_model(model);
   in.memory = *plan.memory;
   in.kv_capacity_tokens = plan.capacity_tokens;
+  in.kv_pages = plan.kv_pages;
   in.slots = plan.slots;
   in.chunk_tokens = plan.chunk_tokens;
   KEEL_ENSURE(in.model.shape.n_kv_heads > 0 && in.model.shape.n_heads % in.model.shape.n_kv_heads == 0,

@@ -269,7 +269,9 @@ DfSchedule df_schedule(const DfScheduleInput& in) {
   s.slots = in.slots ? in.slots : 1;
   s.chunk_tokens = chunk;
   s.sram_bytes = in.memory.sram_bytes;
-  s.kv_total_bytes = uint64_t(s.slots) * sh.n_layers * 2 * kv_dim * uint64_t(in.kv_capacity_tokens) * 2;
+  s.kv_summary_bytes = uint64_t(s.slots) * sh.n_layers * sh.n_kv_heads * in.kv_pages * 2 * hd * 4;
+  s.kv_total_bytes =
+      uint64_t(s.slots) * sh.n_layers * 2 * kv_dim * uint64_t(in.kv_capacity_tokens) * 2 + s.kv_summary_bytes;
   const Mat mats[] = {{DfOp::QkvProj, m.attn_dtype, q_dim, sh.dim},    {DfOp::QkvProj, m.attn_dtype, kv_dim, sh.dim},
                       {DfOp::QkvProj, m.attn_dtype, kv_dim, sh.dim},   {DfOp::OutProj, m.attn_dtype, sh.dim, q_dim},
                       {DfOp::FfnIn, m.ffn_dtype, sh.ffn_dim, sh.dim},  {DfOp::FfnIn, m.ffn_dtype, sh.ffn_dim, sh.dim},

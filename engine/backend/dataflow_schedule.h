@@ -71,6 +71,7 @@ struct DfScheduleInput {
   DfModel model;
   DfMemory memory;
   uint32_t kv_capacity_tokens = 0;  // per slot: budget + chunk
+  uint32_t kv_pages = 0;            // page summaries per layer and KV head of a slot (sparse decode)
   uint32_t slots = 1;
   uint32_t chunk_tokens = 1;
 };
@@ -103,7 +104,8 @@ struct DfSchedule {
   uint32_t kv_capacity_tokens = 0, slots = 1, chunk_tokens = 1;
   uint64_t offset[kDfBufs] = {}, bytes[kDfBufs] = {};
   uint64_t peak_bytes = 0;                // end of the last buffer: SRAM the schedule uses
-  uint64_t kv_total_bytes = 0;            // every slot's cache
+  uint64_t kv_total_bytes = 0;            // every slot's cache, page summaries included
+  uint64_t kv_summary_bytes = 0;          // of which page summaries (sparse decode)
   uint64_t weight_bytes = 0;              // every matrix and norm
   uint64_t sram_bytes = 0;                // capacity
   uint32_t weight_tier = 0, kv_tier = 0;  // off-chip tier of what is not on chip

@@ -501,7 +501,7 @@ class RegionMap {
 };
 
 // What the backend's per-model state may depend on.
-constexpr BackendPlan backend_plan(const PlanConfig& c) {
+constexpr BackendPlan backend_plan(const PlanConfig& c, const SparseSplit& sparse = {}) {
   BackendPlan b;
   b.threads = c.threads ? c.threads : 1;
   b.capacity_tokens = uint32_t(plan_kv_capacity(c));
@@ -509,6 +509,7 @@ constexpr BackendPlan backend_plan(const PlanConfig& c) {
   b.chunk_tokens = plan_chunk(c);
   b.memory = c.dataflow_memory;
   b.kv_type = c.kv_type;
+  b.kv_pages = sparse.budget ? sparse.max_pages : 0;
   return b;
 }
 

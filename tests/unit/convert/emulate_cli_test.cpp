@@ -114,6 +114,11 @@ TEST(Emulate, RocketKvDecodeWithinItsSparseBound) {
   EXPECT_EQ(bound["sparse_budget"].get<uint32_t>(), 32u);  // budget / 4
   EXPECT_EQ(bound["frames"].get<uint32_t>(), 2u);
   EXPECT_LT(bound["gathered_tokens"].get<uint32_t>(), 128u);
+  // The cache holds its page summaries beside the keys and values: stories260K's 5 layers x 4
+  // KV heads x 34 pages (budget 128 in pages of 4, the prefix's and the ring's last partial)
+  // x min and max x head_dim 8 x 4 bytes, then 5 x 2 x 32 x 144 rows x 2 bytes.
+  EXPECT_EQ(j["schedule"]["kv_summary_bytes"].get<uint64_t>(), 5u * 4 * 34 * 2 * 8 * 4);
+  EXPECT_EQ(j["schedule"]["kv_total_bytes"].get<uint64_t>(), 5u * 4 * 34 * 2 * 8 * 4 + 5u * 2 * 32 * 144 * 2);
   bool saw_attention = false, saw_select = false;
   for (const json& op : e["ops"]) {
     const std::string name = op["op"].get<std::string>();

@@ -271,6 +271,7 @@ json schedule_json(const DfSchedule& s, const EmuConfig& c) {
           {"kv_tile_tokens", s.kv_tile_tokens},
           {"q_block", s.q_block},
           {"kv_total_bytes", s.kv_total_bytes},
+          {"kv_summary_bytes", s.kv_summary_bytes},
           {"weight_bytes", s.weight_bytes},
           {"sram_capacity_bytes", s.sram_bytes},
           {"sram_peak_bytes", s.peak_bytes},

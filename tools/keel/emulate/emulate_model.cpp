@@ -22,6 +22,7 @@ DfSchedule emu_schedule(const EmuConfig& c) {
   in.model = c.model;
   in.memory = df_memory(c.hw);
   in.kv_capacity_tokens = emu_kv_capacity(c);
+  in.kv_pages = c.sparse.budget ? c.sparse.max_pages : 0;
   in.slots = c.slots;
   in.chunk_tokens = c.chunk;
   return df_schedule(in);
