@@ -133,6 +133,40 @@ TEST(Emulate, RocketKvDecodeWithinItsSparseBound) {
   EXPECT_TRUE(saw_attention && saw_select) << e.dump();
 }
 
+// The prediction is of the KV configuration a run resolves: the model's own (snapkv pools with
+// the llama architecture's kernel 31, not the policy's 7) with the options on top, which move
+// the predicted SnapKV scoring; --execute then checks the same configuration. A KV type the
+// emulator does not model is refused, not predicted as f16.
+TEST(Emulate, PredictsTheKvConfigurationARunResolves) {
+  const std::string base = "emulate -m " + q(test::stories260k_keel()) +
+                           " --hw edge-npu-2mib --sram-bytes 300000 --kv-budget 128 --chunk 16 --context 200"
+                           " --prompt-tokens 200 --json --kv-policy ";
+  const auto snapkv = run_cli(base + "snapkv");
+  const auto given = run_cli(base + "snapstream --obs-window 8 --snap-kernel 5 --sinks 2 --window 24 --execute");
+  const auto stream = run_cli(base + "snapstream");
+  ASSERT_EQ(snapkv.exit_code, 0) << snapkv.out;
+  ASSERT_EQ(given.exit_code, 0) << given.out;
+  ASSERT_EQ(stream.exit_code, 0) << stream.out;
+  const json js = parse_last_line(snapkv.out), jg = parse_last_line(given.out), jd = parse_last_line(stream.out);
+  ASSERT_FALSE(js.is_discarded() || jg.is_discarded() || jd.is_discarded());
+  EXPECT_EQ(js["snapkv"], json({{"obs_window", 32}, {"kernel", 31}, {"sinks", 0}, {"ring", 0}})) << js["snapkv"];
+  EXPECT_EQ(jd["snapkv"], json({{"obs_window", 32}, {"kernel", 31}, {"sinks", 4}, {"ring", 32}})) << jd["snapkv"];
+  EXPECT_EQ(jg["snapkv"], json({{"obs_window", 8}, {"kernel", 5}, {"sinks", 2}, {"ring", 24}})) << jg["snapkv"];
+  auto scoring = [](const json& j) {
+    for (const json& op : j["prefill"]["ops"])
+      if (op["op"] == "kv_policy") return op;
+    return json();
+  };
+  ASSERT_FALSE(scoring(jd).is_null()) << jd["prefill"].dump();
+  EXPECT_NE(scoring(jd), scoring(jg)) << "the options must move the predicted SnapKV scoring";
+  EXPECT_TRUE(jg["executed"]["counters_equal_analytic"].get<bool>()) << jg["executed"].dump();
+  EXPECT_TRUE(jg["executed"]["prompt_chunk_equal_analytic"].get<bool>()) << jg["executed"].dump();
+
+  const auto q8 = run_cli(base + "snapkv --kv-type q8");
+  EXPECT_EQ(q8.exit_code, 2) << q8.out;
+  EXPECT_TRUE(test::mentions(q8.out, {"f16", "q8", "not emulated"})) << q8.out;
+}
+
 // With several slots the schedule places every slot's cache, and the first slot's executed
 // token moves what the analytic walk counts.
 TEST(Emulate, ExecutedCountersEqualAnalyticWithSlots) {

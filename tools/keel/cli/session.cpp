@@ -325,13 +325,60 @@ uint64_t Session::kv_budget(uint64_t need) const {
   return default_budget();
 }
 
+bool session_overrides(const SessionOptions& opts, KvPolicyKind policy, uint32_t budget, uint32_t threads,
+                       RunOverrides& o, std::string& error) {
+  o = RunOverrides{};
+  o.kv_policy = run_policy(policy);
+  o.kv_budget_tokens = budget;
+  o.slots = opts.slots;
+  o.queue_capacity = opts.queue_capacity;
+  o.chunk_tokens = opts.chunk;
+  o.threads = threads;
+  o.logit_rows = opts.logit_rows;
+  o.sinks = opts.sinks;
+  o.window = opts.window;
+  o.hold = opts.snap_hold;
+  o.obs_window = opts.obs_window;
+  o.snap_kernel = opts.snap_kernel;
+  o.kv_type = uint32_t(opts.kv_type);
+  if (opts.sparse_budget && !opts.sparse_topk && policy != KvPolicyKind::RocketKV) {
+    error = "--sparse-budget needs --sparse-attention topk or --kv-policy rocketkv";
+    return false;
+  }
+  if (opts.sparse_none && policy == KvPolicyKind::RocketKV) {
+    error = "--kv-policy rocketkv always runs sparse attention; --sparse-attention none contradicts it";
+    return false;
+  }
+  if ((opts.rocket_page || opts.rocket_topk || opts.rocket_r || opts.rocket_select) && !opts.sparse_topk &&
+      policy != KvPolicyKind::RocketKV) {
+    error =
+        "--rocket-page, --rocket-topk, --rocket-r and --rocket-select need --sparse-attention topk or --kv-policy "
+        "rocketkv";
+    return false;
+  }
+  o.sparse_budget = opts.sparse_budget;
+  o.rocket_page = opts.rocket_page;
+  o.rocket_topk = opts.rocket_topk;
+  o.rocket_r = opts.rocket_r;
+  o.rocket_select = opts.rocket_select;
+  if (opts.kv_positions && (policy == KvPolicyKind::Full || policy == KvPolicyKind::Window)) {
+    error = std::string(
+                "--kv-positions applies to the policies that keep a prefix (streaming, snapkv, snapstream, "
+                "rocketkv); --kv-policy ") +
+            kv_policy_name(policy) + " keeps none";
+    return false;
+  }
+  o.kv_positions = opts.kv_positions;
+  return true;
+}
+
 bool Session::start(uint32_t budget, std::string& error) {
-  RunOverrides o;
-  if (!backend_from_name(opts_.backend.c_str(), &o.backend)) {
+  BackendKind backend = BackendKind::Auto;
+  if (!backend_from_name(opts_.backend.c_str(), &backend)) {
     error = "--backend expects " + backend_choices() + ", got '" + opts_.backend + "'";
     return false;
   }
-  if ((o.backend == BackendKind::Dataflow) != !opts_.hw.empty()) {
+  if ((backend == BackendKind::Dataflow) != !opts_.hw.empty()) {
     error = opts_.hw.empty() ? "--backend dataflow needs --hw NAME|FILE" : "--hw needs --backend dataflow";
     return false;
   }
@@ -345,48 +392,10 @@ bool Session::start(uint32_t budget, std::string& error) {
     if (opts_.sram_bytes) hw.sram_bytes = opts_.sram_bytes;
     dataflow_memory_ = df_memory(hw);
   }
-  o.kv_policy = run_policy(policy_);
-  o.kv_budget_tokens = budget;
-  o.slots = opts_.slots;
-  o.queue_capacity = opts_.queue_capacity;
-  o.chunk_tokens = opts_.chunk;
-  o.threads = threads_;
-  o.logit_rows = opts_.logit_rows;
-  o.sinks = opts_.sinks;
-  o.window = opts_.window;
-  o.hold = opts_.snap_hold;
-  o.obs_window = opts_.obs_window;
-  o.snap_kernel = opts_.snap_kernel;
-  o.kv_type = uint32_t(opts_.kv_type);
   // Which policy runs is known only now (keel bench takes a list of them).
-  if (opts_.sparse_budget && !opts_.sparse_topk && policy_ != KvPolicyKind::RocketKV) {
-    error = "--sparse-budget needs --sparse-attention topk or --kv-policy rocketkv";
-    return false;
-  }
-  if (opts_.sparse_none && policy_ == KvPolicyKind::RocketKV) {
-    error = "--kv-policy rocketkv always runs sparse attention; --sparse-attention none contradicts it";
-    return false;
-  }
-  if ((opts_.rocket_page || opts_.rocket_topk || opts_.rocket_r || opts_.rocket_select) && !opts_.sparse_topk &&
-      policy_ != KvPolicyKind::RocketKV) {
-    error =
-        "--rocket-page, --rocket-topk, --rocket-r and --rocket-select need --sparse-attention topk or --kv-policy "
-        "rocketkv";
-    return false;
-  }
-  o.sparse_budget = opts_.sparse_budget;
-  o.rocket_page = opts_.rocket_page;
-  o.rocket_topk = opts_.rocket_topk;
-  o.rocket_r = opts_.rocket_r;
-  o.rocket_select = opts_.rocket_select;
-  if (opts_.kv_positions && (policy_ == KvPolicyKind::Full || policy_ == KvPolicyKind::Window)) {
-    error = std::string(
-                "--kv-positions applies to the policies that keep a prefix (streaming, snapkv, snapstream, "
-                "rocketkv); --kv-policy ") +
-            kv_policy_name(policy_) + " keeps none";
-    return false;
-  }
-  o.kv_positions = opts_.kv_positions;
+  RunOverrides o;
+  if (!session_overrides(opts_, policy_, budget, threads_, o, error)) return false;
+  o.backend = backend;
   RuntimeConfig cfg;
   Error e = make_runtime_config(model_, o, &cfg);
   if (!e.ok()) {

@@ -11,6 +11,7 @@
 #include "keel/cli/args.h"
 #include "keel/cli/option_spec.h"
 #include "backend/dataflow_hw.h"
+#include "llm/run_config.h"
 #include "llm/runtime.h"
 #include "ports/linux/arena_memory.h"
 #include "ports/linux/mapped_file.h"
@@ -69,6 +70,13 @@ const std::string& session_help();
 std::string session_help_without(std::span<const char* const> except);
 // The sampler options' --help lines, with run's and memcheck's defaults.
 const std::string& sampler_help();
+
+// The engine's overrides (llm/run_config.h) that `opts` ask for under `policy` at `budget` tokens
+// per slot, with the checks that involve two options (--sparse-budget needs rocketkv or
+// --sparse-attention topk, ...). The backend is left to the caller. Session::start runs through
+// it, and so does keel emulate's prediction, so both resolve the same configuration.
+bool session_overrides(const SessionOptions& opts, KvPolicyKind policy, uint32_t budget, uint32_t threads,
+                       RunOverrides& o, std::string& error);
 
 class Session {
  public:

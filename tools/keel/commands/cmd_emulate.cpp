@@ -20,6 +20,7 @@
 #include "keel/emulate/png_plot.h"
 #include "keel/cli/session.h"
 #include "kv/kv_policy.h"
+#include "llm/run_config.h"
 
 namespace keel::cli {
 namespace {
@@ -45,7 +46,9 @@ const char kHelpHead[] =
 const char kHelpTail[] =
     "  Defaults: --kv-policy full, --kv-budget 1024, --chunk 64.\n"
     "\n"
-    "model options (-m, --kv-policy, --kv-budget, --chunk, --hw, --sram-bytes, -t as for run):\n"
+    "model options, as for run: the KV ones (--sinks, --obs-window, --snap-kernel, --rocket-*, ...)\n"
+    "shape the prediction as they shape a run, with the model's own defaults under -m (the llama\n"
+    "family's under --shape); the emulator models an f16 KV cache only:\n"
     "%s";
 
 bool parse_dtype(const std::string& s, fb::DType& t) {
@@ -391,16 +394,6 @@ int cmd_emulate(int argc, char** argv) {
   c.slots = slots;
   c.context = context;
   c.prompt = prompt;
-  if (kv_policy_uses_snapkv(policy)) {
-    // The policy's defaults, as a session resolves them (the analytic walk has no session).
-    KvPolicyConfig kv;
-    kv.kind = policy;
-    c.snap_queries = kDefaultObsWindow;
-    c.snap_ring = kv_policy_is_snapstream_like(policy) ? snapstream_window(kv, c.budget) : 0;
-    c.snap_sinks = kv_policy_is_snapstream_like(policy) ? kv.sinks : 0;
-    c.snap_kernel = snap_kernel_of(kv);
-  }
-
   Session session;
   if (!shape_name.empty()) {
     fb::DType t;
@@ -413,12 +406,34 @@ int cmd_emulate(int argc, char** argv) {
     if (!session.load(so, error)) return fail("emulate", error);
     c.model = df_model(session.model());
   }
-  if (c.bounded) {
-    // The policy's defaults, as for the SnapKV settings above: rocketkv's sparse decode.
-    KvPolicyConfig kv;
-    kv.kind = policy;
-    c.sparse = sparse_split(kv, c.budget, c.model.shape.head_dim, c.model.shape.head_dim * 2);
+  // The KV settings a run of this model with these options resolves (the model's kv_defaults and
+  // its architecture's kernels under -m, the llama family's under --shape, the options on top),
+  // so that the prediction is of the configuration --execute then runs.
+  RuntimeConfig rc;
+  {
+    RunOverrides o;
+    if (!session_overrides(so, policy, emu_budget(c), 1, o, error)) return usage(error);
+    o.chunk_tokens = c.chunk;
+    Error e;
+    if (shape_name.empty()) {
+      e = make_runtime_config(session.model(), o, &rc);
+    } else {
+      rc = resolve_runtime_config(architecture_run_defaults(fb::ArchFamily::Llama), o);
+      e = validate_kv_policy(rc.kv, rc.plan.kv_budget_tokens, rc.plan.chunk_tokens);
+    }
+    if (!e.ok()) return fail("emulate", std::string(to_string(e.status())) + ": " + e.message());
   }
+  if (rc.plan.kv_type != KvType::F16)
+    return usage(std::string("the emulator models an f16 KV cache; --kv-type ") + kv_type_name(rc.plan.kv_type) +
+                 " is not emulated");
+  if (c.bounded && kv_policy_uses_snapkv(policy)) {
+    const bool ring = kv_policy_is_snapstream_like(policy);
+    c.snap_queries = rc.kv.obs_window;
+    c.snap_ring = ring ? snapstream_window(rc.kv, c.budget) : 0;
+    c.snap_sinks = ring ? rc.kv.sinks : 0;
+    c.snap_kernel = snap_kernel_of(rc.kv);
+  }
+  if (c.bounded) c.sparse = sparse_split(rc.kv, c.budget, c.model.shape.head_dim, c.model.shape.head_dim * 2);
 
   const EmuResult r = emulate(c);
   const DfSchedule& s = r.schedule;
@@ -438,6 +453,9 @@ int cmd_emulate(int argc, char** argv) {
   out["slots"] = c.slots;
   out["context"] = c.context;
   out["chunk"] = c.chunk;
+  if (c.snap_queries > 0)
+    out["snapkv"] = {
+        {"obs_window", c.snap_queries}, {"kernel", c.snap_kernel}, {"sinks", c.snap_sinks}, {"ring", c.snap_ring}};
   out["fits"] = s.fits;
   out["sram_capacity_bytes"] = c.hw.sram_bytes;
   out["sram_peak_bytes"] = s.fits ? s.peak_bytes : 0;
@@ -520,8 +538,9 @@ int cmd_emulate(int argc, char** argv) {
       chunk_equal = chunk_equal && d == chunk_analytic.op[i];
     }
     executed_equal = chunk_equal;
-    // The decode token against the analytic walk of the split the session runs (the model's own
-    // rocketkv settings may differ from the policy's defaults the prediction above assumed).
+    // The decode token against the analytic walk of the split the session runs. The prediction
+    // resolved the same configuration (session_overrides); the walk takes the session's all the
+    // same, so that the check is of what ran.
     EmuConfig ce = c;
     ce.sparse = c.bounded ? rt.memory_plan().sparse : SparseSplit{};
     const EmuResult re = emulate(ce);
@@ -568,6 +587,9 @@ int cmd_emulate(int argc, char** argv) {
   printf("%s on %s: KV %s, budget %u, %u slot(s), decode at %u cached tokens\n",
          out["model"].get<std::string>().c_str(), c.hw.name, policy_name.c_str(), emu_budget(c), c.slots,
          r.decode_cached);
+  if (c.snap_queries > 0)
+    printf("SnapKV scoring: %u observation queries, pool kernel %u%s, %u sinks, recent ring %u\n", c.snap_queries,
+           c.snap_kernel, c.snap_kernel == 0 ? " (adaptive)" : "", c.snap_sinks, c.snap_ring);
   printf("schedule: SRAM %s of %s used; KV %s (%s), weights %s (%s); tiles %u rows, %u keys, %u queries%s\n",
          human_bytes(s.peak_bytes).c_str(), human_bytes(c.hw.sram_bytes).c_str(), s.kv_onchip ? "on chip" : "off chip",
          human_bytes(s.kv_total_bytes).c_str(), s.weights_onchip ? "on chip" : "streamed",
