@@ -12,7 +12,9 @@ struct DfMemory;  // backend/dataflow_hw.h
 
 struct BackendPlan {
   uint32_t threads = 1;          // attention workers that may run at once
-  uint32_t capacity_tokens = 0;  // the longest score row: the KV capacity of a slot
+  uint32_t capacity_tokens = 0;  // the KV capacity of a slot (its global layers')
+  // The local layers' ring (sliding-window layers, Gemma 3): window + chunk entries; 0: none.
+  uint32_t local_capacity_tokens = 0;
   uint32_t slots = 1;
   uint32_t chunk_tokens = 1;
   const DfMemory* memory = nullptr;  // the emulated accelerator's SRAM and tiers (dataflow only)

@@ -13,9 +13,6 @@ namespace keel {
 Result<DfSchedule> DataflowBackend::plan_schedule(const Model& model, const BackendPlan& plan) {
   KEEL_ENSURE(plan.memory != nullptr, Status::UnsupportedBackend,
               "backend 'dataflow' needs a hardware description (--hw NAME|FILE)");
-  // Gemma 3's query scale and sliding-window mask are not in the tiled attention.
-  KEEL_ENSURE(model.meta()->arch()->family() != fb::ArchFamily::Gemma3, Status::UnsupportedBackend,
-              "backend 'dataflow' does not model Gemma 3 (sliding-window attention, query scale)");
   // The schedule, the tiles and the counters are written for f16 rows; quantized rows would
   // need their own tile sizes and a tiled continuation of their weighted sums.
   KEEL_ENSURE(plan.kv_type == KvType::F16, Status::UnsupportedBackend,
@@ -24,6 +21,7 @@ Result<DfSchedule> DataflowBackend::plan_schedule(const Model& model, const Back
   in.model = df_model(model);
   in.memory = *plan.memory;
   in.kv_capacity_tokens = plan.capacity_tokens;
+  in.local_capacity_tokens = plan.local_capacity_tokens;
   in.kv_pages = plan.kv_pages;
   in.slots = plan.slots;
   in.chunk_tokens = plan.chunk_tokens;
@@ -51,6 +49,7 @@ Error DataflowBackend::create_state(const Model& model, const BackendPlan& plan,
   state_ = new (block.data()) State();
   state_->memory = *plan.memory;
   state_->schedule = s.value();
+  state_->model = df_model(model);
   sram_ = block.data() + state_header_bytes();
   shape_ = model.shape();
   norm_weight_ = nullptr;
@@ -145,15 +144,16 @@ void DataflowBackend::attention(const AttentionArgs& a) {
   c.calls += 1;
   after_attention_ = true;
   const uint32_t hd = a.head_dim, group = a.n_heads / a.n_kv_heads, q_dim = a.n_heads * hd;
-  const float scale = 1.0f / std::sqrt(float(hd));
+  const float scale = a.attn_scale > 0.0f ? a.attn_scale : 1.0f / std::sqrt(float(hd));
   float* qbuf = reinterpret_cast<float*>(buf(DfBuf::AttnQ));
   float* qrot = qbuf + uint64_t(s.q_block) * group * hd;
   float* scores = reinterpret_cast<float*>(buf(DfBuf::AttnScores));
   float* acc = reinterpret_cast<float*>(buf(DfBuf::AttnAcc));
-  const uint32_t row_len = s.kv_capacity_tokens;
+  const uint32_t row_len = s.score_row_tokens;
   for (uint32_t kvh = 0; kvh < a.n_kv_heads; ++kvh) {
     const uint16_t* keys = a.keys + kvh * a.head_stride;
     const uint16_t* values = a.values + kvh * a.head_stride;
+    const int32_t* positions = a.window > 0 ? a.positions + kvh * a.positions_stride : nullptr;
     for (uint32_t t0 = 0; t0 < a.n; t0 += s.q_block) {
       const uint32_t t1 = t0 + s.q_block < a.n ? t0 + s.q_block : a.n;
       const uint32_t rows = (t1 - t0) * group, len_max = a.visible + t1;
@@ -208,10 +208,19 @@ void DataflowBackend::attention(const AttentionArgs& a) {
           }
           if (pass == 0 && j + len >= len_max) {
             for (uint32_t t = t0; t < t1; ++t) {
+              const uint32_t seen = a.visible + t + 1;
               for (uint32_t g = 0; g < group; ++g) {
-                vk_.softmax(scores + uint64_t((t - t0) * group + g) * row_len, a.visible + t + 1);
+                float* row = scores + uint64_t((t - t0) * group + g) * row_len;
+                // A local layer's token sees the positions above its own minus the window (the
+                // ring holds a chunk more than the window), as the kernel backend masks them.
+                if (positions) {
+                  const int64_t oldest_seen = int64_t(positions[a.visible + t]) - int64_t(a.window);
+                  for (uint32_t e = 0; e < seen; ++e)
+                    if (positions[e] <= oldest_seen) row[e] = -INFINITY;
+                }
+                vk_.softmax(row, seen);
               }
-              c.vector_elems += uint64_t(a.visible + t + 1) * group;
+              c.vector_elems += uint64_t(seen) * group * (positions ? 2 : 1);
             }
           }
         }
@@ -272,6 +281,10 @@ void DataflowBackend::silu_mul(const float* gate, const float* up, uint32_t n, f
   elementwise(gate, up, n, out, vk_.silu_mul);
 }
 
+void DataflowBackend::gelu_mul(const float* gate, const float* up, uint32_t n, float* out) {
+  elementwise(gate, up, n, out, vk_.gelu_mul);
+}
+
 void DataflowBackend::softmax(uint32_t, float* x, uint32_t n) {
   // SnapKV scoring calls this from several workers at once.
   __atomic_fetch_add(&ctr(DfOp::KvPolicy).vector_elems, uint64_t(n), __ATOMIC_RELAXED);
@@ -305,7 +318,7 @@ void DataflowBackend::to_half(const float* x, uint32_t n, uint16_t* out) {
 }
 
 void DataflowBackend::snap_compacted(const SnapCompression& shape) {
-  df_count_snap_compaction(state_->schedule, shape_, shape, ctr(DfOp::KvCompact));
+  df_count_snap_compaction(state_->schedule, state_->model, shape, ctr(DfOp::KvCompact));
 }
 
 void DataflowBackend::sparse_selected(const SparseSelection& shape) {

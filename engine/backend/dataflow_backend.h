@@ -31,6 +31,7 @@ class DataflowBackend final : public KernelBackend {
   void rmsnorm(const float* x, const float* w, uint32_t n, float eps, float* out) override;
   void add(const float* a, const float* b, uint32_t n, float* out) override;
   void silu_mul(const float* gate, const float* up, uint32_t n, float* out) override;
+  void gelu_mul(const float* gate, const float* up, uint32_t n, float* out) override;
   void softmax(uint32_t worker, float* x, uint32_t n) override;
   void scores(KvType type, const float* q, const uint16_t* keys, uint32_t n, uint32_t head_dim, float scale,
               float* out) override;
@@ -49,6 +50,7 @@ class DataflowBackend final : public KernelBackend {
   struct State {
     DfMemory memory;
     DfSchedule schedule;
+    DfModel model;
     DfCounterSet counters;
   };
   static uint64_t state_header_bytes() { return (sizeof(State) + 63) / 64 * 64; }

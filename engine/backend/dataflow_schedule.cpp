@@ -24,6 +24,22 @@ struct Mat {
   uint32_t rows, cols;
 };
 
+// Matrix `w` of `layer`: its op class, format and shape.
+Mat layer_mat(const DfModel& m, uint32_t layer, DfMat w) {
+  const ModelShape& sh = m.shape;
+  const uint32_t q_dim = sh.n_heads * sh.head_dim, kv_dim = sh.n_kv_heads * sh.head_dim;
+  const DType t = m.dtype(layer, w);
+  switch (w) {
+    case DfMat::Wq: return {DfOp::QkvProj, t, q_dim, sh.dim};
+    case DfMat::Wk:
+    case DfMat::Wv: return {DfOp::QkvProj, t, kv_dim, sh.dim};
+    case DfMat::Wo: return {DfOp::OutProj, t, sh.dim, q_dim};
+    case DfMat::Gate:
+    case DfMat::Up: return {DfOp::FfnIn, t, sh.ffn_dim, sh.dim};
+    default: return {DfOp::FfnDown, t, sh.dim, sh.ffn_dim};
+  }
+}
+
 uint64_t panel_row_bytes(DType t, uint32_t cols) {
   return is_quantized(t) ? panel_bytes(t, cols) : uint64_t(kPanelRows) * cols * float_elem_bytes(t);
 }
@@ -102,11 +118,12 @@ struct Walker {
       }
     }
   }
-  // One attention call over every KV head of the model.
-  void attention(uint32_t n, uint32_t visible, uint32_t prefix) {
+  // One attention call over every KV head of the model; `window`: a local layer's, whose scores
+  // outside the sliding window are masked before the softmax.
+  void attention(uint32_t n, uint32_t visible, uint32_t prefix, bool window) {
     DfCounters& c = out.op[uint32_t(DfOp::Attention)];
     c.calls += 1;
-    for (uint32_t kvh = 0; kvh < m.shape.n_kv_heads; ++kvh) attention_head(c, n, visible, prefix);
+    for (uint32_t kvh = 0; kvh < m.shape.n_kv_heads; ++kvh) attention_head(c, n, visible, prefix, window);
   }
   // A decode token's sparse attention: per KV head, its page selection and an attention call of
   // its own over the gathered entries.
@@ -115,10 +132,10 @@ struct Walker {
     for (uint32_t kvh = 0; kvh < m.shape.n_kv_heads; ++kvh) {
       df_count_sparse_selection(s, d.select, out.op[uint32_t(DfOp::KvSelect)]);
       c.calls += 1;
-      attention_head(c, 1, d.gathered, d.gathered_prefix ? 1 : 0);
+      attention_head(c, 1, d.gathered, d.gathered_prefix ? 1 : 0, false);
     }
   }
-  void attention_head(DfCounters& c, uint32_t n, uint32_t visible, uint32_t prefix) {
+  void attention_head(DfCounters& c, uint32_t n, uint32_t visible, uint32_t prefix, bool window) {
     const uint32_t hd = m.shape.head_dim, group = m.shape.n_heads / m.shape.n_kv_heads;
     for (uint32_t t0 = 0; t0 < n; t0 += s.q_block) {
       const uint32_t t1 = t0 + s.q_block < n ? t0 + s.q_block : n;
@@ -137,8 +154,9 @@ struct Walker {
           }
         }
       }
-      for (uint32_t t = t0; t < t1; ++t) c.vector_elems += uint64_t(visible + t + 1) * group;  // softmax
-      c.sram_bytes += uint64_t(rows) * hd * 4;                                                 // outputs
+      // The softmax, and a local layer's window mask before it.
+      for (uint32_t t = t0; t < t1; ++t) c.vector_elems += uint64_t(visible + t + 1) * group * (window ? 2 : 1);
+      c.sram_bytes += uint64_t(rows) * hd * 4;  // outputs
     }
   }
 };
@@ -237,12 +255,26 @@ DfCounters DfCounterSet::total() const {
 DfModel df_model(const Model& model) {
   DfModel m;
   m.shape = model.shape();
-  m.attn_dtype = model.tensor(TensorRole::Wq, 0).dtype;
-  m.ffn_dtype = model.tensor(TensorRole::FfnGate, 0).dtype;
+  constexpr TensorRole kRoles[kDfMats] = {TensorRole::Wq,      TensorRole::Wk,    TensorRole::Wv,     TensorRole::Wo,
+                                          TensorRole::FfnGate, TensorRole::FfnUp, TensorRole::FfnDown};
+  for (uint32_t l = 0; l < m.shape.n_layers && l < kMaxLayers; ++l)
+    for (uint32_t i = 0; i < kDfMats; ++i) m.dtypes[l][i] = model.tensor(kRoles[i], int(l)).dtype;
   m.lm_head_dtype = model.meta()->arch()->tied_output() ? model.tensor(TensorRole::TokenEmbedding).dtype
                                                         : model.tensor(TensorRole::Output).dtype;
   m.qkv_bias = model.meta()->arch()->qkv_bias();
+  if (model.meta()->arch()->family() == fb::ArchFamily::Gemma3) {
+    m.qk_norm = m.post_norms = true;
+    m.window_pattern = model.meta()->hyper()->sliding_window_pattern();
+    m.sliding_window = model.meta()->hyper()->sliding_window();
+  }
   return m;
+}
+
+uint32_t DfModel::local_layers() const { return local_layer_count(shape.n_layers, window_pattern); }
+
+void DfModel::set_dtypes(DType attn, DType ffn) {
+  for (uint32_t l = 0; l < kMaxLayers; ++l)
+    for (uint32_t i = 0; i < kDfMats; ++i) dtypes[l][i] = i < uint32_t(DfMat::Gate) ? attn : ffn;
 }
 
 uint64_t df_weight_rows_bytes(DType t, uint32_t rows, uint32_t cols) {
@@ -265,25 +297,31 @@ DfSchedule df_schedule(const DfScheduleInput& in) {
   const uint32_t hd = sh.head_dim, q_dim = sh.n_heads * hd, kv_dim = sh.n_kv_heads * hd;
   const uint32_t group = sh.n_kv_heads ? sh.n_heads / sh.n_kv_heads : 1;
   const uint32_t chunk = in.chunk_tokens ? in.chunk_tokens : 1;
+  const uint32_t local = m.local_layers(), global = m.global_layers();
+  const uint32_t local_cap = local > 0 ? in.local_capacity_tokens : 0;
   s.kv_capacity_tokens = in.kv_capacity_tokens;
+  s.local_capacity_tokens = local_cap;
+  s.score_row_tokens = in.kv_capacity_tokens > local_cap ? in.kv_capacity_tokens : local_cap;
   s.slots = in.slots ? in.slots : 1;
   s.chunk_tokens = chunk;
   s.sram_bytes = in.memory.sram_bytes;
-  s.kv_summary_bytes = uint64_t(s.slots) * sh.n_layers * sh.n_kv_heads * in.kv_pages * 2 * hd * 4;
-  s.kv_total_bytes =
-      uint64_t(s.slots) * sh.n_layers * 2 * kv_dim * uint64_t(in.kv_capacity_tokens) * 2 + s.kv_summary_bytes;
-  const Mat mats[] = {{DfOp::QkvProj, m.attn_dtype, q_dim, sh.dim},    {DfOp::QkvProj, m.attn_dtype, kv_dim, sh.dim},
-                      {DfOp::QkvProj, m.attn_dtype, kv_dim, sh.dim},   {DfOp::OutProj, m.attn_dtype, sh.dim, q_dim},
-                      {DfOp::FfnIn, m.ffn_dtype, sh.ffn_dim, sh.dim},  {DfOp::FfnIn, m.ffn_dtype, sh.ffn_dim, sh.dim},
-                      {DfOp::FfnDown, m.ffn_dtype, sh.dim, sh.ffn_dim}};
+  // Page summaries sit beside the global layers' keys only (sparse decode runs there).
+  s.kv_summary_bytes = uint64_t(s.slots) * global * sh.n_kv_heads * in.kv_pages * 2 * hd * 4;
+  const uint64_t entries = uint64_t(global) * in.kv_capacity_tokens + uint64_t(local) * local_cap;
+  s.kv_total_bytes = uint64_t(s.slots) * entries * 2 * kv_dim * 2 + s.kv_summary_bytes;
   uint64_t weights = 0, max_panel = 0;
   uint32_t max_panels = 1;
-  for (const Mat& w : mats) {
-    weights += df_weight_rows_bytes(w.dtype, w.rows, w.cols);
-    if (panel_row_bytes(w.dtype, w.cols) > max_panel) max_panel = panel_row_bytes(w.dtype, w.cols);
-    if (panel_count(w.rows) > max_panels) max_panels = panel_count(w.rows);
+  for (uint32_t l = 0; l < sh.n_layers; ++l) {
+    for (uint32_t i = 0; i < kDfMats; ++i) {
+      const Mat w = layer_mat(m, l, DfMat(i));
+      weights += df_weight_rows_bytes(w.dtype, w.rows, w.cols);
+      if (panel_row_bytes(w.dtype, w.cols) > max_panel) max_panel = panel_row_bytes(w.dtype, w.cols);
+      if (panel_count(w.rows) > max_panels) max_panels = panel_count(w.rows);
+    }
   }
-  weights = weights * sh.n_layers + uint64_t(sh.n_layers) * 2 * sh.dim * 4 + uint64_t(sh.dim) * 4;
+  // Per layer the attention and FFN norms, with Gemma 3's post norms and q / k head norms.
+  const uint64_t layer_norms = (m.post_norms ? 4ull : 2ull) * sh.dim * 4 + (m.qk_norm ? 2ull * hd * 4 : 0);
+  weights += uint64_t(sh.n_layers) * layer_norms + uint64_t(sh.dim) * 4;
   weights += df_weight_rows_bytes(m.lm_head_dtype, sh.vocab_size, sh.dim);
   if (panel_row_bytes(m.lm_head_dtype, sh.dim) > max_panel) max_panel = panel_row_bytes(m.lm_head_dtype, sh.dim);
   if (panel_count(sh.vocab_size) > max_panels) max_panels = panel_count(sh.vocab_size);
@@ -308,7 +346,7 @@ DfSchedule df_schedule(const DfScheduleInput& in) {
     const uint64_t out_rows = uint64_t(tile_panels) * kPanelRows;
     s.bytes[uint32_t(DfBuf::MatOut)] = (uint64_t(chunk) * out_rows > widest ? uint64_t(chunk) * out_rows : widest) * 4;
     s.bytes[uint32_t(DfBuf::AttnQ)] = 2ull * q_block * group * hd * 4;
-    s.bytes[uint32_t(DfBuf::AttnScores)] = uint64_t(q_block) * group * in.kv_capacity_tokens * 4;
+    s.bytes[uint32_t(DfBuf::AttnScores)] = uint64_t(q_block) * group * s.score_row_tokens * 4;
     s.bytes[uint32_t(DfBuf::AttnAcc)] = uint64_t(q_block) * group * hd * 4;
     s.bytes[uint32_t(DfBuf::KvTile0)] = uint64_t(kv_tile) * hd * 2;
     s.bytes[uint32_t(DfBuf::KvTile1)] = dbl ? uint64_t(kv_tile) * hd * 2 : 0;
@@ -325,7 +363,8 @@ DfSchedule df_schedule(const DfScheduleInput& in) {
     return at <= in.memory.sram_bytes;
   };
 
-  const uint32_t min_kv_tile = in.kv_capacity_tokens < 16 ? (in.kv_capacity_tokens ? in.kv_capacity_tokens : 1) : 16;
+  const uint32_t rows_max = s.score_row_tokens;
+  const uint32_t min_kv_tile = rows_max < 16 ? (rows_max ? rows_max : 1) : 16;
   if (!layout(false, 1, min_kv_tile, 1)) {
     // Name the largest buffer of the smallest schedule: that is what does not fit.
     uint32_t worst = 0;
@@ -334,8 +373,7 @@ DfSchedule df_schedule(const DfScheduleInput& in) {
     format(s.refusal, sizeof(s.refusal),
            "the smallest schedule needs %" PRIu64 " bytes of SRAM, the hardware has %" PRIu64 "; largest: %s (%" PRIu64
            " bytes: chunk %" PRIu32 ", 1 query, 1 panel, %" PRIu32 " keys of %" PRIu32 " capacity)",
-           s.peak_bytes, in.memory.sram_bytes, df_buf_name(DfBuf(worst)), s.bytes[worst], chunk, min_kv_tile,
-           in.kv_capacity_tokens);
+           s.peak_bytes, in.memory.sram_bytes, df_buf_name(DfBuf(worst)), s.bytes[worst], chunk, min_kv_tile, rows_max);
     s.fits = false;
     return s;
   }
@@ -372,53 +410,61 @@ DfSchedule df_schedule(const DfScheduleInput& in) {
   for (bool grew = true; grew;) {
     grew = false;
     if (tp * 2 <= max_panels && layout(dbl, tp * 2, kt, qb)) tp *= 2, grew = true;
-    if (kt * 2 <= in.kv_capacity_tokens && layout(dbl, tp, kt * 2, qb)) kt *= 2, grew = true;
+    if (kt * 2 <= rows_max && layout(dbl, tp, kt * 2, qb)) kt *= 2, grew = true;
     if (qb * 2 <= chunk && layout(dbl, tp, kt, qb * 2)) qb *= 2, grew = true;
   }
   layout(dbl, tp, kt, qb);
   return s;
 }
 
-void df_count_forward(const DfSchedule& s, const DfModel& m, uint32_t n, uint32_t visible, uint32_t prefix,
-                      uint32_t n_logits, DfCounterSet& out, const DfSparseDecode* sparse) {
+void df_count_forward(const DfSchedule& s, const DfModel& m, const DfPass& pass, DfCounterSet& out,
+                      const DfSparseDecode* sparse) {
   Walker w{s, m, out};
   const ModelShape& sh = m.shape;
-  const uint32_t hd = sh.head_dim, q_dim = sh.n_heads * hd, kv_dim = sh.n_kv_heads * hd;
-  const Mat wq{DfOp::QkvProj, m.attn_dtype, q_dim, sh.dim}, wk{DfOp::QkvProj, m.attn_dtype, kv_dim, sh.dim};
-  const Mat wo{DfOp::OutProj, m.attn_dtype, sh.dim, q_dim};
-  const Mat gate{DfOp::FfnIn, m.ffn_dtype, sh.ffn_dim, sh.dim}, down{DfOp::FfnDown, m.ffn_dtype, sh.dim, sh.ffn_dim};
+  const uint32_t n = pass.n, hd = sh.head_dim, q_dim = sh.n_heads * hd, kv_dim = sh.n_kv_heads * hd;
   const Mat head{DfOp::LmHead, m.lm_head_dtype, sh.vocab_size, sh.dim};
   for (uint32_t l = 0; l < sh.n_layers; ++l) {
+    auto mat = [&](DfMat which) { return layer_mat(m, l, which); };
     w.norm(n, sh.dim);
-    const bool shared_q = is_quantized(m.attn_dtype);
+    // As the transformer does: q, k and v read one quantized input when all three are quantized.
+    const bool shared_q = is_quantized(m.dtype(l, DfMat::Wq)) && is_quantized(m.dtype(l, DfMat::Wk)) &&
+                          is_quantized(m.dtype(l, DfMat::Wv));
     if (shared_q) w.quantize(n, sh.dim);
-    w.matmul(wq, n, shared_q);
-    w.matmul(wk, n, shared_q);
-    w.matmul(wk, n, shared_q);
+    w.matmul(mat(DfMat::Wq), n, shared_q);
+    w.matmul(mat(DfMat::Wk), n, shared_q);
+    w.matmul(mat(DfMat::Wv), n, shared_q);
     if (m.qkv_bias) {
       w.residual(DfOp::Residual, n, q_dim);
       w.residual(DfOp::Residual, 2 * n, kv_dim);
     }
+    if (m.qk_norm) {  // every query head of every row with one weight, then every key head
+      w.norm(n * sh.n_heads, hd);
+      w.norm(n * sh.n_kv_heads, hd);
+    }
     w.kv_write(n);
-    if (sparse && n == 1) {
+    if (layer_is_local(l, m.window_pattern)) {
+      w.attention(n, pass.local_visible, 0, true);
+    } else if (sparse && n == 1) {
       w.sparse_attention(*sparse);
     } else {
-      w.attention(n, visible, prefix);
+      w.attention(n, pass.visible, pass.prefix, false);
     }
-    w.matmul(wo, n, false);
+    w.matmul(mat(DfMat::Wo), n, false);
+    if (m.post_norms) w.norm(n, sh.dim);
     w.residual(DfOp::Residual, n, sh.dim);
     w.norm(n, sh.dim);
-    const bool shared_f = is_quantized(m.ffn_dtype);
+    const bool shared_f = is_quantized(m.dtype(l, DfMat::Gate)) && is_quantized(m.dtype(l, DfMat::Up));
     if (shared_f) w.quantize(n, sh.dim);
-    w.matmul(gate, n, shared_f);
-    w.matmul(gate, n, shared_f);
-    w.residual(DfOp::Residual, n, sh.ffn_dim);
-    w.matmul(down, n, false);
+    w.matmul(mat(DfMat::Gate), n, shared_f);
+    w.matmul(mat(DfMat::Up), n, shared_f);
+    w.residual(DfOp::Residual, n, sh.ffn_dim);  // the gate's activation times up
+    w.matmul(mat(DfMat::Down), n, false);
+    if (m.post_norms) w.norm(n, sh.dim);
     w.residual(DfOp::Residual, n, sh.dim);
   }
-  if (n_logits > 0) {
-    w.norm(n_logits, sh.dim);
-    w.matmul(head, n_logits, false);
+  if (pass.n_logits > 0) {
+    w.norm(pass.n_logits, sh.dim);
+    w.matmul(head, pass.n_logits, false);
   }
 }
 
@@ -426,7 +472,7 @@ void df_count_snap_scoring(const DfSchedule& s, const DfModel& m, const SnapComp
   DfCounters& c = out.op[uint32_t(DfOp::KvPolicy)];
   const ModelShape& sh = m.shape;
   const uint32_t hd = sh.head_dim, group = sh.n_kv_heads ? sh.n_heads / sh.n_kv_heads : 1;
-  const uint64_t rows = uint64_t(sh.n_layers) * sh.n_kv_heads * j.queries * group;
+  const uint64_t rows = uint64_t(m.global_layers()) * sh.n_kv_heads * j.queries * group;
   const uint64_t calls_per_row = j.prefix > 0 ? 2 : 1;
   c.calls += rows * calls_per_row;
   c.macs_bf16 += rows * j.total * hd;
@@ -440,8 +486,9 @@ void df_count_snap_scoring(const DfSchedule& s, const DfModel& m, const SnapComp
   }
 }
 
-void df_count_snap_compaction(const DfSchedule& s, const ModelShape& sh, const SnapCompression& j, DfCounters& c) {
-  const uint64_t pairs = uint64_t(sh.n_layers) * sh.n_kv_heads;
+void df_count_snap_compaction(const DfSchedule& s, const DfModel& m, const SnapCompression& j, DfCounters& c) {
+  const ModelShape& sh = m.shape;
+  const uint64_t pairs = uint64_t(m.global_layers()) * sh.n_kv_heads;
   const uint64_t group = sh.n_kv_heads ? sh.n_heads / sh.n_kv_heads : 1;
   const uint64_t hd = sh.head_dim, row_bytes = hd * 2;
   c.calls += pairs;
@@ -458,7 +505,7 @@ void df_count_snap_compaction(const DfSchedule& s, const ModelShape& sh, const S
 
 void df_count_snap_compression(const DfSchedule& s, const DfModel& m, const SnapCompression& j, DfCounterSet& out) {
   df_count_snap_scoring(s, m, j, out);
-  df_count_snap_compaction(s, m.shape, j, out.op[uint32_t(DfOp::KvCompact)]);
+  df_count_snap_compaction(s, m, j, out.op[uint32_t(DfOp::KvCompact)]);
 }
 
 void df_count_sparse_selection(const DfSchedule& s, const SparseSelection& j, DfCounters& c) {

@@ -13,6 +13,7 @@
 #include "backend/dataflow_hw.h"
 #include "core/snap_compression.h"
 #include "core/sparse_selection.h"
+#include "model/layer_pattern.h"
 #include "model/model.h"
 #include "model/weight_format.h"
 
@@ -57,21 +58,38 @@ struct DfCounterSet {
   DfCounters total() const;
 };
 
+// A layer's matrices, in the order a pass multiplies them.
+enum class DfMat : uint8_t { Wq, Wk, Wv, Wo, Gate, Up, Down, Count };
+constexpr uint32_t kDfMats = uint32_t(DfMat::Count);
+
 // What the schedule needs of a model.
 struct DfModel {
   ModelShape shape;
-  fb::DType attn_dtype = fb::DType::F32;  // q, k, v, o
-  fb::DType ffn_dtype = fb::DType::F32;   // gate, up, down
+  // Each layer's matrices' formats: a GGUF converted as it is mixes them (Q4_K_M keeps some
+  // layers' v and down matrices in Q6_K). At most kMaxLayers layers.
+  fb::DType dtypes[kMaxLayers][kDfMats] = {};
   fb::DType lm_head_dtype = fb::DType::F32;
   bool qkv_bias = false;
+  // Gemma 3: each query and key head RMS-normalized before RoPE (qk_norm), a second norm on the
+  // attention's and the FFN's outputs (post_norms); the layers model/layer_pattern.h calls local
+  // under window_pattern attend to the last sliding_window positions, through a ring of their
+  // own (0: every layer global).
+  bool qk_norm = false, post_norms = false;
+  uint32_t window_pattern = 0, sliding_window = 0;
+  uint32_t local_layers() const;
+  uint32_t global_layers() const { return shape.n_layers - local_layers(); }
+  fb::DType dtype(uint32_t layer, DfMat w) const { return dtypes[layer][uint32_t(w)]; }
+  // Every layer's q, k, v and o in `attn`, gate, up and down in `ffn` (a shape's).
+  void set_dtypes(fb::DType attn, fb::DType ffn);
 };
 DfModel df_model(const Model& model);
 
 struct DfScheduleInput {
   DfModel model;
   DfMemory memory;
-  uint32_t kv_capacity_tokens = 0;  // per slot: budget + chunk
-  uint32_t kv_pages = 0;            // page summaries per layer and KV head of a slot (sparse decode)
+  uint32_t kv_capacity_tokens = 0;     // per slot: budget + chunk (the global layers')
+  uint32_t local_capacity_tokens = 0;  // per slot: the local layers' ring, window + chunk (0: none)
+  uint32_t kv_pages = 0;               // page summaries per layer and KV head of a slot (sparse decode)
   uint32_t slots = 1;
   uint32_t chunk_tokens = 1;
 };
@@ -101,10 +119,11 @@ struct DfSchedule {
   uint32_t tile_panels = 1;     // matmul weight tile, in panels of kPanelRows rows
   uint32_t kv_tile_tokens = 1;  // keys (values) per attention tile
   uint32_t q_block = 1;         // chunk tokens whose queries share one pass over the cache
-  uint32_t kv_capacity_tokens = 0, slots = 1, chunk_tokens = 1;
+  uint32_t kv_capacity_tokens = 0, local_capacity_tokens = 0, slots = 1, chunk_tokens = 1;
+  uint32_t score_row_tokens = 0;  // one score row of AttnScores: the larger capacity
   uint64_t offset[kDfBufs] = {}, bytes[kDfBufs] = {};
   uint64_t peak_bytes = 0;                // end of the last buffer: SRAM the schedule uses
-  uint64_t kv_total_bytes = 0;            // every slot's cache, page summaries included
+  uint64_t kv_total_bytes = 0;            // every slot's cache, local rings and page summaries included
   uint64_t kv_summary_bytes = 0;          // of which page summaries (sparse decode)
   uint64_t weight_bytes = 0;              // every matrix and norm
   uint64_t sram_bytes = 0;                // capacity
@@ -123,11 +142,17 @@ struct DfSparseDecode {
   bool gathered_prefix = false;
 };
 
-// Counts one forward pass of n tokens with `visible` cached entries (`prefix` of them rotated at
-// their cache index) and `n_logits` logit rows, exactly as the dataflow backend's copies do.
-// With `sparse` and n == 1, every layer's attention is that sparse decode instead.
-void df_count_forward(const DfSchedule& s, const DfModel& m, uint32_t n, uint32_t visible, uint32_t prefix,
-                      uint32_t n_logits, DfCounterSet& out, const DfSparseDecode* sparse = nullptr);
+// One forward pass of a slot: n tokens after `visible` cached entries of the global layers
+// (`prefix` of them rotated at their cache index) and `local_visible` of the local layers' ring
+// (a model with no local layers ignores it), with `n_logits` logit rows.
+struct DfPass {
+  uint32_t n = 1, visible = 0, prefix = 0, local_visible = 0, n_logits = 1;
+};
+
+// Counts one forward pass exactly as the dataflow backend's copies do. With `sparse` and
+// n == 1, every global layer's attention is that sparse decode instead.
+void df_count_forward(const DfSchedule& s, const DfModel& m, const DfPass& pass, DfCounterSet& out,
+                      const DfSparseDecode* sparse = nullptr);
 
 // One RocketKV page selection (core/sparse_selection.h), into KvSelect: one call; the summaries
 // (pages x 2 x dims f32, and head_dim f32 of spread with head ranking) read from where the cache
@@ -138,18 +163,19 @@ void df_count_sparse_selection(const DfSchedule& s, const SparseSelection& j, Df
 
 // One SnapKV compression (a prefill chunk that overflows a snapkv or snapstream budget,
 // kv/snapkv_compress.cpp; its shape in core/snap_compression.h).
-//  - Scoring, into KvPolicy: per layer and KV head, each of `queries` observation queries of
+//  - Scoring, into KvPolicy: per global layer and KV head (local layers have no SnapKV), each of `queries` observation
+//  queries of
 //    each query head of the group scores all `total` entries, the first `prefix` with one scores
 //    call and the rest with another; each row is softmaxed. The backend counts the same calls as
 //    the policy makes them.
-//  - Selection and compaction, into KvCompact: per layer and KV head one task; the score rows
+//  - Selection and compaction, into KvCompact: per global layer and KV head one task; the score rows
 //    summed (queries x group x total), every candidate max-pooled over pool_kernel neighbours and
 //    ranked (candidates x (pool_kernel + 2)); the kept keys and values read from where the cache
 //    lives into SRAM and written back (2 transfers), and each rotated key dequantized, turned and
 //    requantized there (3 x head_dim elements, its f16 row read and written in SRAM). The backend
 //    counts this from the shape the KV manager reports (Backend::snap_compacted).
 void df_count_snap_scoring(const DfSchedule& s, const DfModel& m, const SnapCompression& j, DfCounterSet& out);
-void df_count_snap_compaction(const DfSchedule& s, const ModelShape& shape, const SnapCompression& j, DfCounters& out);
+void df_count_snap_compaction(const DfSchedule& s, const DfModel& m, const SnapCompression& j, DfCounters& out);
 // Both: what one compression costs.
 void df_count_snap_compression(const DfSchedule& s, const DfModel& m, const SnapCompression& j, DfCounterSet& out);
 

@@ -17,6 +17,7 @@
 #include "kv/kv_policy.h"
 #include "kv/rocketkv_split.h"
 #include "llm/record_sizes.h"
+#include "model/layer_pattern.h"
 #include "text/text_sizes.h"
 
 namespace keel {
@@ -35,19 +36,6 @@ struct PlanShape {
   uint32_t local_layers = 0;
   uint32_t sliding_window = 0;
 };
-
-// Gemma 3's layer pattern: the last layer of every group of `pattern` is global, the others are
-// local (pattern 0: every layer is global).
-constexpr bool layer_is_local(uint32_t layer, uint32_t pattern) { return pattern > 0 && (layer + 1) % pattern != 0; }
-constexpr uint32_t local_layer_count(uint32_t n_layers, uint32_t pattern) {
-  return pattern > 0 ? n_layers - n_layers / pattern : 0;
-}
-// A layer's index within the cache of its kind: global layers are counted among the global
-// ones, local layers among the local ones.
-constexpr uint32_t layer_index_in_kind(uint32_t layer, uint32_t pattern) {
-  if (pattern == 0) return layer;
-  return layer_is_local(layer, pattern) ? layer - layer / pattern : layer / pattern;
-}
 
 struct PlanConfig {
   uint32_t kv_budget_tokens = 1024;
@@ -500,8 +488,8 @@ class RegionMap {
   mutable uint64_t scratch_reach_ = 0;
 };
 
-// What the backend's per-model state may depend on.
-constexpr BackendPlan backend_plan(const PlanConfig& c, const SparseSplit& sparse = {}) {
+// What the backend's per-model state may depend on, from the configuration and its memory plan.
+constexpr BackendPlan backend_plan(const PlanConfig& c, const MemoryPlan& p = MemoryPlan{}) {
   BackendPlan b;
   b.threads = c.threads ? c.threads : 1;
   b.capacity_tokens = uint32_t(plan_kv_capacity(c));
@@ -509,7 +497,8 @@ constexpr BackendPlan backend_plan(const PlanConfig& c, const SparseSplit& spars
   b.chunk_tokens = plan_chunk(c);
   b.memory = c.dataflow_memory;
   b.kv_type = c.kv_type;
-  b.kv_pages = sparse.budget ? sparse.max_pages : 0;
+  b.kv_pages = p.sparse.budget ? p.sparse.max_pages : 0;
+  b.local_capacity_tokens = uint32_t(p.kv_local_capacity_tokens);
   return b;
 }
 

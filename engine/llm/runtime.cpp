@@ -45,7 +45,7 @@ Error Runtime::init(const Model& model, const RuntimeConfig& config, Span<uint8_
   KEEL_TRY(tokenizer_.init(model.meta()->tokenizer(), tokenizer_arena));
   tokenizer_used_bytes_ = tokenizer_arena.used();
   KEEL_TRY(backend_->create_state(
-      model, backend_plan(pc, p.sparse),
+      model, backend_plan(pc, p),
       Span<uint8_t>(regions.get<uint8_t>(Region::BackendState), regions.bytes(Region::BackendState))));
   KEEL_TRY(transformer_.init(model, *backend_, pc, regions));
   KEEL_TRY(transformer_.enable_sparse(p.sparse, regions, pool));

@@ -9,7 +9,7 @@ namespace keel::port {
 
 bool reserve_backend_bytes(const Model& model, RuntimeConfig& config, std::string& error) {
   config.plan.backend_bytes = 0;
-  const BackendPlan bp = backend_plan(config.plan, Runtime::plan(model, config).sparse);
+  const BackendPlan bp = backend_plan(config.plan, Runtime::plan(model, config));
   const uint64_t work_bytes = backend_state_work_bytes(model, config.backend, bp);
   if (work_bytes == 0) return true;
   struct Free {

@@ -17,9 +17,11 @@ const char* df_bound_name(DfBound b) {
   return "?";
 }
 
-uint64_t df_pass_footprint_bytes(const DfSchedule& s, const DfModel& m, uint32_t entries) {
-  const uint64_t kv_per_entry = uint64_t(m.shape.n_layers) * 2 * m.shape.n_kv_heads * m.shape.head_dim * 2;
-  return (s.weights_onchip ? 0 : s.weight_bytes) + (s.kv_onchip ? 0 : kv_per_entry * entries);
+uint64_t df_pass_footprint_bytes(const DfSchedule& s, const DfModel& m, uint32_t entries, uint32_t local_entries) {
+  const uint64_t entry_bytes = 2ull * m.shape.n_kv_heads * m.shape.head_dim * 2;  // one layer's K and V
+  const uint64_t kv =
+      entry_bytes * (uint64_t(m.global_layers()) * entries + uint64_t(m.local_layers()) * local_entries);
+  return (s.weights_onchip ? 0 : s.weight_bytes) + (s.kv_onchip ? 0 : kv);
 }
 
 double df_cached_fraction(const HwDesc& hw, uint64_t footprint_bytes) {

@@ -31,9 +31,10 @@ struct DfReuse {
 // hardware that is not `serial`.
 DfCost df_cost(const DfCounters& c, const HwDesc& hw, bool double_buffered, DfOp op, const DfReuse& reuse = {});
 
-// Bytes a forward pass with `entries` cached entries (its own included) reads from tier 0 and
-// reads again the next pass: the streamed weights and the entries' keys and values.
-uint64_t df_pass_footprint_bytes(const DfSchedule& s, const DfModel& m, uint32_t entries);
+// Bytes a forward pass with `entries` cached entries of the global layers and `local_entries` of
+// the local layers' rings (their own included) reads from tier 0 and reads again the next pass:
+// the streamed weights and the entries' keys and values.
+uint64_t df_pass_footprint_bytes(const DfSchedule& s, const DfModel& m, uint32_t entries, uint32_t local_entries);
 // What of that footprint the host's cache holds from one pass to the next (0 without a cache):
 // the description's measured share at that footprint (interpolated in log size, the end
 // points' shares beyond them), or without one min(1, cache / footprint).

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -286,7 +287,8 @@ TEST(DataflowCost, CacheShareCurveClassesAFootprintBySize) {
 DfModel smollm2_shape(fb::DType t) {
   DfModel m;
   m.shape = ModelShape{49152, 576, 30, 9, 3, 64, 1536, 8192};
-  m.attn_dtype = m.ffn_dtype = m.lm_head_dtype = t;
+  m.set_dtypes(t, t);
+  m.lm_head_dtype = t;
   return m;
 }
 
@@ -343,13 +345,13 @@ TEST(DataflowSchedule, OffchipBytesPerDecodeTokenAreExact) {
     const ModelShape& m = in.model.shape;
     for (uint32_t cached : {0u, 100u, 1000u, 4000u}) {
       DfCounterSet c;
-      df_count_forward(s, in.model, 1, cached, 0, 1, c);
+      df_count_forward(s, in.model, DfPass{.n = 1, .visible = cached}, c);
       const uint64_t kv_row = uint64_t(m.n_layers) * m.n_kv_heads * m.head_dim * 2;  // f16, one of K or V
       EXPECT_EQ(c.total().tier_bytes[0], s.weight_bytes + 2 * kv_row * (cached + 1) + 2 * kv_row) << cached;
     }
     // A chunk's rows share each norm weight: it is read once per chunk, not once per row.
     DfCounterSet chunk;
-    df_count_forward(s, in.model, 16, 100, 0, 1, chunk);
+    df_count_forward(s, in.model, DfPass{.n = 16, .visible = 100}, chunk);
     EXPECT_EQ(chunk.op[uint32_t(DfOp::Norm)].tier_bytes[0], (2ull * m.n_layers + 1) * m.dim * 4);
     EXPECT_EQ(chunk.op[uint32_t(DfOp::Norm)].calls, 2ull * m.n_layers * 16 + 1);
   }
@@ -429,7 +431,8 @@ TEST(DataflowBackend, SnapScoringExecutedEqualsAnalytic) {
   for (uint32_t at = 0; at < prompt.size(); at += chunk) {
     const KvCache& kv = rt.kv_cache(0);
     DfCounterSet analytic;
-    df_count_forward(dataflow(*df).schedule(), m, chunk, kv.visible(), kv.prefix(), 1, analytic);
+    df_count_forward(dataflow(*df).schedule(), m, DfPass{.n = chunk, .visible = kv.visible(), .prefix = kv.prefix()},
+                     analytic);
     if (kv.visible() + chunk > budget) {
       // The shape from the settings: the observation window, the ring (budget / 4) and the
       // sinks fixed, the rest competing; the kept prefix re-rotated.
@@ -504,7 +507,8 @@ TEST(DataflowBackend, SparseDecodeExecutedEqualsAnalytic) {
     d.gathered_prefix = cache.index_rotated_pages() > 0;
     EXPECT_EQ(d.select.frames, 2u) << "no index-rotated prefix after the prompt's compressions";
     DfCounterSet analytic;
-    df_count_forward(dataflow(*df).schedule(), m, 1, cache.visible(), cache.index_rotated(), 1, analytic, &d);
+    df_count_forward(dataflow(*df).schedule(), m,
+                     DfPass{.n = 1, .visible = cache.visible(), .prefix = cache.index_rotated()}, analytic, &d);
     const DfCounterSet before = dataflow(*df).counters();
     ASSERT_TRUE(rt.decode(0, prompt[step]).ok());
     const DfCounterSet x = minus(dataflow(*df).counters(), before);
@@ -554,10 +558,10 @@ TEST(DataflowBackend, SmolLM2ExecutedEqualsAnalyticAndNative) {
   for (uint32_t left = 200; left > 0;) {
     const uint32_t n = left < 32 ? left : 32;
     left -= n;
-    df_count_forward(be.schedule(), m, n, visible, 0, left == 0 ? 1 : 0, analytic);
+    df_count_forward(be.schedule(), m, DfPass{.n = n, .visible = visible, .n_logits = left == 0 ? 1u : 0u}, analytic);
     visible += n;
   }
-  for (int i = 0; i < 16; ++i) df_count_forward(be.schedule(), m, 1, visible++, 0, 1, analytic);
+  for (int i = 0; i < 16; ++i) df_count_forward(be.schedule(), m, DfPass{.n = 1, .visible = visible++}, analytic);
   for (uint32_t i = 0; i < kDfOps; ++i) {
     const DfCounters& x = be.counters().op[i];
     const DfCounters& y = analytic.op[i];
@@ -566,6 +570,85 @@ TEST(DataflowBackend, SmolLM2ExecutedEqualsAnalyticAndNative) {
   }
   std::printf("[dataflow] SmolLM2: 16 greedy ids equal, max |logit difference| %g, %llu off-chip bytes\n",
               double(worst), (unsigned long long)be.counters().total().tier_bytes[0]);
+}
+
+// Gemma 3 270M (its Q4_K_M GGUF kept as it is: Q4_K, Q5_0, Q6_K and Q8_0 matrices mixed, layer
+// by layer) on the edge preset: 15 of its 18 layers attend through a 512-token window in a ring
+// of their own, with the model's query scale, q / k head norms and post norms. A 560-token prompt
+// in chunks of 16 takes the rings past the window. Greedy ids and logits equal the native
+// backend's; the executed counters equal the analytic walk with each pass's ring entries.
+TEST(DataflowBackend, Gemma3ExecutedEqualsAnalyticAndNative) {
+  static const std::string path = [] {
+    const std::string out = test::tmp_path("gemma3_dataflow.keel");
+    const auto r =
+        test::run_cli("convert '" + test::require_file(test::gemma3_gguf()) + "' -o '" + out + "' --quant keep -q");
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    return out;
+  }();
+  auto l = load_keel(path);
+  ASSERT_NE(l, nullptr);
+  const DfModel m = df_model(l->model);
+  ASSERT_EQ(m.local_layers(), 15u);
+  ASSERT_EQ(m.sliding_window, 512u);
+  ASSERT_NE(m.dtype(0, DfMat::Wv), m.dtype(0, DfMat::Wq)) << "expected the GGUF's mixed formats";
+  DfMemory hw = df_memory(preset("edge-npu-2mib"));
+  constexpr uint32_t kPrompt = 560, kChunk = 16, kDecode = 8, kBudget = 640;
+  auto native = start(l->model, BackendKind::Native, nullptr, KvPolicyKind::Full, kBudget, kChunk);
+  auto df = start(l->model, BackendKind::Dataflow, &hw, KvPolicyKind::Full, kBudget, kChunk);
+  ASSERT_NE(native, nullptr);
+  ASSERT_NE(df, nullptr);
+  const DataflowBackend& be = dataflow(*df);
+  EXPECT_EQ(be.schedule().local_capacity_tokens, 512u + kChunk);
+  const std::vector<int32_t> prompt = prompt_ids(kPrompt, l->model.shape().vocab_size);
+  std::vector<int32_t> a, b;
+  std::vector<std::vector<float>> la, lb;
+  greedy(native->runtime, prompt, kDecode, a, la);
+  greedy(df->runtime, prompt, kDecode, b, lb);
+  EXPECT_EQ(a, b);
+  float worst = 0;
+  for (size_t i = 0; i < la.size() && i < lb.size(); ++i)
+    for (size_t j = 0; j < la[i].size(); ++j) worst = std::max(worst, std::fabs(la[i][j] - lb[i][j]));
+  EXPECT_EQ(worst, 0.0f);
+  EXPECT_EQ(df->runtime.local_kv_cache(0).visible(), 512u);
+
+  DfCounterSet analytic;
+  auto ring = [](uint32_t tokens) { return tokens < 512u ? tokens : 512u; };
+  uint32_t done = 0;
+  for (uint32_t left = kPrompt; left > 0;) {
+    const uint32_t n = left < kChunk ? left : kChunk;
+    left -= n;
+    df_count_forward(be.schedule(), m,
+                     DfPass{.n = n, .visible = done, .local_visible = ring(done), .n_logits = left == 0 ? 1u : 0u},
+                     analytic);
+    done += n;
+  }
+  for (uint32_t i = 0; i < kDecode; ++i, ++done)
+    df_count_forward(be.schedule(), m, DfPass{.n = 1, .visible = done, .local_visible = ring(done)}, analytic);
+  for (uint32_t i = 0; i < kDfOps; ++i) {
+    const DfCounters& x = be.counters().op[i];
+    const DfCounters& y = analytic.op[i];
+    EXPECT_TRUE(x == y) << df_op_name(DfOp(i)) << ": executed " << x.calls << " calls, " << x.vector_elems
+                        << " vector elements, " << x.tier_bytes[0] << " off-chip / " << x.sram_bytes
+                        << " SRAM bytes; analytic " << y.calls << ", " << y.vector_elems << ", " << y.tier_bytes[0]
+                        << " / " << y.sram_bytes;
+  }
+  std::printf("[dataflow] Gemma 3: %u greedy ids equal, max |logit difference| %g, %llu off-chip bytes\n", kDecode,
+              double(worst), (unsigned long long)be.counters().total().tier_bytes[0]);
+
+  // The bounded policies compress the global layers only: keel emulate --execute checks a
+  // prompt chunk's SnapKV scoring and compaction and a decode token against the walk.
+  for (const char* policy : {"snapstream", "rocketkv"}) {
+    const auto r = test::run_cli("emulate -m '" + path + "' --hw edge-npu-2mib --chunk 16 --kv-budget 256 --context " +
+                                 std::to_string(kPrompt) + " --kv-policy " + policy + " --execute --json -t 1");
+    const nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.rfind("\n{") + 1), nullptr, false);
+    ASSERT_FALSE(j.is_discarded() || !j.contains("executed")) << policy << ": " << r.out.substr(0, 400);
+    EXPECT_EQ(r.exit_code, 0) << policy;
+    const nlohmann::json& e = j["executed"];
+    EXPECT_TRUE(e["prompt_chunk_equal_analytic"].get<bool>()) << policy << ": " << e["ops"].dump();
+    EXPECT_TRUE(e["counters_within_analytic_bound"].get<bool>()) << policy << ": " << e["ops"].dump();
+    EXPECT_GT(e["prompt_chunk_kv_policy_counters"]["calls"].get<uint64_t>(), 0u) << policy;
+    EXPECT_EQ(j["decode_local_cached_tokens"].get<uint32_t>(), 512u) << policy;
+  }
 }
 
 TEST(DataflowBackend, RefusesWithoutHardwareOrSram) {

@@ -222,10 +222,14 @@ json schedule_json(const DfSchedule& s, const EmuConfig& c) {
     const char* name;
     fb::DType t;
     uint32_t rows, cols;
-  } mats[] = {{"wq", c.model.attn_dtype, q_dim, m.dim},      {"wk", c.model.attn_dtype, kv_dim, m.dim},
-              {"wv", c.model.attn_dtype, kv_dim, m.dim},     {"wo", c.model.attn_dtype, m.dim, q_dim},
-              {"gate", c.model.ffn_dtype, m.ffn_dim, m.dim}, {"up", c.model.ffn_dtype, m.ffn_dim, m.dim},
-              {"down", c.model.ffn_dtype, m.dim, m.ffn_dim}, {"lm_head", c.model.lm_head_dtype, m.vocab_size, m.dim}};
+  } mats[] = {{"wq", c.model.dtype(0, DfMat::Wq), q_dim, m.dim},
+              {"wk", c.model.dtype(0, DfMat::Wk), kv_dim, m.dim},
+              {"wv", c.model.dtype(0, DfMat::Wv), kv_dim, m.dim},
+              {"wo", c.model.dtype(0, DfMat::Wo), m.dim, q_dim},
+              {"gate", c.model.dtype(0, DfMat::Gate), m.ffn_dim, m.dim},
+              {"up", c.model.dtype(0, DfMat::Up), m.ffn_dim, m.dim},
+              {"down", c.model.dtype(0, DfMat::Down), m.dim, m.ffn_dim},
+              {"lm_head", c.model.lm_head_dtype, m.vocab_size, m.dim}};
   const char* wsrc = s.weights_onchip ? "sram" : c.hw.tiers[s.weight_tier].name;
   const char* kvsrc = s.kv_onchip ? "sram" : c.hw.tiers[s.kv_tier].name;
   json transfers = json::array();
@@ -240,7 +244,7 @@ json schedule_json(const DfSchedule& s, const EmuConfig& c) {
                          {"rows", w.rows},
                          {"cols", w.cols},
                          {"tile_rows", tile_rows},
-                         {"tile_bytes", df_weight_rows_bytes(w.t, tile_rows, w.cols)},
+                         {"tile_bytes", df_weight_rows_bytes(w.t, tile_rows, w.cols)},  // layer 0's format
                          {"tiles", tiles},
                          {"per", std::string(w.name) == "lm_head" ? "forward pass" : "layer"}});
   }
@@ -401,7 +405,8 @@ int cmd_emulate(int argc, char** argv) {
       return usage("--weight-dtype expects q4, q4m, q5, q5m, q4k, q5k, q6k, q8, f16, bf16 or f32, got '" + dtype_name +
                    "'");
     if (!load_shape(shape_name, c.model.shape, error)) return fail("emulate", error);
-    c.model.attn_dtype = c.model.ffn_dtype = c.model.lm_head_dtype = t;
+    c.model.set_dtypes(t, t);
+    c.model.lm_head_dtype = t;
   } else {
     if (!session.load(so, error)) return fail("emulate", error);
     c.model = df_model(session.model());
@@ -477,6 +482,7 @@ int cmd_emulate(int argc, char** argv) {
   out["offchip_bytes_per_token"] = offchip(dec);
   out["sram_bytes_per_token"] = dec.sram_bytes;
   out["decode_cached_tokens"] = r.decode_cached;
+  if (c.model.local_layers() > 0) out["decode_local_cached_tokens"] = r.decode_local_cached;
   if (r.decode_sparse) out["decode_sparse_bound"] = sparse_json(r.decode_sparse_bound, c.sparse);
   out["ops"] = ops_json(r.decode, c.hw, s.double_buffered, r.decode_cycles, r.decode_reuse);
   if (c.prompt > 0) {
@@ -524,7 +530,13 @@ int cmd_emulate(int argc, char** argv) {
     DfCounterSet chunk_analytic;
     {
       const KvCache& kv = rt.kv_cache(0);
-      df_count_forward(s, c.model, last, kv.visible(), kv.index_rotated(), 1, chunk_analytic);
+      df_count_forward(s, c.model,
+                       DfPass{.n = last,
+                              .visible = kv.visible(),
+                              .prefix = kv.index_rotated(),
+                              .local_visible = rt.local_kv_cache(0).visible(),
+                              .n_logits = 1},
+                       chunk_analytic);
       const SnapCompression j = emu_snap_compression(rt, last);
       if (j.queries > 0) df_count_snap_compression(s, c.model, j, chunk_analytic);
     }

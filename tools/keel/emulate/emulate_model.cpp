@@ -10,6 +10,11 @@ namespace keel::cli {
 
 uint32_t emu_budget(const EmuConfig& c) { return c.bounded ? c.budget : c.context + 1; }
 uint32_t emu_kv_capacity(const EmuConfig& c) { return emu_budget(c) + c.chunk; }
+uint32_t emu_local_budget(const EmuConfig& c) {
+  if (c.model.local_layers() == 0) return 0;
+  const uint32_t window = c.model.sliding_window;
+  return !c.bounded && emu_budget(c) < window ? emu_budget(c) : window;
+}
 
 double emu_cycles(const DfCounterSet& s, const HwDesc& hw, bool double_buffered, const DfReuse& reuse) {
   double total = 0;
@@ -22,6 +27,7 @@ DfSchedule emu_schedule(const EmuConfig& c) {
   in.model = c.model;
   in.memory = df_memory(c.hw);
   in.kv_capacity_tokens = emu_kv_capacity(c);
+  in.local_capacity_tokens = c.model.local_layers() > 0 ? emu_local_budget(c) + c.chunk : 0;
   in.kv_pages = c.sparse.budget ? c.sparse.max_pages : 0;
   in.slots = c.slots;
   in.chunk_tokens = c.chunk;
@@ -36,9 +42,17 @@ EmuResult emulate(const EmuConfig& c) {
   uint32_t visible = 0;
   bool evicted = false;
   SnapCompression snap;  // the last chunk's compression, for its re-reads
+  const uint32_t local_budget = emu_local_budget(c);
+  auto local_visible = [&](uint32_t tokens) { return tokens < local_budget ? tokens : local_budget; };
   for (uint32_t done = 0; done < c.prompt;) {
     const uint32_t n = c.prompt - done < c.chunk ? c.prompt - done : c.chunk;
-    df_count_forward(r.schedule, c.model, n, visible, evicted ? 1 : 0, done + n == c.prompt ? 1 : 0, r.prefill);
+    df_count_forward(r.schedule, c.model,
+                     DfPass{.n = n,
+                            .visible = visible,
+                            .prefix = evicted ? 1u : 0u,
+                            .local_visible = local_visible(done),
+                            .n_logits = done + n == c.prompt ? 1u : 0u},
+                     r.prefill);
     if (c.bounded && c.snap_queries > 0 && visible + n > c.budget) {
       const uint32_t queries = c.snap_queries < done + n ? c.snap_queries : done + n;
       const SnapCompression j = emu_compression_past_budget(visible + n, evicted ? 1 : 0, queries, c.budget,
@@ -55,10 +69,18 @@ EmuResult emulate(const EmuConfig& c) {
   r.decode_sparse = c.bounded && c.sparse.budget > 0;
   if (r.decode_sparse)
     r.decode_sparse_bound = emu_sparse_bound(c.sparse, c.model.shape, r.decode_cached, evicted_at_decode);
-  df_count_forward(r.schedule, c.model, 1, r.decode_cached, evicted_at_decode ? 1 : 0, 1, r.decode,
-                   r.decode_sparse ? &r.decode_sparse_bound : nullptr);
-  r.decode_reuse.cached = df_cached_fraction(c.hw, df_pass_footprint_bytes(r.schedule, c.model, r.decode_cached + 1));
-  r.prefill_reuse.cached = df_cached_fraction(c.hw, df_pass_footprint_bytes(r.schedule, c.model, visible));
+  r.decode_local_cached = local_visible(c.context);
+  df_count_forward(r.schedule, c.model,
+                   DfPass{.n = 1,
+                          .visible = r.decode_cached,
+                          .prefix = evicted_at_decode ? 1u : 0u,
+                          .local_visible = r.decode_local_cached,
+                          .n_logits = 1},
+                   r.decode, r.decode_sparse ? &r.decode_sparse_bound : nullptr);
+  r.decode_reuse.cached = df_cached_fraction(
+      c.hw, df_pass_footprint_bytes(r.schedule, c.model, r.decode_cached + 1, r.decode_local_cached + 1));
+  r.prefill_reuse.cached =
+      df_cached_fraction(c.hw, df_pass_footprint_bytes(r.schedule, c.model, visible, local_visible(c.prompt)));
   r.prefill_reuse.kv_policy_reread = df_snap_reread_fraction(c.hw, c.model, snap);
   r.decode_cycles = emu_cycles(r.decode, c.hw, r.schedule.double_buffered, r.decode_reuse);
   r.prefill_cycles = emu_cycles(r.prefill, c.hw, r.schedule.double_buffered, r.prefill_reuse);
@@ -138,6 +160,11 @@ bool load_shape(const std::string& name, ModelShape& s, std::string& error) {
       return false;
     }
     *fl.out = uint32_t(v);
+  }
+  if (s.n_layers > kMaxLayers) {
+    error = name + ": n_layers = " + std::to_string(s.n_layers) + "; the emulator takes at most " +
+            std::to_string(kMaxLayers);
+    return false;
   }
   if (s.n_heads % s.n_kv_heads != 0) {
     error = name + ": n_heads " + std::to_string(s.n_heads) + " is not a multiple of n_kv_heads " +

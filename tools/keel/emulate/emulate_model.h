@@ -27,7 +27,8 @@ struct EmuConfig {
 
 struct EmuResult {
   DfSchedule schedule;
-  uint32_t decode_cached = 0;  // entries the decode token attends to, besides itself
+  uint32_t decode_cached = 0;        // entries the decode token attends to, besides itself
+  uint32_t decode_local_cached = 0;  // of the local layers' rings (sliding-window models)
   // Under sparse decode, the bound the decode token was walked with (emu_sparse_bound).
   bool decode_sparse = false;
   DfSparseDecode decode_sparse_bound;
@@ -41,6 +42,9 @@ struct EmuResult {
 // KV budget of the plan: a bounded policy's, or under full the context plus the decode token.
 uint32_t emu_budget(const EmuConfig& c);
 uint32_t emu_kv_capacity(const EmuConfig& c);
+// Entries a local layer's ring keeps (llm/plan.h plan_local_budget): the window, or the budget
+// where that is smaller under full; 0 for a model with no local layers.
+uint32_t emu_local_budget(const EmuConfig& c);
 // The static schedule of `c`: its hardware's SRAM and tiers, its KV capacity, slots and chunk.
 DfSchedule emu_schedule(const EmuConfig& c);
 EmuResult emulate(const EmuConfig& c);

@@ -284,6 +284,9 @@ int run_validate(const SessionOptions& base, const std::string& start_hw, uint32
   if (!probe.load(so, error)) return fail("emulate", error);
   const Model& model = probe.model();
   const DfModel dm = df_model(model);
+  if (dm.local_layers() > 0)
+    return fail("emulate", "--validate measures models whose every layer sees the whole sequence; this one has " +
+                               std::to_string(dm.local_layers()) + " sliding-window layers (Gemma 3)");
   run.model_fingerprint = validate_fingerprint(dm);
   BackendStorage storage;
   Result<Backend*> be = make_backend(BackendKind::Native, nullptr, storage);
@@ -369,6 +372,9 @@ int run_validate_measured(const SessionOptions& base, const std::string& start_h
   Session probe;
   if (!probe.load(so, error)) return fail("emulate", error);
   const DfModel dm = df_model(probe.model());
+  if (dm.local_layers() > 0)
+    return fail("emulate", "--validate measures models whose every layer sees the whole sequence; this one has " +
+                               std::to_string(dm.local_layers()) + " sliding-window layers (Gemma 3)");
   ValidateRun run;
   run.start_name = start_hw;
   if (!start_hw.empty() && !hw::load_hw(start_hw, run.start, error)) return fail("emulate", error);

@@ -111,10 +111,12 @@ bool count_tests(ValidateRun& run, const DfModel& m, std::string& error) {
     }
     t.double_buffered = s.double_buffered;
     t.counters = DfCounterSet();
-    df_count_forward(s, m, t.tokens(), t.visible, t.prefix, 1, t.counters);
+    // --validate runs models with no local layers (run_validate refuses the others).
+    df_count_forward(s, m, DfPass{.n = t.tokens(), .visible = t.visible, .prefix = t.prefix, .n_logits = 1},
+                     t.counters);
     t.model = &m;
     if (t.snap.queries > 0) df_count_snap_compression(s, m, t.snap, t.counters);
-    t.footprint_bytes = df_pass_footprint_bytes(s, m, t.visible + t.tokens());
+    t.footprint_bytes = df_pass_footprint_bytes(s, m, t.visible + t.tokens(), 0);
   }
   return true;
 }
@@ -207,8 +209,9 @@ std::string validate_fingerprint(const DfModel& m) {
   const ModelShape& s = m.shape;
   char b[256];
   snprintf(b, sizeof b, "dim %u ffn %u layers %u heads %u kv_heads %u head_dim %u vocab %u weights %s/%s/%s%s", s.dim,
-           s.ffn_dim, s.n_layers, s.n_heads, s.n_kv_heads, s.head_dim, s.vocab_size, fb::EnumNameDType(m.attn_dtype),
-           fb::EnumNameDType(m.ffn_dtype), fb::EnumNameDType(m.lm_head_dtype), m.qkv_bias ? " qkv_bias" : "");
+           s.ffn_dim, s.n_layers, s.n_heads, s.n_kv_heads, s.head_dim, s.vocab_size,
+           fb::EnumNameDType(m.dtype(0, DfMat::Wq)), fb::EnumNameDType(m.dtype(0, DfMat::Gate)),
+           fb::EnumNameDType(m.lm_head_dtype), m.qkv_bias ? " qkv_bias" : "");
   return b;
 }
 
