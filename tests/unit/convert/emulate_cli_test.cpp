@@ -80,6 +80,15 @@ TEST(Emulate, BadHardwareIsOneLineError) {
   const auto r = run_cli("emulate --shape smollm2-135m --hw " + q(path));
   EXPECT_EQ(r.exit_code, 1) << r.out;
   EXPECT_TRUE(test::mentions(r.out, {"clock_hz", "positive", "-5"}));
+  // A header of a model with sliding-window layers does not say which they are.
+  const std::string gemma = test::tmp_path("gemma_header.h");
+  std::ofstream(gemma) << "static constexpr uint32_t vocab_size = 262144;\nstatic constexpr uint32_t dim = 640;\n"
+                          "static constexpr uint32_t n_layers = 18;\nstatic constexpr uint32_t n_heads = 4;\n"
+                          "static constexpr uint32_t n_kv_heads = 1;\nstatic constexpr uint32_t head_dim = 256;\n"
+                          "static constexpr uint32_t ffn_dim = 2048;\nstatic constexpr uint32_t local_layers = 15;\n";
+  const auto g = run_cli("emulate --shape " + q(gemma) + " --hw edge-npu-2mib");
+  EXPECT_EQ(g.exit_code, 1) << g.out;
+  EXPECT_TRUE(test::mentions(g.out, {"15 sliding-window layers", "-m MODEL.keel"})) << g.out;
   const auto u = run_cli("emulate --shape smollm2-135m");
   EXPECT_EQ(u.exit_code, 2) << u.out;
   const auto b = run_cli("run -m /nonexistent.keel --backend dataflow -p x");

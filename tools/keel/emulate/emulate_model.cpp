@@ -161,6 +161,15 @@ bool load_shape(const std::string& name, ModelShape& s, std::string& error) {
     }
     *fl.out = uint32_t(v);
   }
+  // A header of a model with sliding-window layers (Gemma 3) does not say which layers those are
+  // or which norms the blocks have: such a model is emulated from its .keel file.
+  std::smatch local;
+  if (std::regex_search(text, local, std::regex("constexpr\\s+uint32_t\\s+local_layers\\s*=\\s*([0-9]+)")) &&
+      std::stoul(local[1].str()) > 0) {
+    error = name + ": a model with " + local[1].str() +
+            " sliding-window layers (Gemma 3); its header does not describe them: use -m MODEL.keel";
+    return false;
+  }
   if (s.n_layers > kMaxLayers) {
     error = name + ": n_layers = " + std::to_string(s.n_layers) + "; the emulator takes at most " +
             std::to_string(kMaxLayers);
