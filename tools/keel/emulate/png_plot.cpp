@@ -87,13 +87,20 @@ struct Canvas {
 }  // namespace
 
 bool plot_kv_onchip(const EmuConfig& c, const std::string& path, std::string& error) {
-  const ModelShape& m = c.model.shape;
-  const uint64_t per_token = uint64_t(c.slots) * m.n_layers * 2 * m.n_kv_heads * m.head_dim * 2;
   const uint32_t max_ctx = c.context > 8192 ? c.context : 131072;
   std::vector<uint32_t> ctx;
   for (uint32_t x = 1024; x <= max_ctx; x *= 2) ctx.push_back(x);
   if (ctx.size() < 2) ctx = {1024, 2048};
-  const double ymax = std::max(double(per_token) * (ctx.back() + c.chunk), double(c.hw.sram_bytes)) * 1.05;
+  // The bytes the schedule places for every slot's cache at each context (local rings and page
+  // summaries included): under full the context, under the bounded policy its budget.
+  auto kv_bytes = [&](uint32_t context, bool bounded) {
+    EmuConfig at = c;
+    at.context = context;
+    at.bounded = bounded;
+    if (!bounded) at.sparse = SparseSplit{};
+    return double(emu_schedule(at).kv_total_bytes);
+  };
+  const double ymax = std::max(kv_bytes(ctx.back(), false), double(c.hw.sram_bytes)) * 1.05;
   const uint32_t W = 800, H = 500, L = 60, R = 20, T = 20, B = 40;
   Canvas cv(W, H);
   const uint8_t black[3] = {0, 0, 0}, red[3] = {220, 30, 30}, blue[3] = {30, 60, 220}, gray[3] = {140, 140, 140};
@@ -103,11 +110,8 @@ bool plot_kv_onchip(const EmuConfig& c, const std::string& path, std::string& er
   cv.line(L, H - B, L, T, black);
   cv.line(L, Y(double(c.hw.sram_bytes)), W - R, Y(double(c.hw.sram_bytes)), gray);
   for (size_t i = 0; i + 1 < ctx.size(); ++i) {
-    const double f0 = double(per_token) * (ctx[i] + c.chunk), f1 = double(per_token) * (ctx[i + 1] + c.chunk);
-    cv.line(X(i), Y(f0), X(i + 1), Y(f1), red);
-    const double b0 = double(per_token) * (std::min(ctx[i], c.budget) + c.chunk);
-    const double b1 = double(per_token) * (std::min(ctx[i + 1], c.budget) + c.chunk);
-    cv.line(X(i), Y(b0), X(i + 1), Y(b1), blue);
+    cv.line(X(i), Y(kv_bytes(ctx[i], false)), X(i + 1), Y(kv_bytes(ctx[i + 1], false)), red);
+    cv.line(X(i), Y(kv_bytes(ctx[i], true)), X(i + 1), Y(kv_bytes(ctx[i + 1], true)), blue);
   }
   const std::vector<uint8_t> png = encode_png(cv.px, W, H);
   std::ofstream f(path, std::ios::binary);
