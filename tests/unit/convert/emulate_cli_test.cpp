@@ -80,6 +80,12 @@ TEST(Emulate, BadHardwareIsOneLineError) {
   const auto r = run_cli("emulate --shape smollm2-135m --hw " + q(path));
   EXPECT_EQ(r.exit_code, 1) << r.out;
   EXPECT_TRUE(test::mentions(r.out, {"clock_hz", "positive", "-5"}));
+  // A number too long for any integer type is out of range, not a crash.
+  const std::string huge = test::tmp_path("huge_header.h");
+  std::ofstream(huge) << "static constexpr uint32_t vocab_size = 99999999999999999999999999;\n";
+  const auto h = run_cli("emulate --shape " + q(huge) + " --hw edge-npu-2mib");
+  EXPECT_EQ(h.exit_code, 1) << h.out;
+  EXPECT_TRUE(test::mentions(h.out, {"vocab_size", "expected 1..16777216"})) << h.out;
   // A header of a model with sliding-window layers does not say which they are.
   const std::string gemma = test::tmp_path("gemma_header.h");
   std::ofstream(gemma) << "static constexpr uint32_t vocab_size = 262144;\nstatic constexpr uint32_t dim = 640;\n"

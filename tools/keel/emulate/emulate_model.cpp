@@ -154,7 +154,9 @@ bool load_shape(const std::string& name, ModelShape& s, std::string& error) {
       error = name + ": no '" + fl.key + "' (expected a header written by keel convert --header)";
       return false;
     }
-    const unsigned long v = std::stoul(m[1].str());
+    // More digits than the largest value allowed has (8) is out of range, however many.
+    const std::string digits = m[1].str();
+    const unsigned long v = digits.size() > 8 ? ~0ul : std::stoul(digits);
     if (v == 0 || v > (1u << 24)) {
       error = name + ": " + fl.key + " = " + m[1].str() + "; expected 1.." + std::to_string(1u << 24);
       return false;
@@ -165,7 +167,7 @@ bool load_shape(const std::string& name, ModelShape& s, std::string& error) {
   // or which norms the blocks have: such a model is emulated from its .keel file.
   std::smatch local;
   if (std::regex_search(text, local, std::regex("constexpr\\s+uint32_t\\s+local_layers\\s*=\\s*([0-9]+)")) &&
-      std::stoul(local[1].str()) > 0) {
+      local[1].str().find_first_not_of('0') != std::string::npos) {
     error = name + ": a model with " + local[1].str() +
             " sliding-window layers (Gemma 3); its header does not describe them: use -m MODEL.keel";
     return false;
