@@ -19,6 +19,8 @@ struct SparseSplit {
   uint32_t max_pages = 0;    // pages of one (layer, KV head), at most
   uint32_t gather_rows = 0;  // gathered entries of one KV head: k rounded up to whole pages + the query's own
   RocketSelect select = RocketSelect::Group;
+
+  friend constexpr bool operator==(const SparseSplit&, const SparseSplit&) = default;
 };
 
 // The per-step budget B the policy runs with: sparse_budget; for rocketkv 0 means budget / 4.

@@ -488,8 +488,9 @@ class RegionMap {
   mutable uint64_t scratch_reach_ = 0;
 };
 
-// What the backend's per-model state may depend on, from the configuration and its memory plan.
-constexpr BackendPlan backend_plan(const PlanConfig& c, const MemoryPlan& p = MemoryPlan{}) {
+// What the backend's per-model state may depend on, from the configuration and its memory plan
+// (the plan places the page summaries and the local layers' rings the backend sizes for).
+constexpr BackendPlan backend_plan(const PlanConfig& c, const MemoryPlan& p) {
   BackendPlan b;
   b.threads = c.threads ? c.threads : 1;
   b.capacity_tokens = uint32_t(plan_kv_capacity(c));

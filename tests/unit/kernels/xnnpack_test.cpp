@@ -199,9 +199,10 @@ TEST(XnnpackOps, NoRegionNoMemory) {
 
 // Runs backend_state_bytes() the way a host program does before reserving the arenas.
 uint64_t measure_backend_bytes(const Model& m, const PlanConfig& pc, BackendKind kind) {
-  const uint64_t work_bytes = backend_state_work_bytes(m, kind, backend_plan(pc));
+  const BackendPlan bp = backend_plan(pc, plan_memory(plan_shape(m), pc, KvPolicyConfig{}));
+  const uint64_t work_bytes = backend_state_work_bytes(m, kind, bp);
   HostMemory work = host(work_bytes);
-  Result<uint64_t> b = backend_state_bytes(m, kind, backend_plan(pc), Span<uint8_t>(work.get(), work_bytes));
+  Result<uint64_t> b = backend_state_bytes(m, kind, bp, Span<uint8_t>(work.get(), work_bytes));
   EXPECT_TRUE(b.ok()) << b.error().message();
   return b.ok() ? b.value() : 0;
 }

@@ -550,12 +550,14 @@ int cmd_emulate(int argc, char** argv) {
       chunk_equal = chunk_equal && d == chunk_analytic.op[i];
     }
     executed_equal = chunk_equal;
-    // The decode token against the analytic walk of the split the session runs. The prediction
-    // resolved the same configuration (session_overrides); the walk takes the session's all the
-    // same, so that the check is of what ran.
-    EmuConfig ce = c;
-    ce.sparse = c.bounded ? rt.memory_plan().sparse : SparseSplit{};
-    const EmuResult re = emulate(ce);
+    // The decode token against the prediction's walk: the prediction resolved the configuration
+    // the session runs (session_overrides), so their sparse splits must agree.
+    const SparseSplit ran = c.bounded ? rt.memory_plan().sparse : SparseSplit{};
+    if (ran != c.sparse)
+      return fail("emulate", "the session runs sparse split (budget " + std::to_string(ran.budget) + ", top-k " +
+                                 std::to_string(ran.topk) + ", page " + std::to_string(ran.page) +
+                                 ") but the prediction walked (budget " + std::to_string(c.sparse.budget) + ", top-k " +
+                                 std::to_string(c.sparse.topk) + ", page " + std::to_string(c.sparse.page) + ")");
     const DfCounterSet before = be.counters();
     const uint32_t cached_before = rt.kv_cache(0).visible();
     e = rt.decode(0, ids[0]);
@@ -569,15 +571,15 @@ int cmd_emulate(int argc, char** argv) {
       // A decode token's SnapKV compression (snapkv's recompression) is not walked analytically;
       // a prompt chunk's is (checked above).
       if (DfOp(i) == DfOp::KvPolicy || DfOp(i) == DfOp::KvCompact) continue;
-      const bool same = m == re.decode.op[i];
+      const bool same = m == r.decode.op[i];
       // Which entries a sparse decode step gathers depends on the scores: its attention and page
       // selection are walked at their bound.
-      const bool bounded = re.decode_sparse && (DfOp(i) == DfOp::Attention || DfOp(i) == DfOp::KvSelect);
-      const bool within = same || (bounded && m.within(re.decode.op[i]));
+      const bool bounded = r.decode_sparse && (DfOp(i) == DfOp::Attention || DfOp(i) == DfOp::KvSelect);
+      const bool within = same || (bounded && m.within(r.decode.op[i]));
       executed_equal = executed_equal && same;
       executed_within = executed_within && within;
       json op = {{"op", df_op_name(DfOp(i))}, {"equal", same}, {"executed", counters_json(m)}};
-      if (bounded) op["within_bound"] = within, op["bound"] = counters_json(re.decode.op[i]);
+      if (bounded) op["within_bound"] = within, op["bound"] = counters_json(r.decode.op[i]);
       ex.push_back(op);
     }
     out["executed"] = {
