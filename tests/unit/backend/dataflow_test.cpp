@@ -89,6 +89,21 @@ void greedy(Runtime& rt, const std::vector<int32_t>& prompt, size_t count, std::
   }
 }
 
+// Greedy decoding of the same prompt on both engines, whose ids must be equal; the largest
+// |logit difference| over every step.
+float greedy_max_logit_difference(Engine& native, Engine& df, const std::vector<int32_t>& prompt, size_t count) {
+  std::vector<int32_t> a, b;
+  std::vector<std::vector<float>> la, lb;
+  greedy(native.runtime, prompt, count, a, la);
+  greedy(df.runtime, prompt, count, b, lb);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(la.size(), lb.size());
+  float worst = 0;
+  for (size_t i = 0; i < la.size() && i < lb.size(); ++i)
+    for (size_t j = 0; j < la[i].size(); ++j) worst = std::max(worst, std::fabs(la[i][j] - lb[i][j]));
+  return worst;
+}
+
 TEST(DataflowHw, PresetsLoad) {
   for (const hw::Preset& p : hw::presets()) {
     HwDesc h;
@@ -376,14 +391,7 @@ TEST(DataflowBackend, Stories260KMatchesNative) {
   EXPECT_LT(s.tile_panels * kPanelRows, l->model.shape().vocab_size);
   EXPECT_LE(s.peak_bytes, hw.sram_bytes);
   const std::vector<int32_t> prompt = {1};
-  std::vector<int32_t> a, b;
-  std::vector<std::vector<float>> la, lb;
-  greedy(native->runtime, prompt, 200, a, la);
-  greedy(df->runtime, prompt, 200, b, lb);
-  EXPECT_EQ(a, b);
-  float worst = 0;
-  for (size_t i = 0; i < la.size() && i < lb.size(); ++i)
-    for (size_t j = 0; j < la[i].size(); ++j) worst = std::max(worst, std::fabs(la[i][j] - lb[i][j]));
+  const float worst = greedy_max_logit_difference(*native, *df, prompt, 200);
   EXPECT_LE(worst, 4e-3f);
   std::printf("[dataflow] stories260K: 200 greedy ids equal, max |logit difference| %g\n", double(worst));
 }
@@ -541,14 +549,7 @@ TEST(DataflowBackend, SmolLM2ExecutedEqualsAnalyticAndNative) {
   EXPECT_LT(be.schedule().kv_tile_tokens, 200u);
   EXPECT_GT(be.schedule().q_block, 1u);
   const std::vector<int32_t> prompt = prompt_ids(200, l->model.shape().vocab_size);
-  std::vector<int32_t> a, b;
-  std::vector<std::vector<float>> la, lb;
-  greedy(native->runtime, prompt, 16, a, la);
-  greedy(df->runtime, prompt, 16, b, lb);
-  EXPECT_EQ(a, b);
-  float worst = 0;
-  for (size_t i = 0; i < la.size() && i < lb.size(); ++i)
-    for (size_t j = 0; j < la[i].size(); ++j) worst = std::max(worst, std::fabs(la[i][j] - lb[i][j]));
+  const float worst = greedy_max_logit_difference(*native, *df, prompt, 16);
   EXPECT_EQ(worst, 0.0f);
 
   // Prefill of 200 tokens in chunks of 32 plus 16 decode tokens, walked analytically.
@@ -600,14 +601,7 @@ TEST(DataflowBackend, Gemma3ExecutedEqualsAnalyticAndNative) {
   const DataflowBackend& be = dataflow(*df);
   EXPECT_EQ(be.schedule().local_capacity_tokens, 512u + kChunk);
   const std::vector<int32_t> prompt = prompt_ids(kPrompt, l->model.shape().vocab_size);
-  std::vector<int32_t> a, b;
-  std::vector<std::vector<float>> la, lb;
-  greedy(native->runtime, prompt, kDecode, a, la);
-  greedy(df->runtime, prompt, kDecode, b, lb);
-  EXPECT_EQ(a, b);
-  float worst = 0;
-  for (size_t i = 0; i < la.size() && i < lb.size(); ++i)
-    for (size_t j = 0; j < la[i].size(); ++j) worst = std::max(worst, std::fabs(la[i][j] - lb[i][j]));
+  const float worst = greedy_max_logit_difference(*native, *df, prompt, kDecode);
   EXPECT_EQ(worst, 0.0f);
   EXPECT_EQ(df->runtime.local_kv_cache(0).visible(), 512u);
 
