@@ -185,6 +185,13 @@ json sparse_json(const DfSparseDecode& d, const SparseSplit& split) {
           {"gathered_tokens", d.gathered}, {"head_ranking", d.select.head_ranking}};
 }
 
+std::string split_text(const SparseSplit& s) {
+  return "budget " + std::to_string(s.budget) + ", top-k " + std::to_string(s.topk) + ", page " +
+         std::to_string(s.page) + ", dims " + std::to_string(s.dims) + ", pages " + std::to_string(s.max_pages) +
+         ", gather rows " + std::to_string(s.gather_rows) + ", select " +
+         (s.select == RocketSelect::Group ? "group" : "head");
+}
+
 json ops_json(const DfCounterSet& set, const HwDesc& hw, bool dbl, double total, const DfReuse& reuse) {
   json ops = json::array();
   for (uint32_t i = 0; i < kDfOps; ++i) {
@@ -554,10 +561,8 @@ int cmd_emulate(int argc, char** argv) {
     // the session runs (session_overrides), so their sparse splits must agree.
     const SparseSplit ran = c.bounded ? rt.memory_plan().sparse : SparseSplit{};
     if (ran != c.sparse)
-      return fail("emulate", "the session runs sparse split (budget " + std::to_string(ran.budget) + ", top-k " +
-                                 std::to_string(ran.topk) + ", page " + std::to_string(ran.page) +
-                                 ") but the prediction walked (budget " + std::to_string(c.sparse.budget) + ", top-k " +
-                                 std::to_string(c.sparse.topk) + ", page " + std::to_string(c.sparse.page) + ")");
+      return fail("emulate", "the session runs the sparse split (" + split_text(ran) + ") but the prediction walked (" +
+                                 split_text(c.sparse) + ")");
     const DfCounterSet before = be.counters();
     const uint32_t cached_before = rt.kv_cache(0).visible();
     e = rt.decode(0, ids[0]);
