@@ -30,6 +30,16 @@ inline void prefetch_block(const uint8_t* qb, int lines, uint64_t scale) {
   }
 }
 
+// One token's Q4 / Q4M block: unpacking nibbles costs enough per byte that the hardware
+// prefetcher alone leaves the quant loads waiting on DRAM. Asking for the block's 4 lines 8
+// blocks (2 KiB) ahead, into L1 only, measured best (DRAM-cold, one thread, docs/performance.md
+// "One token of Q4 and Q4M"); nearer, farther, or into L2 as well (as prefetch_block) read slower.
+constexpr uint64_t kDecodePrefetchBytes = 2048;
+inline void prefetch_decode_block(const uint8_t* qb) {
+  for (int line = 0; line < 4; ++line)
+    _mm_prefetch(reinterpret_cast<const char*>(qb + kDecodePrefetchBytes + line * 64), _MM_HINT_T0);
+}
+
 // acc_f += (d_w * d_a) * float(acc_i), per row lane.
 inline __m512 scale_add(__m512 accf, __m512 dw, float da, __m512i acc) {
   return _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(da)), _mm512_cvtepi32_ps(acc), accf);
@@ -120,8 +130,8 @@ void q4_panel(const PanelView& pv, const ActBlock* x, float* y, uint32_t y_strid
   const uint8_t* quants = pv.quants;
   const __m512i low4 = _mm512_set1_epi8(0x0f);
   // Every lane adds block b's scaled sum and then its min term, in the order the 256-bit kernel
-  // (which runs Q4M decode, see decode_prefers_256) does: a token's result is then bit for bit
-  // the same whether it is multiplied alone or beside others (batched decode, llm/scheduler.h).
+  // does: a token's result is then bit for bit the same whichever kernel multiplied it, alone or
+  // beside others (batched decode, llm/scheduler.h).
   __m512 accf[T];
   for (int t = 0; t < T; ++t) accf[t] = _mm512_setzero_ps();
   for (uint32_t b = 0; b < nb; ++b) {
@@ -129,6 +139,7 @@ void q4_panel(const PanelView& pv, const ActBlock* x, float* y, uint32_t y_strid
     const uint8_t* qb = quants + uint64_t(b) * 256;
     __m512i acc[T];
     if constexpr (T == 1) {
+      prefetch_decode_block(qb);
       const ActBlock& a = x[b];
       __m512i acc_lo = kMin ? _mm512_setzero_si512() : _mm512_set1_epi32(-8 * a.sum);
       __m512i acc_hi = _mm512_setzero_si512();
@@ -175,15 +186,13 @@ void q4_panel(const PanelView& pv, const ActBlock* x, float* y, uint32_t y_strid
   store_rows(pv, y, y_stride, accf);
 }
 
-// Decode (one token) of Q4M and F32 weights runs the 256-bit kernels of the AVX2 table: single-thread
-// DRAM-cold on the reference machine (Zen 4, which executes 512-bit ops as two 256-bit halves) they
-// reach ~85% (Q4M) and ~105% (F32) of the plain-read ceiling against ~70% and ~90% for the 512-bit
-// versions (tools/bench_kernels/kernel_bench.cpp). With several tokens the 512-bit kernels win by far
-// (Q4M 1536x576, 64 tokens: 6.6 vs 11.6 us per token), so prefill stays here. Q8, Q4, F16 and BF16
-// measured even or better at 512 bits.
-bool decode_prefers_256(fb::DType dt, uint32_t n_tokens) {
-  return n_tokens == 1 && (dt == fb::DType::Q4M || dt == fb::DType::F32);
-}
+// Decode (one token) of F32 weights runs the 256-bit kernel of the AVX2 table: single-thread
+// DRAM-cold on Zen 4 (which executes 512-bit ops as two 256-bit halves) it reaches ~105% of the
+// plain-read ceiling against ~90% for the 512-bit version (tools/bench_kernels/kernel_bench.cpp).
+// Q4M ran there too until prefetch_decode_block: the 512-bit kernel now reads more of the ceiling
+// (docs/performance.md, "One token of Q4 and Q4M"). Q8, Q4, F16 and BF16 measured even or better
+// at 512 bits. With several tokens the 512-bit kernels win by far.
+bool decode_prefers_256(fb::DType dt, uint32_t n_tokens) { return n_tokens == 1 && dt == fb::DType::F32; }
 
 // Q8, Q4 and Q4M under the shared panel walk; the 5-bit and K-quant formats are
 // matmul_wide_avx512's.
